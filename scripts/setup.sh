@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of ferry from Debian bookworm packages.
+# Safe to run again: apt-get skips what is already installed.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config
+  clang clang-14 libclang-rt-14-dev lld
+  libze1 libze-dev
+  libboost1.81-dev libboost-program-options1.81-dev
+  catch2 libsystemd-dev systemd
+  python3
+)
+
+need=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+
+if ((${#need[@]})); then
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # libboost1.81-* conflicts with the default 1.74 development packages.
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,167 @@
+// The engine: a thread that executes one queue's commands in order.
+//
+// A copy reads its source when it executes, not when it was appended: that is
+// the behaviour of a real GPU reading a pageable source, and the hazard ferry
+// exists to remove.
+#include <cstring>
+
+#include "ferry/sim.h"
+#include "sim.hpp"
+
+namespace ferry::sim {
+
+Engine::Engine() : thread_([this] { run(); }) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Engine::submit(std::vector<Command> cmds) {
+  {
+    std::lock_guard lock(mu_);
+    for (auto& c : cmds) queue_.push_back(std::move(c));
+    submitted_ += cmds.size();
+  }
+  cv_.notify_one();
+}
+
+bool Engine::drain(uint64_t timeout_ns) {
+  std::unique_lock lock(mu_);
+  const uint64_t target = submitted_;
+  auto done = [&] { return executed_ >= target; };
+  if (timeout_ns == UINT64_MAX) {
+    idle_cv_.wait(lock, done);
+    return true;
+  }
+  return idle_cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), done);
+}
+
+void Engine::run() {
+  for (;;) {
+    Command c;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and nothing left
+      c = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    execute(c);
+    {
+      std::lock_guard lock(mu_);
+      ++executed_;
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+namespace {
+
+uint64_t copy_cost(size_t bytes) {
+  const CostModel& m = config().cost;
+  uint64_t ns = m.latency_ns;
+  if (m.bytes_per_ns > 0) ns += static_cast<uint64_t>(static_cast<double>(bytes) / m.bytes_per_ns);
+  return ns;
+}
+
+void run_builtin(const Command& c) {
+  switch (c.builtin) {
+    case Builtin::busy:
+      wait_until(now_ns() + c.args[0] * 1000);
+      break;
+    case Builtin::checksum: {
+      uint64_t sum = ferry_sim_checksum(reinterpret_cast<const void*>(c.args[0]), c.args[1]);
+      std::memcpy(reinterpret_cast<void*>(c.args[2]), &sum, sizeof sum);
+      break;
+    }
+    case Builtin::fill:
+      std::memset(reinterpret_cast<void*>(c.args[0]), static_cast<int>(c.args[2] & 0xff), c.args[1]);
+      break;
+  }
+}
+
+// Decides whether this copy is the one the fault injection names.
+bool copy_fails() {
+  Faults& f = faults();
+  if (f.device_lost.load()) return true;
+  uint64_t n = f.copies_executed.fetch_add(1) + 1;
+  uint64_t at = f.fail_at.load();
+  if (at == 0 || n != at) return false;
+  if (f.lose_device.load()) f.device_lost = true;
+  return true;
+}
+
+}  // namespace
+
+void Engine::execute(Command& c) {
+  bool failed = false;
+  for (Event* e : c.waits) {
+    if (e->wait(UINT64_MAX) == kFailed) failed = true;
+  }
+  const uint64_t start = now_ns();
+  switch (c.op) {
+    case Command::Op::copy:
+      if (copy_fails()) {
+        failed = true;
+        break;
+      }
+      std::memmove(c.dst, c.src, c.bytes);
+      wait_until(start + copy_cost(c.bytes));
+      break;
+    case Command::Op::fill:
+      if (faults().device_lost.load()) {
+        failed = true;
+        break;
+      }
+      for (size_t off = 0; off < c.bytes; off += c.pattern.size()) {
+        size_t n = std::min(c.pattern.size(), c.bytes - off);
+        std::memcpy(static_cast<char*>(c.dst) + off, c.pattern.data(), n);
+      }
+      wait_until(start + copy_cost(c.bytes));
+      break;
+    case Command::Op::kernel:
+      if (faults().device_lost.load()) {
+        failed = true;
+        break;
+      }
+      run_builtin(c);
+      wait_until(start + config().cost.latency_ns);
+      break;
+    case Command::Op::reset:
+      if (c.signal != nullptr) c.signal->state().store(kClear, std::memory_order_release);
+      return;
+    case Command::Op::fence:
+      c.fence->state.store(1, std::memory_order_release);
+      return;
+    case Command::Op::signal:
+    case Command::Op::barrier:
+      break;
+  }
+  if (c.signal != nullptr) c.signal->signal(failed ? kFailed : kSignaled);
+}
+
+ze_result_t append(CmdList* list, Command c, uint32_t nwait, ze_event_handle_t* waits) {
+  if (nwait > 0 && waits == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  for (uint32_t i = 0; i < nwait; ++i) {
+    Event* e = get<Event>(waits[i]);
+    if (e == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+    c.waits.push_back(e);
+  }
+  if (list->engine) {
+    std::vector<Command> one;
+    one.push_back(std::move(c));
+    list->engine->submit(std::move(one));
+    return ZE_RESULT_SUCCESS;
+  }
+  std::lock_guard lock(list->mu);
+  if (list->closed) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  list->recorded.push_back(std::move(c));
+  return ZE_RESULT_SUCCESS;
+}
+
+}  // namespace ferry::sim

@@ -1,0 +1,263 @@
+// Configuration, time, memory registry and events of the simulated device.
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#include "sim.hpp"
+
+namespace ferry::sim {
+
+namespace {
+
+uint64_t env_u64(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  unsigned long long x = std::strtoull(v, &end, 10);
+  return (end != nullptr && *end == '\0') ? x : fallback;
+}
+
+double env_double(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  return (end != nullptr && *end == '\0' && x >= 0) ? x : fallback;
+}
+
+Config load_config() {
+  Config c;
+  c.devices = static_cast<uint32_t>(env_u64("FERRY_SIM_DEVICES", 1));
+  if (c.devices < 1) c.devices = 1;
+  if (c.devices > 16) c.devices = 16;
+  c.cost.latency_ns = env_u64("FERRY_SIM_LATENCY_US", 5) * 1000;
+  c.cost.bytes_per_ns = env_double("FERRY_SIM_BANDWIDTH_GBPS", 12.0);
+  c.cost.pageable_ns = env_u64("FERRY_SIM_PAGEABLE_US", 20) * 1000;
+  c.device_memory = env_u64("FERRY_SIM_DEVICE_MEMORY", 16ull << 30);
+  const char* fast = std::getenv("FERRY_SIM_FAST");
+  if (fast != nullptr && std::strcmp(fast, "1") == 0) c.cost = CostModel{0, 0.0, 0};
+  uint64_t fail = env_u64("FERRY_SIM_FAIL_COPY", 0);
+  if (fail != 0) {
+    faults().fail_at = fail;
+    const char* mode = std::getenv("FERRY_SIM_FAIL_MODE");
+    faults().lose_device = mode != nullptr && std::strcmp(mode, "lost") == 0;
+  }
+  return c;
+}
+
+long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
+  // Not FUTEX_PRIVATE: event words are shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+size_t page_round(size_t n) {
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (n + page - 1) / page * page;
+}
+
+}  // namespace
+
+Faults& faults() {
+  static Faults f;
+  return f;
+}
+
+const Config& config() {
+  static const Config c = load_config();
+  return c;
+}
+
+uint64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void wait_until(uint64_t deadline_ns) {
+  // Sleep while far away (the kernel's timer slack is ~50 us), spin the rest.
+  for (;;) {
+    uint64_t now = now_ns();
+    if (now >= deadline_ns) return;
+    uint64_t left = deadline_ns - now;
+    if (left > 200'000) {
+      timespec ts{0, static_cast<long>(left - 100'000)};
+      if (left - 100'000 >= 1'000'000'000ull) ts = {static_cast<time_t>((left - 100'000) / 1'000'000'000ull),
+                                                    static_cast<long>((left - 100'000) % 1'000'000'000ull)};
+      nanosleep(&ts, nullptr);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- memory
+Memory& memory() {
+  static Memory m;
+  return m;
+}
+
+ze_result_t Memory::alloc(AllocKind kind, Device* dev, size_t size, size_t align, void** out) {
+  if (size == 0) return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+  if (align != 0 && (align & (align - 1)) != 0) return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+  if (align > 65536) return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+  Alloc a;
+  a.size = size;
+  a.mapped = page_round(size);
+  a.kind = kind;
+  a.device = dev;
+  void* p = MAP_FAILED;
+  if (kind == AllocKind::device) {
+    if (dev->device_bytes.fetch_add(a.mapped) + a.mapped > config().device_memory) {
+      dev->device_bytes.fetch_sub(a.mapped);
+      return ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
+    }
+    // Device memory is a memfd, so that its IPC handle can carry a file
+    // descriptor another process maps (the way a dma-buf works on real GPUs).
+    a.fd = memfd_create("ferry-sim-device", MFD_CLOEXEC);
+    if (a.fd < 0 || ftruncate(a.fd, static_cast<off_t>(a.mapped)) != 0) {
+      if (a.fd >= 0) close(a.fd);
+      dev->device_bytes.fetch_sub(a.mapped);
+      return ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
+    }
+    p = mmap(nullptr, a.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
+  } else {
+    p = mmap(nullptr, a.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  }
+  if (p == MAP_FAILED) {
+    if (a.fd >= 0) close(a.fd);
+    if (kind == AllocKind::device) dev->device_bytes.fetch_sub(a.mapped);
+    return kind == AllocKind::device ? ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY : ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+  }
+  a.base = reinterpret_cast<uintptr_t>(p);
+  std::unique_lock lock(mu_);
+  allocs_[a.base] = a;
+  *out = p;
+  return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t Memory::open_ipc(Device* dev, int fd, void** out) {
+  off_t size = lseek(fd, 0, SEEK_END);
+  if (size <= 0) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  void* p = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  Alloc a;
+  a.base = reinterpret_cast<uintptr_t>(p);
+  a.size = a.mapped = static_cast<size_t>(size);
+  a.kind = AllocKind::ipc_opened;
+  a.device = dev;
+  std::unique_lock lock(mu_);
+  allocs_[a.base] = a;
+  *out = p;
+  return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t Memory::free(void* ptr) {
+  Alloc a;
+  {
+    std::unique_lock lock(mu_);
+    auto it = allocs_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == allocs_.end()) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    a = it->second;
+    allocs_.erase(it);
+  }
+  munmap(reinterpret_cast<void*>(a.base), a.mapped);
+  if (a.fd >= 0) close(a.fd);
+  if (a.kind == AllocKind::device) a.device->device_bytes.fetch_sub(a.mapped);
+  return ZE_RESULT_SUCCESS;
+}
+
+bool Memory::find(const void* ptr, Alloc* out) const {
+  auto p = reinterpret_cast<uintptr_t>(ptr);
+  std::shared_lock lock(mu_);
+  auto it = allocs_.upper_bound(p);
+  if (it == allocs_.begin()) return false;
+  --it;
+  if (p >= it->second.base + it->second.size) return false;
+  if (out != nullptr) *out = it->second;
+  return true;
+}
+
+bool Memory::is_pinned_host(const void* ptr, size_t n) const {
+  Alloc a;
+  if (find(ptr, &a)) return a.kind != AllocKind::device && a.kind != AllocKind::ipc_opened;
+  auto p = reinterpret_cast<uintptr_t>(ptr);
+  std::shared_lock lock(mu_);
+  auto it = imports_.upper_bound(p);
+  if (it == imports_.begin()) return false;
+  --it;
+  return p >= it->first && p + n <= it->first + it->second;
+}
+
+ze_result_t Memory::check_range(const void* ptr, size_t n) const {
+  Alloc a;
+  if (!find(ptr, &a)) return ZE_RESULT_SUCCESS;  // host memory the driver does not know
+  auto p = reinterpret_cast<uintptr_t>(ptr);
+  if (n > a.size || p - a.base > a.size - n) return ZE_RESULT_ERROR_INVALID_SIZE;
+  return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t Memory::import(void* ptr, size_t n) {
+  if (ptr == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  if (n == 0) return ZE_RESULT_ERROR_INVALID_SIZE;
+  auto p = reinterpret_cast<uintptr_t>(ptr);
+  if (p + n < p) return ZE_RESULT_ERROR_INVALID_SIZE;
+  if (find(ptr, nullptr)) return ZE_RESULT_ERROR_INVALID_ARGUMENT;  // already USM
+  std::unique_lock lock(mu_);
+  // Refuse a range that overlaps one already imported, as the compute runtime does.
+  auto it = imports_.lower_bound(p);
+  if (it != imports_.end() && it->first < p + n) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  if (it != imports_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second > p) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  }
+  imports_[p] = n;
+  return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t Memory::release_import(void* ptr) {
+  std::unique_lock lock(mu_);
+  auto it = imports_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == imports_.end()) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  imports_.erase(it);
+  return ZE_RESULT_SUCCESS;
+}
+
+// ---------------------------------------------------------------- events
+EventPool::~EventPool() {
+  if (slots != nullptr) munmap(slots, mapped);
+  if (fd >= 0 && !opened_from_ipc) close(fd);
+}
+
+void Event::signal(uint32_t value) {
+  state().store(value, std::memory_order_release);
+  futex(&state(), FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+uint32_t Event::wait(uint64_t timeout_ns) {
+  uint32_t s = state().load(std::memory_order_acquire);
+  if (s != kClear || timeout_ns == 0) return s;
+  const bool forever = timeout_ns == UINT64_MAX;
+  const uint64_t deadline = forever ? 0 : now_ns() + timeout_ns;
+  for (;;) {
+    timespec ts{};
+    const timespec* tsp = nullptr;
+    if (!forever) {
+      uint64_t now = now_ns();
+      if (now >= deadline) return state().load(std::memory_order_acquire);
+      uint64_t left = deadline - now;
+      ts.tv_sec = static_cast<time_t>(left / 1'000'000'000ull);
+      ts.tv_nsec = static_cast<long>(left % 1'000'000'000ull);
+      tsp = &ts;
+    }
+    futex(&state(), FUTEX_WAIT, kClear, tsp);
+    s = state().load(std::memory_order_acquire);
+    if (s != kClear) return s;
+  }
+}
+
+}  // namespace ferry::sim

@@ -1,0 +1,281 @@
+// Internal objects of the simulated Level Zero driver.
+//
+// Every handle the driver gives out is a pointer to one of the objects below.
+// Each starts with a tag so that a handle of the wrong kind, or one already
+// destroyed, is refused instead of being used.
+#pragma once
+
+#include <level_zero/ze_api.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ferry::sim {
+
+// ---------------------------------------------------------------- config
+struct CostModel {
+  uint64_t latency_ns = 5'000;      // per command on the engine
+  double bytes_per_ns = 12.0;       // 12 GB/s; 0 = unlimited
+  uint64_t pageable_ns = 20'000;    // per append from pageable memory
+};
+
+struct Config {
+  uint32_t devices = 1;
+  CostModel cost;
+  uint64_t device_memory = 16ull << 30;
+};
+
+const Config& config();
+
+// Spins or sleeps until the monotonic clock reaches deadline_ns.
+uint64_t now_ns();
+void wait_until(uint64_t deadline_ns);
+
+// ---------------------------------------------------------------- tags
+enum class Tag : uint32_t {
+  dead = 0,
+  driver = 0x46445256,
+  device,
+  context,
+  queue,
+  cmdlist,
+  fence,
+  event_pool,
+  event,
+  module,
+  kernel,
+  build_log,
+};
+
+struct Object {
+  explicit Object(Tag t) : tag(t) {}
+  Object(const Object&) = delete;
+  Object& operator=(const Object&) = delete;
+  virtual ~Object() { tag = Tag::dead; }
+  Tag tag;
+};
+
+template <class T, class H>
+T* get(H handle) {
+  auto* o = reinterpret_cast<Object*>(handle);
+  if (o == nullptr || o->tag != T::kTag) return nullptr;
+  return static_cast<T*>(o);
+}
+
+template <class H, class T>
+H handle(T* obj) {
+  return reinterpret_cast<H>(static_cast<Object*>(obj));
+}
+
+// ---------------------------------------------------------------- faults
+struct Faults {
+  std::atomic<uint64_t> copies_executed{0};
+  std::atomic<uint64_t> fail_at{0};  // copies_executed value that fails; 0 = off
+  std::atomic<bool> lose_device{false};
+  std::atomic<bool> device_lost{false};
+};
+Faults& faults();
+
+// ---------------------------------------------------------------- driver
+struct Device;
+
+struct Driver : Object {
+  static constexpr Tag kTag = Tag::driver;
+  Driver() : Object(kTag) {}
+  std::vector<std::unique_ptr<Device>> devices;
+};
+
+Driver* the_driver();  // created at first zeInit
+
+struct Device : Object {
+  static constexpr Tag kTag = Tag::device;
+  Device(Driver* d, uint32_t i) : Object(kTag), driver(d), index(i) {}
+  Driver* driver;
+  uint32_t index;
+  std::atomic<uint64_t> device_bytes{0};
+};
+
+// Queue groups every simulated device has.
+constexpr uint32_t kComputeOrdinal = 0;
+constexpr uint32_t kCopyOrdinal = 1;
+constexpr uint32_t kQueuesPerGroup[2] = {4, 2};
+
+struct Context : Object {
+  static constexpr Tag kTag = Tag::context;
+  explicit Context(Driver* d) : Object(kTag), driver(d) {}
+  Driver* driver;
+};
+
+// ---------------------------------------------------------------- memory
+enum class AllocKind { host, device, shared, ipc_opened };
+
+struct Alloc {
+  uintptr_t base = 0;
+  size_t size = 0;      // what the caller asked for
+  size_t mapped = 0;    // what is mapped (page multiple)
+  AllocKind kind = AllocKind::host;
+  Device* device = nullptr;
+  int fd = -1;          // memfd backing device memory; -1 otherwise
+};
+
+// Process-wide registry of USM allocations and imported host ranges.
+class Memory {
+ public:
+  ze_result_t alloc(AllocKind kind, Device* dev, size_t size, size_t align, void** out);
+  ze_result_t free(void* ptr);
+  ze_result_t open_ipc(Device* dev, int fd, void** out);
+  // Returns the allocation containing ptr, if any.
+  bool find(const void* ptr, Alloc* out) const;
+  // Whether [ptr, ptr+n) lies in host USM, shared USM or an imported range.
+  bool is_pinned_host(const void* ptr, size_t n) const;
+  // Checks a copy operand: ZE_RESULT_ERROR_INVALID_SIZE if it starts inside a
+  // known allocation and runs past its end.
+  ze_result_t check_range(const void* ptr, size_t n) const;
+
+  ze_result_t import(void* ptr, size_t n);
+  ze_result_t release_import(void* ptr);
+
+ private:
+  mutable std::shared_mutex mu_;
+  std::map<uintptr_t, Alloc> allocs_;
+  std::map<uintptr_t, size_t> imports_;  // base -> size
+};
+Memory& memory();
+
+// ---------------------------------------------------------------- events
+// The state of every event lives in a memfd mapping owned by its pool, so an
+// IPC-opened pool in another process sees the same words and futexes work
+// across processes.
+enum EventState : uint32_t { kClear = 0, kSignaled = 1, kFailed = 2 };
+
+struct EventSlot {
+  std::atomic<uint32_t> state;
+  uint32_t pad[15];
+};
+static_assert(sizeof(EventSlot) == 64);
+
+struct EventPool : Object {
+  static constexpr Tag kTag = Tag::event_pool;
+  EventPool() : Object(kTag) {}
+  ~EventPool() override;
+  uint32_t count = 0;
+  int fd = -1;
+  bool ipc_capable = false;
+  bool opened_from_ipc = false;
+  EventSlot* slots = nullptr;
+  size_t mapped = 0;
+};
+
+struct Event : Object {
+  static constexpr Tag kTag = Tag::event;
+  Event(EventPool* p, uint32_t i) : Object(kTag), pool(p), index(i) {}
+  EventPool* pool;
+  uint32_t index;
+  std::atomic<uint32_t>& state() { return pool->slots[index].state; }
+  void signal(uint32_t value);
+  // Waits until the event is no longer clear or timeout_ns passes.
+  // Returns the state seen.
+  uint32_t wait(uint64_t timeout_ns);
+};
+
+// ---------------------------------------------------------------- kernels
+enum class Builtin { busy, checksum, fill };
+
+struct Module : Object {
+  static constexpr Tag kTag = Tag::module;
+  Module() : Object(kTag) {}
+};
+
+struct BuildLog : Object {
+  static constexpr Tag kTag = Tag::build_log;
+  BuildLog() : Object(kTag) {}
+  std::string text;
+};
+
+constexpr int kMaxKernelArgs = 3;
+
+struct Kernel : Object {
+  static constexpr Tag kTag = Tag::kernel;
+  Kernel() : Object(kTag) {}
+  Builtin builtin = Builtin::busy;
+  std::string name;
+  int nargs = 0;
+  size_t arg_size[kMaxKernelArgs] = {};
+  uint64_t args[kMaxKernelArgs] = {};
+  bool arg_set[kMaxKernelArgs] = {};
+};
+
+// ---------------------------------------------------------------- engine
+struct Command {
+  enum class Op { copy, fill, signal, reset, barrier, kernel, fence } op = Op::barrier;
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+  std::vector<uint8_t> pattern;
+  Builtin builtin = Builtin::busy;
+  uint64_t args[kMaxKernelArgs] = {};
+  std::vector<Event*> waits;
+  Event* signal = nullptr;
+  struct Fence* fence = nullptr;
+};
+
+// One in-order engine: a thread that executes commands in submission order.
+class Engine {
+ public:
+  Engine();
+  ~Engine();
+  void submit(std::vector<Command> cmds);
+  // Blocks until everything submitted so far has executed, or timeout.
+  bool drain(uint64_t timeout_ns);
+
+ private:
+  void run();
+  void execute(Command& c);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  std::deque<Command> queue_;
+  uint64_t submitted_ = 0;
+  uint64_t executed_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct Fence : Object {
+  static constexpr Tag kTag = Tag::fence;
+  Fence() : Object(kTag) {}
+  std::atomic<uint32_t> state{0};
+};
+
+struct Queue : Object {
+  static constexpr Tag kTag = Tag::queue;
+  Queue() : Object(kTag) {}
+  Device* device = nullptr;
+  uint32_t ordinal = 0;
+  Engine engine;
+};
+
+struct CmdList : Object {
+  static constexpr Tag kTag = Tag::cmdlist;
+  CmdList() : Object(kTag) {}
+  Device* device = nullptr;
+  uint32_t ordinal = 0;
+  bool closed = false;
+  std::unique_ptr<Engine> engine;  // immediate lists only
+  std::mutex mu;                   // recorded commands of a regular list
+  std::vector<Command> recorded;
+};
+
+// Adds c to the list: executes it on an immediate list, records it otherwise.
+ze_result_t append(CmdList* list, Command c, uint32_t nwait, ze_event_handle_t* waits);
+
+}  // namespace ferry::sim
