@@ -1,0 +1,54 @@
+// The seam between the transfer engine and a device. Level Zero and CUDA
+// implement it; the engine knows nothing else of the device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+struct DeviceInfo {
+  std::string backend;      // "level-zero", "cuda"
+  std::string name;         // device name as the driver reports it
+  std::string driver;       // driver / runtime description
+  uint64_t memory_bytes = 0;
+  bool copy_engine = false; // copies run on a copy-only engine
+  bool host_import = false; // staging segments are registered with the driver
+};
+
+struct Done {
+  uint64_t cookie;
+  int status;               // 0 or a negative errno
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const DeviceInfo& info() const = 0;
+
+  // Device memory. Called from the engine's thread.
+  virtual int alloc(uint64_t bytes, void** out) = 0;
+  virtual void free(void* ptr) = 0;
+
+  // Registers a host range (a staging segment) so copies from it run at
+  // pinned speed. -ENOTSUP: the driver cannot; copies still work, slower.
+  virtual int register_host(void* ptr, uint64_t bytes) = 0;
+  virtual void unregister_host(void* ptr) = 0;
+
+  // Queues a copy (either direction). Copies complete in submission order.
+  // Called from the engine's thread only.
+  virtual int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie) = 0;
+
+  // Called from the retire thread only: waits up to timeout_ns for the oldest
+  // queued copy, then appends it and every later one already finished to
+  // `out`, in submission order. Returns the number appended.
+  virtual size_t reap(std::vector<Done>& out, int64_t timeout_ns) = 0;
+};
+
+// Each returns nullptr with `why` set when the backend cannot run here.
+std::unique_ptr<Backend> make_level_zero_backend(uint32_t device, std::string& why);
+std::unique_ptr<Backend> make_cuda_backend(uint32_t device, std::string& why);
+
+}  // namespace ferry

@@ -1,0 +1,321 @@
+// Level Zero backend: one context, an immediate command list on a copy-only
+// queue group when the device has one, host-visible events for completion.
+// The loader is opened at run time, so ferryd starts without it.
+#include <dlfcn.h>
+
+#include <level_zero/loader/ze_loader.h>
+#include <level_zero/ze_api.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+
+#include "backend.hpp"
+#include "log.hpp"
+
+namespace ferry {
+namespace {
+
+#define FERRY_ZE_FUNCS(X)                    \
+  X(zeInit)                                  \
+  X(zeDriverGet)                             \
+  X(zeDriverGetProperties)                   \
+  X(zeDriverGetExtensionFunctionAddress)     \
+  X(zeDeviceGet)                             \
+  X(zeDeviceGetProperties)                   \
+  X(zeDeviceGetCommandQueueGroupProperties)  \
+  X(zeDeviceGetMemoryProperties)             \
+  X(zeContextCreate)                         \
+  X(zeContextDestroy)                        \
+  X(zeCommandListCreateImmediate)            \
+  X(zeCommandListDestroy)                    \
+  X(zeCommandListAppendMemoryCopy)           \
+  X(zeEventPoolCreate)                       \
+  X(zeEventPoolDestroy)                      \
+  X(zeEventCreate)                           \
+  X(zeEventDestroy)                          \
+  X(zeEventHostSynchronize)                  \
+  X(zeEventQueryStatus)                      \
+  X(zeEventHostReset)                        \
+  X(zeMemAllocDevice)                        \
+  X(zeMemFree)
+
+struct Ze {
+#define X(f) decltype(&::f) f = nullptr;
+  FERRY_ZE_FUNCS(X)
+#undef X
+  decltype(&::zelLoaderTranslateHandle) translate = nullptr;
+  void* lib = nullptr;
+};
+
+int to_errno(ze_result_t r) {
+  switch (r) {
+    case ZE_RESULT_SUCCESS: return 0;
+    case ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY:
+    case ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY: return -ENOMEM;
+    case ZE_RESULT_ERROR_DEVICE_LOST: return -EIO;
+    case ZE_RESULT_NOT_READY: return -EAGAIN;
+    case ZE_RESULT_ERROR_UNSUPPORTED_SIZE:
+    case ZE_RESULT_ERROR_INVALID_SIZE: return -EINVAL;
+    default: return -EIO;
+  }
+}
+
+using import_fn = ze_result_t (*)(ze_driver_handle_t, void*, size_t);
+using release_fn = ze_result_t (*)(ze_driver_handle_t, void*);
+
+class LevelZero final : public Backend {
+ public:
+  ~LevelZero() override {
+    for (auto* e : all_events_) ze_.zeEventDestroy(e);
+    for (auto* p : pools_) ze_.zeEventPoolDestroy(p);
+    if (list_ != nullptr) ze_.zeCommandListDestroy(list_);
+    if (ctx_ != nullptr) ze_.zeContextDestroy(ctx_);
+    // The loader stays loaded: unloading it while driver threads may still
+    // exist is not worth the risk at exit.
+  }
+
+  bool open(uint32_t index, std::string& why) {
+    ze_.lib = dlopen("libze_loader.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (ze_.lib == nullptr) {
+      why = "Level Zero loader (libze_loader.so.1) not found: install libze1";
+      return false;
+    }
+#define X(f)                                                          \
+  ze_.f = reinterpret_cast<decltype(&::f)>(dlsym(ze_.lib, #f));       \
+  if (ze_.f == nullptr) {                                             \
+    why = "Level Zero loader lacks " #f;                              \
+    return false;                                                     \
+  }
+    FERRY_ZE_FUNCS(X)
+#undef X
+    ze_.translate = reinterpret_cast<decltype(&::zelLoaderTranslateHandle)>(dlsym(ze_.lib, "zelLoaderTranslateHandle"));
+
+    if (ze_result_t r = ze_.zeInit(ZE_INIT_FLAG_GPU_ONLY); r != ZE_RESULT_SUCCESS) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "Level Zero: zeInit failed (0x%x): no GPU driver found", static_cast<unsigned>(r));
+      why = buf;
+      return false;
+    }
+    uint32_t ndrv = 0;
+    ze_.zeDriverGet(&ndrv, nullptr);
+    std::vector<ze_driver_handle_t> drivers(ndrv);
+    if (ndrv == 0 || ze_.zeDriverGet(&ndrv, drivers.data()) != ZE_RESULT_SUCCESS) {
+      why = "Level Zero: no driver";
+      return false;
+    }
+    // Devices are numbered across drivers in discovery order.
+    uint32_t seen = 0;
+    for (auto* drv : drivers) {
+      uint32_t ndev = 0;
+      ze_.zeDeviceGet(drv, &ndev, nullptr);
+      std::vector<ze_device_handle_t> devs(ndev);
+      ze_.zeDeviceGet(drv, &ndev, devs.data());
+      if (index < seen + ndev) {
+        driver_ = drv;
+        device_ = devs[index - seen];
+        break;
+      }
+      seen += ndev;
+    }
+    if (device_ == nullptr) {
+      why = "Level Zero: no device " + std::to_string(index) + " (" + std::to_string(seen) + " found)";
+      return false;
+    }
+    return setup(why);
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+
+  int alloc(uint64_t bytes, void** out) override {
+    ze_device_mem_alloc_desc_t d{ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, nullptr, 0, 0};
+    return to_errno(ze_.zeMemAllocDevice(ctx_, &d, bytes, 64, device_, out));
+  }
+
+  void free(void* ptr) override { ze_.zeMemFree(ctx_, ptr); }
+
+  int register_host(void* ptr, uint64_t bytes) override {
+    if (import_ == nullptr) return -ENOTSUP;
+    return import_(native_driver_, ptr, bytes) == ZE_RESULT_SUCCESS ? 0 : -ENOTSUP;
+  }
+
+  void unregister_host(void* ptr) override {
+    if (release_ != nullptr) release_(native_driver_, ptr);
+  }
+
+  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie) override {
+    ze_event_handle_t ev = take_event();
+    if (ev == nullptr) return -ENOMEM;
+    ze_result_t r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, ev, 0, nullptr);
+    if (r != ZE_RESULT_SUCCESS) {
+      give_event(ev);
+      return to_errno(r);
+    }
+    {
+      std::lock_guard lock(mu_);
+      inflight_.push_back({ev, cookie});
+    }
+    cv_.notify_one();
+    return 0;
+  }
+
+  size_t reap(std::vector<Done>& out, int64_t timeout_ns) override {
+    Pending oldest;
+    {
+      std::unique_lock lock(mu_);
+      if (!cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [&] { return !inflight_.empty(); })) return 0;
+      oldest = inflight_.front();
+    }
+    // Only this thread pops, so `oldest` stays at the front while we wait.
+    ze_result_t r = ze_.zeEventHostSynchronize(oldest.event, static_cast<uint64_t>(timeout_ns));
+    if (r == ZE_RESULT_NOT_READY) return 0;
+    size_t n = 0;
+    std::unique_lock lock(mu_);
+    while (!inflight_.empty()) {
+      Pending p = inflight_.front();
+      ze_result_t s = n == 0 ? r : ze_.zeEventQueryStatus(p.event);
+      if (s == ZE_RESULT_NOT_READY) break;
+      inflight_.pop_front();
+      out.push_back({p.cookie, to_errno(s)});
+      ze_.zeEventHostReset(p.event);
+      free_events_.push_back(p.event);
+      ++n;
+    }
+    return n;
+  }
+
+ private:
+  struct Pending {
+    ze_event_handle_t event = nullptr;
+    uint64_t cookie = 0;
+  };
+
+  bool setup(std::string& why) {
+    ze_device_properties_t dp{};
+    dp.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+    ze_.zeDeviceGetProperties(device_, &dp);
+    info_.backend = "level-zero";
+    info_.name = dp.name;
+    ze_driver_properties_t drp{};
+    drp.stype = ZE_STRUCTURE_TYPE_DRIVER_PROPERTIES;
+    ze_.zeDriverGetProperties(driver_, &drp);
+    info_.driver = "Level Zero driver version " + std::to_string(drp.driverVersion);
+    uint32_t nmem = 1;
+    ze_device_memory_properties_t mp{};
+    mp.stype = ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES;
+    if (ze_.zeDeviceGetMemoryProperties(device_, &nmem, &mp) == ZE_RESULT_SUCCESS && nmem > 0)
+      info_.memory_bytes = mp.totalSize;
+
+    ze_context_desc_t cd{ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
+    if (ze_.zeContextCreate(driver_, &cd, &ctx_) != ZE_RESULT_SUCCESS) {
+      why = "Level Zero: zeContextCreate failed";
+      return false;
+    }
+    // Prefer a copy-only queue group: uploads then never queue behind kernels
+    // of other users of the device.
+    uint32_t ngroups = 0;
+    ze_.zeDeviceGetCommandQueueGroupProperties(device_, &ngroups, nullptr);
+    std::vector<ze_command_queue_group_properties_t> groups(ngroups);
+    for (auto& g : groups) g.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES;
+    ze_.zeDeviceGetCommandQueueGroupProperties(device_, &ngroups, groups.data());
+    int ordinal = -1;
+    for (uint32_t i = 0; i < ngroups; ++i) {
+      const auto f = groups[i].flags;
+      if ((f & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY) && !(f & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE)) {
+        ordinal = static_cast<int>(i);
+        info_.copy_engine = true;
+        break;
+      }
+    }
+    for (uint32_t i = 0; ordinal < 0 && i < ngroups; ++i)
+      if (groups[i].flags & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY) ordinal = static_cast<int>(i);
+    if (ordinal < 0) {
+      why = "Level Zero: the device has no queue group that copies";
+      return false;
+    }
+    ze_command_queue_desc_t qd{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr, static_cast<uint32_t>(ordinal), 0, 0,
+                               ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+    if (ze_.zeCommandListCreateImmediate(ctx_, device_, &qd, &list_) != ZE_RESULT_SUCCESS) {
+      why = "Level Zero: zeCommandListCreateImmediate failed";
+      return false;
+    }
+    // Extension functions take the driver's own handle, not the loader's.
+    native_driver_ = driver_;
+    if (ze_.translate != nullptr)
+      ze_.translate(ZEL_HANDLE_DRIVER, driver_, reinterpret_cast<void**>(&native_driver_));
+    void* f = nullptr;
+    if (ze_.zeDriverGetExtensionFunctionAddress(driver_, "zexDriverImportExternalPointer", &f) == ZE_RESULT_SUCCESS)
+      import_ = reinterpret_cast<import_fn>(f);
+    f = nullptr;
+    if (ze_.zeDriverGetExtensionFunctionAddress(driver_, "zexDriverReleaseImportedPointer", &f) == ZE_RESULT_SUCCESS)
+      release_ = reinterpret_cast<release_fn>(f);
+    if (import_ == nullptr || release_ == nullptr) import_ = nullptr, release_ = nullptr;
+    info_.host_import = import_ != nullptr;
+    return true;
+  }
+
+  ze_event_handle_t take_event() {
+    {
+      std::lock_guard lock(mu_);
+      if (!free_events_.empty()) {
+        ze_event_handle_t e = free_events_.back();
+        free_events_.pop_back();
+        return e;
+      }
+    }
+    // Grow by a pool of kPoolEvents host-visible events.
+    constexpr uint32_t kPoolEvents = 256;
+    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr, ZE_EVENT_POOL_FLAG_HOST_VISIBLE, kPoolEvents};
+    ze_event_pool_handle_t pool = nullptr;
+    if (ze_.zeEventPoolCreate(ctx_, &pd, 1, &device_, &pool) != ZE_RESULT_SUCCESS) return nullptr;
+    pools_.push_back(pool);
+    std::vector<ze_event_handle_t> made;
+    for (uint32_t i = 0; i < kPoolEvents; ++i) {
+      ze_event_desc_t ed{ZE_STRUCTURE_TYPE_EVENT_DESC, nullptr, i, 0, ZE_EVENT_SCOPE_FLAG_HOST};
+      ze_event_handle_t e = nullptr;
+      if (ze_.zeEventCreate(pool, &ed, &e) == ZE_RESULT_SUCCESS) made.push_back(e);
+    }
+    if (made.empty()) return nullptr;
+    ze_event_handle_t first = made.back();
+    made.pop_back();
+    std::lock_guard lock(mu_);
+    all_events_.insert(all_events_.end(), made.begin(), made.end());
+    all_events_.push_back(first);
+    free_events_.insert(free_events_.end(), made.begin(), made.end());
+    return first;
+  }
+
+  void give_event(ze_event_handle_t e) {
+    std::lock_guard lock(mu_);
+    free_events_.push_back(e);
+  }
+
+  Ze ze_;
+  DeviceInfo info_;
+  ze_driver_handle_t driver_ = nullptr;
+  ze_driver_handle_t native_driver_ = nullptr;
+  ze_device_handle_t device_ = nullptr;
+  ze_context_handle_t ctx_ = nullptr;
+  ze_command_list_handle_t list_ = nullptr;
+  import_fn import_ = nullptr;
+  release_fn release_ = nullptr;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> inflight_;
+  std::vector<ze_event_handle_t> free_events_;
+  std::vector<ze_event_handle_t> all_events_;
+  std::vector<ze_event_pool_handle_t> pools_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_level_zero_backend(uint32_t device, std::string& why) {
+  auto b = std::make_unique<LevelZero>();
+  if (!b->open(device, why)) return nullptr;
+  return b;
+}
+
+}  // namespace ferry

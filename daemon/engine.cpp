@@ -1,0 +1,164 @@
+#include "engine.hpp"
+
+#include <boost/asio/post.hpp>
+#include <cerrno>
+
+#include "log.hpp"
+
+namespace ferry {
+
+// ---------------------------------------------------------------- client state
+ClientState::~ClientState() {
+  buffers_.clear();  // frees device memory no copy still holds
+  if (registered_) backend_->unregister_host(segment_.slots_begin());
+}
+
+int ClientState::create_segment(uint32_t slots, uint64_t slot_bytes) {
+  if (int r = segment_.create(slots, slot_bytes); r != 0) return r;
+  slot_count_ = slots;
+  slot_bytes_ = slot_bytes;
+  slot_state_.assign(slots, kFree);
+  slot_status_.assign(slots, 0);
+  // Registered once, for the client's whole life: copies from it then skip
+  // the per-call import a pageable source costs.
+  registered_ = backend_->register_host(segment_.slots_begin(), segment_.slots_bytes()) == 0;
+  return 0;
+}
+
+int ClientState::alloc(uint64_t bytes, uint64_t limit, uint64_t* id) {
+  if (bytes == 0) return -EINVAL;
+  if (limit != 0 && (bytes > limit || device_bytes_ > limit - bytes)) return -EDQUOT;
+  void* p = nullptr;
+  if (int r = backend_->alloc(bytes, &p); r != 0) return r;
+  *id = ++next_buffer_;
+  buffers_[*id] = std::make_shared<Buffer>(backend_, p, bytes);
+  device_bytes_ += bytes;
+  return 0;
+}
+
+int ClientState::free(uint64_t id) {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return -ENOENT;
+  device_bytes_ -= it->second->bytes;
+  buffers_.erase(it);  // device memory goes once copies in flight to it end
+  return 0;
+}
+
+std::shared_ptr<Buffer> ClientState::find(uint64_t id) const {
+  auto it = buffers_.find(id);
+  return it == buffers_.end() ? nullptr : it->second;
+}
+
+const char* ClientState::check_ticket(uint64_t ticket, uint32_t slot) const {
+  if (slot_count_ == 0) return "no staging segment: send Hello first";
+  if (ticket <= completed_ || ticket - completed_ > slot_count_) return "ticket outside the client's window";
+  if (slot != (ticket - 1) % slot_count_) return "slot does not match the ticket";
+  if (slot_state_[slot] != kFree) return "ticket already in flight";
+  return nullptr;
+}
+
+void ClientState::mark_in_flight(uint64_t ticket, uint64_t bytes) {
+  slot_state_[(ticket - 1) % slot_count_] = kBusy;
+  ++in_flight_;
+  in_flight_bytes_ += bytes;
+}
+
+bool ClientState::finish(uint64_t ticket, uint64_t bytes, int status, std::vector<std::pair<uint64_t, int>>& failed) {
+  const uint32_t s = static_cast<uint32_t>((ticket - 1) % slot_count_);
+  slot_state_[s] = kDone;
+  slot_status_[s] = status;
+  --in_flight_;
+  in_flight_bytes_ -= bytes;
+  // Tickets complete in order: `completed` moves only over a contiguous run.
+  bool moved = false;
+  for (;;) {
+    const uint32_t next = static_cast<uint32_t>(completed_ % slot_count_);
+    if (slot_state_[next] != kDone) break;
+    if (slot_status_[next] != 0) {
+      failed.emplace_back(completed_ + 1, slot_status_[next]);
+      ++stats_.errors;
+    }
+    slot_state_[next] = kFree;
+    slot_status_[next] = 0;
+    ++completed_;
+    moved = true;
+  }
+  return moved;
+}
+
+// ---------------------------------------------------------------- engine
+TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend)
+    : io_(io), backend_(std::move(backend)), retirer_([this] { retire_loop(); }) {}
+
+TransferEngine::~TransferEngine() { stop(); }
+
+void TransferEngine::stop() {
+  if (stop_.exchange(true)) return;
+  retirer_.join();
+  records_.clear();
+}
+
+int TransferEngine::submit(const std::shared_ptr<ClientState>& client, uint64_t ticket, bool download, void* dst,
+                           const void* src, uint64_t bytes, std::shared_ptr<Buffer> buffer) {
+  const uint64_t cookie = next_cookie_++;
+  // Record first: the retire thread may report the copy before submit returns,
+  // but its batch is handled on this thread, after we return.
+  records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download});
+  if (int r = backend_->submit(dst, src, bytes, cookie); r != 0) {
+    records_.pop_back();
+    return r;
+  }
+  client->mark_in_flight(ticket, bytes);
+  ++stats_.in_flight;
+  stats_.in_flight_bytes += bytes;
+  return 0;
+}
+
+void TransferEngine::fail(const std::shared_ptr<ClientState>& client, uint64_t ticket, int status) {
+  client->mark_in_flight(ticket, 0);
+  settle(client, ticket, 0, status);
+}
+
+void TransferEngine::settle(const std::shared_ptr<ClientState>& client, uint64_t ticket, uint64_t bytes, int status) {
+  std::vector<std::pair<uint64_t, int>> failed;
+  const bool moved = client->finish(ticket, bytes, status, failed);
+  if (!failed.empty()) stats_.failed += failed.size();
+  if ((moved || !failed.empty()) && on_progress) on_progress(*client, failed);
+}
+
+void TransferEngine::retire(const std::vector<Done>& batch) {
+  for (const Done& d : batch) {
+    if (records_.empty() || records_.front().cookie != d.cookie) {
+      FERRY_LOG(error, "retire: completion %llu out of order", static_cast<unsigned long long>(d.cookie));
+      continue;
+    }
+    Record r = std::move(records_.front());
+    records_.pop_front();
+    --stats_.in_flight;
+    stats_.in_flight_bytes -= r.bytes;
+    if (d.status == 0) {
+      if (r.download) {
+        ++stats_.downloads;
+        ++r.client->stats().downloads;
+      } else {
+        ++stats_.uploads;
+        stats_.upload_bytes += r.bytes;
+        ++r.client->stats().uploads;
+        r.client->stats().upload_bytes += r.bytes;
+      }
+    }
+    settle(r.client, r.ticket, r.bytes, d.status);
+  }
+}
+
+void TransferEngine::retire_loop() {
+  std::vector<Done> batch;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    batch.clear();
+    // A short timeout keeps stop() prompt; a busy device returns at once.
+    if (backend_->reap(batch, 50'000'000) == 0) continue;
+    boost::asio::post(io_, [this, b = batch] { retire(b); });
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,161 @@
+// The transfer engine: queues copies on the backend, retires them when the
+// device reports them done, and keeps per-client ticket state.
+//
+// Threads: everything here runs on the io_context's thread, except the
+// retire thread, which only waits on the backend and posts finished batches.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend.hpp"
+#include "segment.hpp"
+
+namespace ferry {
+
+class Session;
+
+// Device memory owned by one client. Freed when the last reference goes:
+// the client's table, or a copy still in flight to or from it.
+struct Buffer {
+  Buffer(Backend* b, void* p, uint64_t n) : backend(b), ptr(p), bytes(n) {}
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { backend->free(ptr); }
+  Backend* backend;
+  void* ptr;
+  uint64_t bytes;
+};
+
+struct ClientStats {
+  uint64_t uploads = 0;
+  uint64_t upload_bytes = 0;
+  uint64_t downloads = 0;
+  uint64_t errors = 0;
+};
+
+// What one client holds. Lives while its session is open or any of its copies
+// is in flight, whichever is longer; the destructor gives everything back.
+class ClientState {
+ public:
+  ClientState(Backend* backend, uint64_t id) : backend_(backend), id_(id) {}
+  ClientState(const ClientState&) = delete;
+  ClientState& operator=(const ClientState&) = delete;
+  ~ClientState();
+
+  int create_segment(uint32_t slots, uint64_t slot_bytes);
+
+  uint64_t id() const { return id_; }
+  StagingSegment& segment() { return segment_; }
+  uint32_t slot_count() const { return slot_count_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint64_t completed() const { return completed_; }
+  uint32_t in_flight() const { return in_flight_; }
+  uint64_t in_flight_bytes() const { return in_flight_bytes_; }
+  uint64_t device_bytes() const { return device_bytes_; }
+  size_t buffer_count() const { return buffers_.size(); }
+  ClientStats& stats() { return stats_; }
+
+  // Buffers
+  int alloc(uint64_t bytes, uint64_t limit, uint64_t* id);
+  int free(uint64_t id);
+  std::shared_ptr<Buffer> find(uint64_t id) const;
+
+  // Checks a transfer's ticket and slot against this client's window.
+  // Returns nullptr or the reason it is refused.
+  const char* check_ticket(uint64_t ticket, uint32_t slot) const;
+  void mark_in_flight(uint64_t ticket, uint64_t bytes);
+  // Records the outcome of one ticket; returns true when `completed` moved.
+  // Failed tickets that became contiguous are appended to `failed`.
+  bool finish(uint64_t ticket, uint64_t bytes, int status, std::vector<std::pair<uint64_t, int>>& failed);
+
+  std::weak_ptr<Session> session;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  std::string name;
+  std::chrono::system_clock::time_point since = std::chrono::system_clock::now();
+
+ private:
+  enum SlotState : uint8_t { kFree, kBusy, kDone };
+  Backend* backend_;
+  uint64_t id_;
+  StagingSegment segment_;
+  bool registered_ = false;
+  uint32_t slot_count_ = 0;
+  uint64_t slot_bytes_ = 0;
+  std::vector<uint8_t> slot_state_;
+  std::vector<int> slot_status_;
+  uint64_t completed_ = 0;
+  uint32_t in_flight_ = 0;
+  uint64_t in_flight_bytes_ = 0;
+  uint64_t device_bytes_ = 0;
+  uint64_t next_buffer_ = 0;
+  std::map<uint64_t, std::shared_ptr<Buffer>> buffers_;
+  ClientStats stats_;
+};
+
+struct EngineStats {
+  uint64_t uploads = 0;
+  uint64_t upload_bytes = 0;
+  uint64_t downloads = 0;
+  uint64_t failed = 0;
+  uint32_t in_flight = 0;
+  uint64_t in_flight_bytes = 0;
+};
+
+class TransferEngine {
+ public:
+  TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend);
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  Backend& backend() { return *backend_; }
+  const EngineStats& stats() const { return stats_; }
+
+  // Queues one transfer of `client`'s ticket. On a non-zero return nothing was
+  // queued and the caller fails the ticket itself.
+  int submit(const std::shared_ptr<ClientState>& client, uint64_t ticket, bool download, void* dst, const void* src,
+             uint64_t bytes, std::shared_ptr<Buffer> buffer);
+
+  // Fails a ticket without touching the device (a refused transfer).
+  void fail(const std::shared_ptr<ClientState>& client, uint64_t ticket, int status);
+
+  // Called when a client's completion moved or a ticket failed.
+  std::function<void(ClientState&, const std::vector<std::pair<uint64_t, int>>&)> on_progress;
+
+  void stop();
+
+ private:
+  struct Record {
+    uint64_t cookie;
+    std::shared_ptr<ClientState> client;
+    std::shared_ptr<Buffer> buffer;
+    uint64_t ticket;
+    uint64_t bytes;
+    bool download;
+  };
+  void retire_loop();
+  void retire(const std::vector<Done>& batch);
+  void settle(const std::shared_ptr<ClientState>& client, uint64_t ticket, uint64_t bytes, int status);
+
+  boost::asio::io_context& io_;
+  std::unique_ptr<Backend> backend_;
+  std::deque<Record> records_;  // io thread only, in submission order
+  uint64_t next_cookie_ = 1;
+  EngineStats stats_;
+  std::atomic<bool> stop_{false};
+  std::thread retirer_;
+};
+
+}  // namespace ferry

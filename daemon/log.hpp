@@ -1,0 +1,30 @@
+// Logging to stderr (journald adds the time under systemd).
+#pragma once
+
+#include <cstdio>
+#include <utility>
+
+namespace ferry::log {
+
+enum Level { error = 0, warn = 1, info = 2, debug = 3 };
+inline Level& threshold() {
+  static Level l = info;
+  return l;
+}
+
+template <class... Args>
+void write(Level l, const char* fmt, Args&&... args) {
+  if (l > threshold()) return;
+  static const char* const kTag[] = {"<3>error", "<4>warning", "<6>info", "<7>debug"};
+  std::fprintf(stderr, "%s: ", kTag[l] + 3);
+  if constexpr (sizeof...(Args) == 0) {
+    std::fputs(fmt, stderr);
+  } else {
+    std::fprintf(stderr, fmt, std::forward<Args>(args)...);
+  }
+  std::fputc('\n', stderr);
+}
+
+}  // namespace ferry::log
+
+#define FERRY_LOG(level, ...) ::ferry::log::write(::ferry::log::level, __VA_ARGS__)

@@ -1,0 +1,180 @@
+// ferryd: one daemon per device. See `ferryd --help`.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/program_options.hpp>
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "backend.hpp"
+#include "log.hpp"
+#include "options.hpp"
+#include "server.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+const char* const kUsage = R"(usage: ferryd [options]
+
+ferryd owns one GPU's context and a pinned staging ring, and performs
+host-to-device uploads for every process that connects to its socket.
+A client copies its bytes into a slot of its own shared-memory segment,
+asks the daemon to queue the device copy, and returns at once.
+
+Runs in the foreground and logs to stderr. SIGTERM or SIGINT: stop
+accepting, let copies in flight finish (at most --drain seconds), tell
+the clients, exit 0.
+
+Options)";
+
+const char* const kMore = R"(
+Environment:
+  FERRY_SOCKET         default socket path when --socket is not given
+  FERRY_SIM_DRIVER     path of the simulated driver library (for --sim)
+  FERRY_SIM_*          the simulated device's cost model (see ferry/sim.h)
+
+Exit status: 0 after an orderly stop, 1 when the device or socket cannot be
+set up, 2 on a usage error.
+)";
+
+// Finds the simulated driver: $FERRY_SIM_DRIVER, the installed copy beside
+// this program, or the one in the build tree.
+std::string locate_sim() {
+  if (const char* e = std::getenv("FERRY_SIM_DRIVER"); e != nullptr && *e != '\0') return e;
+  char exe[PATH_MAX] = {};
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    std::string dir(exe, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    for (const char* rel : {"/../lib/ferry/libze_ferry_sim.so.1", "/../" FERRY_LIBDIR "/ferry/libze_ferry_sim.so.1",
+                            "/../sim/libze_ferry_sim.so.1"}) {
+      std::string p = dir + rel;
+      char real[PATH_MAX];
+      if (realpath(p.c_str(), real) != nullptr) return real;
+    }
+  }
+  return FERRY_SIM_BUILD_PATH;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ferry::Options o;
+  std::string socket_mode = "0660";
+  std::string log_level = "info";
+  po::options_description desc(kUsage);
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help and exit")
+    ("version", "print the version and exit")
+    ("device,d", po::value(&o.device)->default_value(0), "device index (across the backend's drivers)")
+    ("socket,s", po::value(&o.socket), "listening socket (default $FERRY_SOCKET, else /run/ferry/ferryd-<device>.sock)")
+    ("sim", po::bool_switch(&o.sim), "run on ferry's bundled simulated Level Zero device (no GPU needed)")
+    ("backend,b", po::value(&o.backend)->default_value("level-zero"), "level-zero or cuda")
+    ("slot-size", po::value(&o.slot_bytes)->default_value(1u << 20), "bytes per staging slot")
+    ("slots", po::value(&o.slots)->default_value(16), "staging slots per client")
+    ("max-clients", po::value(&o.max_clients)->default_value(64), "clients served at once; more are refused")
+    ("client-memory", po::value(&o.client_memory)->default_value(0), "device bytes one client may hold (0: no limit)")
+    ("socket-mode", po::value(&socket_mode)->default_value("0660"), "permissions of the socket file (octal)")
+    ("drain", po::value(&o.drain_seconds)->default_value(5.0), "seconds copies in flight may take when stopping")
+    ("log-level", po::value(&log_level)->default_value("info"), "error, warn, info or debug");
+  // clang-format on
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::cerr << "ferryd: " << e.what() << "\n(try ferryd --help)\n";
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc << kMore;
+    return 0;
+  }
+  if (vm.count("version")) {
+    std::cout << "ferryd " << FERRY_VERSION << "\n";
+    return 0;
+  }
+  if (o.slot_bytes < 4096 || o.slot_bytes > (1ull << 30) || o.slot_bytes % 64 != 0) {
+    std::cerr << "ferryd: --slot-size must be a multiple of 64 between 4096 and 1 GiB\n";
+    return 2;
+  }
+  if (o.slots < 1 || o.slots > 4096) {
+    std::cerr << "ferryd: --slots must be between 1 and 4096\n";
+    return 2;
+  }
+  if (o.max_clients < 1) {
+    std::cerr << "ferryd: --max-clients must be at least 1\n";
+    return 2;
+  }
+  char* end = nullptr;
+  o.socket_mode = static_cast<unsigned>(std::strtoul(socket_mode.c_str(), &end, 8));
+  if (*end != '\0' || o.socket_mode > 0777) {
+    std::cerr << "ferryd: --socket-mode must be octal, e.g. 0660\n";
+    return 2;
+  }
+  static const char* const kLevels[] = {"error", "warn", "info", "debug"};
+  bool level_ok = false;
+  for (int i = 0; i < 4; ++i)
+    if (log_level == kLevels[i]) ferry::log::threshold() = static_cast<ferry::log::Level>(i), level_ok = true;
+  if (!level_ok) {
+    std::cerr << "ferryd: --log-level must be error, warn, info or debug\n";
+    return 2;
+  }
+  if (o.sim && o.backend != "level-zero") {
+    std::cerr << "ferryd: --sim is a Level Zero device; it cannot be combined with --backend " << o.backend << "\n";
+    return 2;
+  }
+  if (o.socket.empty()) {
+    const char* env = std::getenv("FERRY_SOCKET");
+    o.socket = env != nullptr && *env != '\0' ? env : "/run/ferry/ferryd-" + std::to_string(o.device) + ".sock";
+  }
+  if (o.socket.rfind("/run/ferry/", 0) == 0) ::mkdir("/run/ferry", 0755);
+
+  if (o.sim) {
+    // One absolute path, no trailing comma: an empty entry makes the loader
+    // dlopen("") and recurse into itself.
+    std::string path = locate_sim();
+    setenv("ZE_ENABLE_ALT_DRIVERS", path.c_str(), 1);
+    FERRY_LOG(info, "simulated device: ZE_ENABLE_ALT_DRIVERS=%s", path.c_str());
+  }
+
+  std::string why;
+  std::unique_ptr<ferry::Backend> backend;
+  if (o.backend == "level-zero" || o.backend == "ze") {
+    backend = ferry::make_level_zero_backend(o.device, why);
+  } else if (o.backend == "cuda") {
+    backend = ferry::make_cuda_backend(o.device, why);
+  } else {
+    std::cerr << "ferryd: unknown backend \"" << o.backend << "\" (level-zero or cuda)\n";
+    return 2;
+  }
+  if (!backend) {
+    FERRY_LOG(error, "%s", why.c_str());
+    if (!o.sim && o.backend != "cuda") FERRY_LOG(error, "no GPU here? `ferryd --sim` runs on the simulated device");
+    return 1;
+  }
+  const ferry::DeviceInfo& info = backend->info();
+  FERRY_LOG(info, "device %u: %s (%s), copy engine: %s, host import: %s", o.device, info.name.c_str(),
+            info.backend.c_str(), info.copy_engine ? "yes" : "no", info.host_import ? "yes" : "no");
+
+  std::signal(SIGPIPE, SIG_IGN);
+  boost::asio::io_context io(1);
+  ferry::Server server(io, o, std::move(backend));
+  if (server.listen(o.socket, -1, why) != 0) {
+    FERRY_LOG(error, "%s", why.c_str());
+    return 1;
+  }
+  FERRY_LOG(info, "listening on %s: %u slots of %llu bytes per client, at most %u clients", o.socket.c_str(), o.slots,
+            static_cast<unsigned long long>(o.slot_bytes), o.max_clients);
+  server.run();
+  server.engine().stop();
+  FERRY_LOG(info, "stopped");
+  return 0;
+}

@@ -1,0 +1,25 @@
+// ferryd's settings: every one is a command-line flag (and, later, a line of
+// the configuration file).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace ferry {
+
+struct Options {
+  uint32_t device = 0;
+  std::string socket;            // empty: $FERRY_SOCKET or /run/ferry/ferryd-<device>.sock
+  std::string backend = "level-zero";
+  bool sim = false;
+  uint64_t slot_bytes = 1u << 20;
+  uint32_t slots = 16;           // per client
+  uint32_t max_clients = 64;
+  uint64_t client_memory = 0;    // device bytes one client may hold, 0 = no limit
+  unsigned socket_mode = 0660;
+  double drain_seconds = 5.0;    // on SIGTERM, how long in-flight copies may take
+};
+
+}  // namespace ferry

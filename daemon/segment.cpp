@@ -1,0 +1,46 @@
+#include "segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <new>
+
+namespace ferry {
+
+StagingSegment::~StagingSegment() {
+  if (base_ != nullptr) munmap(base_, bytes_);
+  if (fd_ >= 0) close(fd_);
+}
+
+int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
+  const uint64_t bytes = proto::kSegmentHeaderBytes + uint64_t{slot_count} * slot_bytes;
+  fd_ = memfd_create("ferry-staging", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd_ < 0) return -errno;
+  if (ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return -errno;
+  // The client may not grow or shrink what the daemon maps.
+  fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
+  if (p == MAP_FAILED) return -errno;
+  base_ = p;
+  bytes_ = bytes;
+  slot_bytes_ = slot_bytes;
+  auto* h = new (p) proto::Segment{};
+  h->magic = proto::kMagic;
+  h->version = proto::kVersion;
+  h->slot_count = slot_count;
+  h->slot_bytes = slot_bytes;
+  h->slots_offset = proto::kSegmentHeaderBytes;
+  h->segment_bytes = bytes;
+  h->completed.store(0, std::memory_order_relaxed);
+  h->failures.store(0, std::memory_order_relaxed);
+  h->daemon_state.store(1, std::memory_order_release);
+  return 0;
+}
+
+char* StagingSegment::slot(uint32_t i) const { return slots_begin() + uint64_t{i} * slot_bytes_; }
+
+char* StagingSegment::slots_begin() const { return static_cast<char*>(base_) + proto::kSegmentHeaderBytes; }
+
+}  // namespace ferry

@@ -1,0 +1,36 @@
+// A client's staging segment: a memfd the daemon creates, maps and hands to
+// exactly one client. New memfds are zero-filled, so no client ever sees
+// bytes another one staged.
+#pragma once
+
+#include <cstdint>
+
+#include "ferry/proto.hpp"
+
+namespace ferry {
+
+class StagingSegment {
+ public:
+  StagingSegment() = default;
+  StagingSegment(const StagingSegment&) = delete;
+  StagingSegment& operator=(const StagingSegment&) = delete;
+  ~StagingSegment();
+
+  // Creates and maps slot_count slots of slot_bytes. Returns 0 or -errno.
+  int create(uint32_t slot_count, uint64_t slot_bytes);
+
+  int fd() const { return fd_; }
+  uint64_t bytes() const { return bytes_; }
+  proto::Segment* header() const { return static_cast<proto::Segment*>(base_); }
+  char* slot(uint32_t i) const;
+  char* slots_begin() const;
+  uint64_t slots_bytes() const { return bytes_ - proto::kSegmentHeaderBytes; }
+
+ private:
+  int fd_ = -1;
+  void* base_ = nullptr;
+  uint64_t bytes_ = 0;
+  uint64_t slot_bytes_ = 0;
+};
+
+}  // namespace ferry

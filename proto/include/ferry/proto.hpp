@@ -1,0 +1,269 @@
+// ferry wire protocol, version 1: every message between libferry and ferryd,
+// and the header of a client's staging segment. This file is the single
+// source of truth; both sides include it.
+//
+// Transport: a Unix stream socket. Every message starts with a Header whose
+// `size` counts the whole message. All fields are little-endian fixed-width
+// integers (client and daemon share one machine). Reserved fields are sent as
+// zero and ignored on receipt.
+//
+// Flow:
+//   client -> Hello                daemon -> Welcome + segment fd (SCM_RIGHTS)
+//   client -> Alloc/Free           daemon -> Reply (value = buffer id)
+//   client -> Upload (one-way)     daemon -> TicketFailed (only on failure), Completion
+//   client -> Download             daemon -> TicketFailed / Completion; bytes in the slot
+//   client -> StatusRequest        daemon -> StatusReply (JSON text follows the fixed part)
+//   daemon -> Error                a request was refused; `fatal` closes the session
+//   daemon -> Shutdown             the daemon is stopping; the session ends next
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ferry::proto {
+
+inline constexpr uint32_t kMagic = 0x59524546;  // "FERY"
+inline constexpr uint16_t kVersion = 1;
+
+// Feature bits, announced in Hello (wanted) and Welcome (granted).
+enum Feature : uint64_t {
+  kFeatureTimelineCounter = 1u << 0,  // Segment::completed is maintained
+  kFeatureDownload = 1u << 1,
+  kFeatureStatus = 1u << 2,
+};
+inline constexpr uint64_t kFeaturesV1 = kFeatureTimelineCounter | kFeatureDownload | kFeatureStatus;
+
+enum class Type : uint16_t {
+  hello = 1,
+  welcome = 2,
+  error = 3,
+  alloc = 4,
+  free = 5,
+  reply = 6,
+  upload = 7,
+  download = 8,
+  completion = 9,
+  ticket_failed = 10,
+  status_request = 11,
+  status_reply = 12,
+  shutdown = 13,
+};
+
+struct Header {
+  uint16_t type;   // Type
+  uint16_t flags;  // per message; 0 unless stated
+  uint32_t size;   // bytes of the whole message, header included
+};
+static_assert(sizeof(Header) == 8);
+
+inline constexpr size_t kNameBytes = 16;
+inline constexpr size_t kDeviceNameBytes = 64;
+
+struct Hello {
+  Header h;
+  uint32_t magic;           // kMagic
+  uint16_t version;         // kVersion
+  uint16_t reserved0;
+  uint64_t features;        // wanted
+  uint32_t slots_wanted;    // 0: the daemon's default
+  uint32_t reserved1;
+  char name[kNameBytes];    // program name, for ferryctl; NUL-padded
+  uint64_t reserved2[2];
+};
+static_assert(sizeof(Hello) == 64);
+static_assert(offsetof(Hello, features) == 16);
+static_assert(offsetof(Hello, name) == 32);
+
+struct Welcome {
+  Header h;
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved0;
+  uint64_t features;        // granted
+  uint64_t client_id;
+  uint64_t segment_bytes;   // size of the memfd that comes with this message
+  uint64_t slot_bytes;
+  uint32_t slot_count;
+  uint32_t reserved1;
+  uint64_t slots_offset;    // byte offset of slot 0 in the segment
+  uint64_t max_buffer_bytes;
+  char device[kDeviceNameBytes];
+  char backend[kNameBytes];
+  uint64_t reserved2[2];
+};
+static_assert(sizeof(Welcome) == 168);
+static_assert(offsetof(Welcome, slot_bytes) == 40);
+static_assert(offsetof(Welcome, device) == 72);
+
+struct Alloc {
+  Header h;
+  uint64_t request;         // echoed in the Reply
+  uint64_t bytes;
+};
+static_assert(sizeof(Alloc) == 24);
+
+struct Free {
+  Header h;
+  uint64_t request;
+  uint64_t buffer;
+};
+static_assert(sizeof(Free) == 24);
+
+struct Reply {
+  Header h;
+  uint64_t request;
+  int32_t status;           // 0 or a negative errno
+  uint32_t reserved;
+  uint64_t value;           // Alloc: the buffer id
+};
+static_assert(sizeof(Reply) == 32);
+
+// Upload: the daemon copies `length` bytes from slot `slot` of the sender's
+// segment to `buffer` at `offset`. Download: the reverse, into the slot.
+// Tickets are numbered by the client from 1, one per transfer, and the
+// client writes slot (ticket - 1) % slot_count only once every ticket up to
+// ticket - slot_count has completed.
+struct Transfer {
+  Header h;
+  uint64_t ticket;
+  uint32_t slot;
+  uint32_t reserved;
+  uint64_t length;
+  uint64_t buffer;
+  uint64_t offset;
+};
+static_assert(sizeof(Transfer) == 48);
+static_assert(offsetof(Transfer, length) == 24);
+
+// Every ticket <= `completed` of this client is done (succeeded, or failed
+// with a TicketFailed sent before this message).
+struct Completion {
+  Header h;
+  uint64_t completed;
+};
+static_assert(sizeof(Completion) == 16);
+
+struct TicketFailed {
+  Header h;
+  uint64_t ticket;
+  int32_t error;            // negative errno
+  uint32_t reserved;
+};
+static_assert(sizeof(TicketFailed) == 24);
+
+inline constexpr uint16_t kErrorFatal = 1;  // Header.flags of Error: the session closes
+inline constexpr size_t kErrorTextBytes = 112;
+
+struct Error {
+  Header h;
+  uint64_t request;         // the request refused, 0 if none
+  int32_t code;             // negative errno
+  uint32_t reserved;
+  char text[kErrorTextBytes];
+};
+static_assert(sizeof(Error) == 136);
+
+struct StatusRequest {
+  Header h;
+  uint64_t request;
+};
+static_assert(sizeof(StatusRequest) == 16);
+
+// Followed by `json_bytes` of UTF-8 JSON (the schema in ferryctl(1)).
+struct StatusReply {
+  Header h;
+  uint64_t request;
+  uint32_t json_bytes;
+  uint32_t reserved;
+};
+static_assert(sizeof(StatusReply) == 24);
+inline constexpr uint32_t kMaxStatusJson = 1u << 20;
+
+struct Shutdown {
+  Header h;
+  int32_t reason;           // negative errno, -ESHUTDOWN when stopping
+  uint32_t reserved;
+};
+static_assert(sizeof(Shutdown) == 16);
+
+// ---------------------------------------------------------------- segment
+// The staging segment: this header, then slot_count slots of slot_bytes at
+// slots_offset. The daemon creates it (memfd), maps it, and hands the fd to
+// exactly one client.
+//
+// Ownership: the daemon alone writes `completed` and `failures`; the client
+// alone writes the slots, and reads a slot used by a Download only after that
+// ticket completed.
+struct alignas(64) Segment {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved0;
+  uint32_t slot_count;
+  uint32_t reserved1;
+  uint64_t slot_bytes;
+  uint64_t slots_offset;
+  uint64_t segment_bytes;
+  uint64_t reserved2[3];
+  // Every ticket <= completed is done. Stored with release after the
+  // Completion's failures are counted; a client may spin on it.
+  alignas(64) std::atomic<uint64_t> completed;
+  // TicketFailed messages sent so far; raised before `completed` passes the
+  // failed ticket, so a client that sees `completed` move and holds fewer
+  // failure messages than this must read its socket before reporting success.
+  alignas(64) std::atomic<uint64_t> failures;
+  // 1 while the daemon serves this client, 2 once it is stopping.
+  alignas(64) std::atomic<uint32_t> daemon_state;
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(offsetof(Segment, completed) == 64);
+static_assert(offsetof(Segment, failures) == 128);
+static_assert(offsetof(Segment, daemon_state) == 192);
+static_assert(sizeof(Segment) == 256);
+inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // slots start on a page
+
+// ---------------------------------------------------------------- decoder
+enum class Decode { good, bad, need_more };
+
+struct Decoded {
+  Decode result = Decode::need_more;
+  size_t consumed = 0;      // bytes of the message (good), 0 otherwise
+  Type type{};
+  const char* why = "";     // for bad
+};
+
+// Looks at the front of `data`: a whole valid message (good), the start of
+// one (need_more), or bytes that can never become one (bad). Checks the
+// header and the message's size for its type, and Hello's magic and version;
+// field values are the receiver's to check against its own state.
+Decoded decode(const void* data, size_t bytes);
+
+// Fixed size of a message of `t`, or 0 for an unknown type.
+size_t fixed_size(Type t);
+
+// Returns a message of type T with its header filled in.
+template <class T>
+T make(Type t) {
+  T m{};
+  m.h.type = static_cast<uint16_t>(t);
+  m.h.size = sizeof(T);
+  return m;
+}
+
+// Copies a C string into a fixed field, NUL-padded, always terminated.
+template <size_t N>
+void set_text(char (&dst)[N], const std::string& s) {
+  size_t n = s.size() < N - 1 ? s.size() : N - 1;
+  for (size_t i = 0; i < N; ++i) dst[i] = i < n ? s[i] : '\0';
+}
+
+// Reads a fixed field that may lack its terminator.
+template <size_t N>
+std::string get_text(const char (&src)[N]) {
+  size_t n = 0;
+  while (n < N && src[n] != '\0') ++n;
+  return std::string(src, n);
+}
+
+}  // namespace ferry::proto
