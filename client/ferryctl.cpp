@@ -1,0 +1,267 @@
+// ferryctl: ask a running ferryd what it holds. See `ferryctl --help`.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/property_tree/json_parser.hpp>
+#include <boost/property_tree/ptree.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ferry/proto.hpp"
+
+namespace proto = ferry::proto;
+namespace pt = boost::property_tree;
+
+namespace {
+
+enum Exit { kOk = 0, kDaemonError = 1, kUsage = 2, kNoConnect = 3 };
+
+const char* const kHelp = R"(usage: ferryctl [--socket PATH] COMMAND [--json]
+
+Shows what a running ferryd holds: its device, its staging ring, and each
+connected client's share of it.
+
+Commands:
+  status         device, backend, ring geometry and occupancy, totals since
+                 start, then one row per client: id, pid, uid, command name,
+                 slots in flight, buffers, uploads, bytes, errors, connected
+                 since. With --json, the daemon's status document as is.
+  ping           checks that the daemon answers; prints the round trip
+  version        prints ferryctl's version and the daemon's
+
+Options:
+  -s, --socket PATH   the daemon's socket (default $FERRY_SOCKET, else
+                      /run/ferry/ferryd-0.sock)
+      --json          machine-readable output (status)
+  -h, --help          this text
+
+Exit status: 0 ok, 1 the daemon answered with an error, 2 usage error,
+3 cannot connect (the message names the path and the likely cause).
+
+Root and the daemon's own user see every client; other users see their own.
+)";
+
+int connect_to(const std::string& path, int* fd) {
+  sockaddr_un a{};
+  if (path.size() >= sizeof a.sun_path) return -ENAMETOOLONG;
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  *fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (*fd < 0) return -errno;
+  if (::connect(*fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    int e = -errno;
+    ::close(*fd);
+    return e;
+  }
+  timeval tv{5, 0};
+  setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return 0;
+}
+
+const char* cause(int err) {
+  switch (err) {
+    case -ENOENT: return "no socket there: is ferryd running, and with this --socket?";
+    case -ECONNREFUSED: return "nothing accepts on it: ferryd is not running (stale socket file)";
+    case -EACCES:
+    case -EPERM: return "permission denied: ask for the daemon's group, or run as root";
+    default: return std::strerror(-err);
+  }
+}
+
+bool read_exact(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t k = ::recv(fd, c, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+// Fetches the status document; returns an Exit code.
+int fetch_status(const std::string& path, std::string* json, double* rtt_us) {
+  int fd = -1;
+  if (int r = connect_to(path, &fd); r != 0) {
+    std::fprintf(stderr, "ferryctl: cannot connect to %s: %s\n", path.c_str(), cause(r));
+    return kNoConnect;
+  }
+  auto req = proto::make<proto::StatusRequest>(proto::Type::status_request);
+  req.request = 1;
+  auto t0 = std::chrono::steady_clock::now();
+  proto::StatusReply rep{};
+  bool ok = ::send(fd, &req, sizeof req, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof req) &&
+            read_exact(fd, &rep.h, sizeof rep.h);
+  if (ok && rep.h.type == static_cast<uint16_t>(proto::Type::error)) {
+    proto::Error e{};
+    e.h = rep.h;
+    read_exact(fd, reinterpret_cast<char*>(&e) + sizeof e.h, sizeof e - sizeof e.h);
+    std::fprintf(stderr, "ferryctl: the daemon refused: %s\n", proto::get_text(e.text).c_str());
+    ::close(fd);
+    return kDaemonError;
+  }
+  ok = ok && rep.h.type == static_cast<uint16_t>(proto::Type::status_reply) &&
+       read_exact(fd, reinterpret_cast<char*>(&rep) + sizeof rep.h, sizeof rep - sizeof rep.h) &&
+       rep.json_bytes <= proto::kMaxStatusJson;
+  if (ok) {
+    json->resize(rep.json_bytes);
+    ok = read_exact(fd, json->data(), json->size());
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  ::close(fd);
+  if (!ok) {
+    std::fprintf(stderr, "ferryctl: no valid answer from %s\n", path.c_str());
+    return kDaemonError;
+  }
+  if (rtt_us != nullptr) *rtt_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+  return kOk;
+}
+
+std::string human_bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string since(int64_t t) {
+  std::time_t tt = static_cast<std::time_t>(t);
+  std::tm tm{};
+  localtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+int print_table(const std::string& json) {
+  pt::ptree doc;
+  try {
+    std::istringstream in(json);
+    pt::read_json(in, doc);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferryctl: unreadable status: %s\n", e.what());
+    return kDaemonError;
+  }
+  auto u = [&](const char* k) { return doc.get<uint64_t>(k, 0); };
+  std::printf("ferryd %s (pid %llu)\n", doc.get<std::string>("version", "?").c_str(),
+              static_cast<unsigned long long>(u("pid")));
+  std::printf("device      %llu: %s\n", static_cast<unsigned long long>(u("device.index")),
+              doc.get<std::string>("device.name", "?").c_str());
+  std::printf("backend     %s, %s; copy engine: %s; host import: %s\n",
+              doc.get<std::string>("device.backend", "?").c_str(), doc.get<std::string>("device.driver", "?").c_str(),
+              doc.get<std::string>("device.copy_engine", "?").c_str(),
+              doc.get<std::string>("device.host_import", "?").c_str());
+  std::printf("ring        %llu slots of %s per client, at most %llu clients\n",
+              static_cast<unsigned long long>(u("ring.slots_per_client")), human_bytes(u("ring.slot_bytes")).c_str(),
+              static_cast<unsigned long long>(u("ring.max_clients")));
+  std::printf("occupancy   %llu slots: %llu free, %llu in flight (%s in flight)\n",
+              static_cast<unsigned long long>(u("ring.slots_total")),
+              static_cast<unsigned long long>(u("ring.slots_free")),
+              static_cast<unsigned long long>(u("ring.slots_in_flight")), human_bytes(u("ring.bytes_in_flight")).c_str());
+  std::printf("since start %llu uploads, %s; %llu downloads; %llu failed; %llu connections\n\n",
+              static_cast<unsigned long long>(u("totals.uploads")), human_bytes(u("totals.upload_bytes")).c_str(),
+              static_cast<unsigned long long>(u("totals.downloads")), static_cast<unsigned long long>(u("totals.failed")),
+              static_cast<unsigned long long>(u("totals.connections")));
+  std::printf("%-5s %-8s %-6s %-16s %-11s %-8s %-10s %-11s %-6s %s\n", "ID", "PID", "UID", "COMMAND", "SLOTS", "BUFFERS",
+              "UPLOADS", "BYTES", "ERRORS", "CONNECTED SINCE");
+  for (const auto& [key, c] : doc.get_child("clients", pt::ptree())) {
+    (void)key;
+    char slots[24];
+    std::snprintf(slots, sizeof slots, "%llu/%llu", static_cast<unsigned long long>(c.get<uint64_t>("slots_in_flight", 0)),
+                  static_cast<unsigned long long>(c.get<uint64_t>("slots", 0)));
+    std::printf("%-5llu %-8llu %-6llu %-16s %-11s %-8llu %-10llu %-11s %-6llu %s\n",
+                static_cast<unsigned long long>(c.get<uint64_t>("id", 0)),
+                static_cast<unsigned long long>(c.get<uint64_t>("pid", 0)),
+                static_cast<unsigned long long>(c.get<uint64_t>("uid", 0)), c.get<std::string>("name", "").c_str(), slots,
+                static_cast<unsigned long long>(c.get<uint64_t>("buffers", 0)),
+                static_cast<unsigned long long>(c.get<uint64_t>("uploads", 0)),
+                human_bytes(c.get<uint64_t>("upload_bytes", 0)).c_str(),
+                static_cast<unsigned long long>(c.get<uint64_t>("errors", 0)),
+                since(c.get<int64_t>("connected_since", 0)).c_str());
+  }
+  if (doc.get<std::string>("all_clients_visible", "true") != "true")
+    std::printf("(only your own clients are shown)\n");
+  return kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket;
+  std::string command;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kHelp, stdout);
+      return kOk;
+    } else if (a == "-s" || a == "--socket") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "ferryctl: %s needs a path\n", a.c_str());
+        return kUsage;
+      }
+      socket = argv[++i];
+    } else if (a.rfind("--socket=", 0) == 0) {
+      socket = a.substr(9);
+    } else if (a == "--json") {
+      json = true;
+    } else if (command.empty() && a[0] != '-') {
+      command = a;
+    } else {
+      std::fprintf(stderr, "ferryctl: unexpected argument \"%s\" (try ferryctl --help)\n", a.c_str());
+      return kUsage;
+    }
+  }
+  if (socket.empty()) {
+    const char* env = std::getenv("FERRY_SOCKET");
+    socket = env != nullptr && *env != '\0' ? env : "/run/ferry/ferryd-0.sock";
+  }
+  if (command.empty()) {
+    std::fputs(kHelp, stderr);
+    return kUsage;
+  }
+  if (command == "version" && json) {
+    std::fprintf(stderr, "ferryctl: --json applies to status only\n");
+    return kUsage;
+  }
+  std::string doc;
+  if (command == "status") {
+    if (int r = fetch_status(socket, &doc, nullptr); r != kOk) return r;
+    if (json) {
+      std::printf("%s\n", doc.c_str());
+      return kOk;
+    }
+    return print_table(doc);
+  }
+  if (command == "ping") {
+    double rtt = 0;
+    if (int r = fetch_status(socket, &doc, &rtt); r != kOk) return r;
+    std::printf("ferryd on %s answered in %.0f us\n", socket.c_str(), rtt);
+    return kOk;
+  }
+  if (command == "version") {
+    std::printf("ferryctl %s\n", FERRY_VERSION);
+    if (fetch_status(socket, &doc, nullptr) == kOk) {
+      pt::ptree t;
+      std::istringstream in(doc);
+      pt::read_json(in, t);
+      std::printf("ferryd %s on %s\n", t.get<std::string>("version", "?").c_str(), socket.c_str());
+    }
+    return kOk;
+  }
+  std::fprintf(stderr, "ferryctl: unknown command \"%s\" (try ferryctl --help)\n", command.c_str());
+  return kUsage;
+}

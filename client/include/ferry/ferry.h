@@ -1,0 +1,112 @@
+/* libferry: non-blocking, safe host-to-device uploads through ferryd.
+ *
+ * A process connects to the daemon of one device, allocates device buffers
+ * through it, and uploads from any memory it owns. ferry_upload() returns as
+ * soon as the bytes sit in a staging slot: the caller may then overwrite or
+ * free its source, and the call never waits for work queued on the device.
+ *
+ * Conventions: every function returns 0 or a negative errno (ferry_strerror()
+ * describes it). Any number of threads may share one ferry_client, except
+ * that ferry_disconnect() must not race with other calls on the same client.
+ * Timeouts are in nanoseconds; a negative timeout waits without limit, 0
+ * only looks.
+ *
+ * Valid C11 and C++.
+ */
+#ifndef FERRY_FERRY_H
+#define FERRY_FERRY_H
+
+#include <stdint.h>
+
+#include "ferry/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_client ferry_client;
+typedef uint64_t ferry_buffer; /* a device buffer, named per client; 0 is never valid */
+typedef uint64_t ferry_ticket; /* an upload; numbered per client from 1, completed in order */
+
+/* Connects to ferryd and receives this client's staging segment.
+ * socket_path: NULL means $FERRY_SOCKET, else /run/ferry/ferryd-0.sock.
+ * Returns 0 and sets *out, or:
+ *   -ENOENT        no socket at that path (the daemon is not running)
+ *   -EACCES        not allowed to connect (socket mode and group)
+ *   -ECONNREFUSED  a stale socket: no daemon accepts on it
+ *   -EUSERS        the daemon serves its maximum number of clients
+ *   -EPROTO        the peer does not speak this protocol version
+ * Blocks until the daemon answers (at most a few seconds). */
+int ferry_connect(const char *socket_path, ferry_client **out);
+
+/* Closes the connection and frees the client. Buffers the client still owns
+ * are freed by the daemon once uploads in flight to them end. Uploads not yet
+ * completed still complete on the device, but nobody is told. c may be NULL. */
+void ferry_disconnect(ferry_client *c);
+
+/* Allocates `bytes` of device memory owned by this client.
+ * -EINVAL for 0 bytes, -ENOMEM when the device has no room, -EDQUOT over the
+ * daemon's per-client limit. Blocks for one round trip to the daemon. */
+int ferry_buffer_alloc(ferry_client *c, uint64_t bytes, ferry_buffer *out);
+
+/* Frees a buffer of this client. Uploads in flight to it still finish first.
+ * -ENOENT when this client owns no such buffer. One round trip. */
+int ferry_buffer_free(ferry_client *c, ferry_buffer buf);
+
+/* Size of a buffer this client allocated, in *bytes. -ENOENT otherwise.
+ * Does not block. */
+int ferry_buffer_size(ferry_client *c, ferry_buffer buf, uint64_t *bytes);
+
+/* Copies `bytes` from `src` to buffer `dst` at `dst_offset`. Returns once
+ * `src` may be reused: every byte is staged. Large uploads are cut into
+ * slot-sized pieces that overlap with the device's copies; when all of this
+ * client's slots are in flight the call waits for the oldest (the device's
+ * copy, never queued kernels). *out (may be NULL) receives the ticket that
+ * completes when the whole upload is on the device.
+ * -EINVAL for 0 bytes, a NULL src, or a range past the buffer's end
+ * (64-bit wrap included); -ENOENT for a buffer this client does not own.
+ * A range error reported later, by the daemon, fails the ticket instead. */
+int ferry_upload(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, const void *src, uint64_t bytes,
+                 ferry_ticket *out);
+
+/* Waits until ticket t is done. 0: its bytes are on the device. Otherwise
+ * -ETIMEDOUT, the ticket's own error (e.g. -EIO from the device), or
+ * -ECONNRESET / -ESHUTDOWN when the daemon went away. A ticket's error is
+ * reported by the first wait or flush that covers it. */
+int ferry_wait(ferry_client *c, ferry_ticket t, int64_t timeout_ns);
+
+/* Waits until every ticket issued so far is done. Returns 0, -ETIMEDOUT, or
+ * the error of the oldest failed ticket not yet reported. */
+int ferry_flush(ferry_client *c, int64_t timeout_ns);
+
+/* Copies `bytes` of buffer `src` at `src_offset` into `dst`; blocks until the
+ * bytes are in `dst`. Ordered after this client's earlier uploads. Same
+ * errors as ferry_upload, plus the device's. */
+int ferry_download(ferry_client *c, ferry_buffer src, uint64_t src_offset, void *dst, uint64_t bytes);
+
+/* Geometry this client was given. Does not block. */
+typedef struct ferry_info {
+  uint64_t client_id;
+  uint64_t slot_bytes;
+  uint32_t slot_count;
+  uint32_t reserved;
+  char device[64];  /* device name */
+  char backend[16]; /* "level-zero", "cuda" */
+} ferry_info;
+int ferry_get_info(ferry_client *c, ferry_info *out);
+
+/* The highest ticket such that it and every earlier one are done. Does not
+ * block: it reads a counter the daemon keeps in shared memory. */
+ferry_ticket ferry_completed(ferry_client *c);
+
+/* A description of a value returned by any ferry function (static storage). */
+const char *ferry_strerror(int err);
+
+/* The library's version, e.g. "0.1.0"; compare with FERRY_VERSION_STRING. */
+const char *ferry_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_FERRY_H */

@@ -1,0 +1,547 @@
+// libferry: the client side of the upload path.
+//
+// Slots: ticket t uses slot (t - 1) % slot_count, and is written only once
+// every ticket up to t - slot_count is done, so a slot is never rewritten
+// before the device has read it. A receiver thread reads the daemon's
+// messages; waiters spin briefly on the segment's counter, then sleep.
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ferry/ferry.h"
+#include "ferry/proto.hpp"
+
+namespace proto = ferry::proto;
+using Clock = std::chrono::steady_clock;
+
+struct ferry_client {
+  int fd = -1;
+  proto::Segment* seg = nullptr;
+  char* slots = nullptr;
+  uint64_t seg_bytes = 0;
+  uint32_t slot_count = 0;
+  uint64_t slot_bytes = 0;
+  proto::Welcome welcome{};
+
+  std::mutex send_mu;  // one message at a time on the socket
+
+  std::mutex mu;  // everything below
+  std::condition_variable cv;
+  uint64_t next_ticket = 1;
+  uint64_t next_request = 1;
+  uint64_t failures_seen = 0;                       // TicketFailed messages received
+  std::map<uint64_t, int> failed;                   // ticket -> error, until reported
+  std::map<uint64_t, std::vector<uint64_t>> groups; // last ticket of an upload -> its other tickets
+  std::map<uint64_t, proto::Reply> replies;
+  std::map<uint64_t, uint64_t> buffer_sizes;        // buffers this client allocated
+  int dead = 0;                                     // why the connection ended
+  std::unique_ptr<std::atomic<uint32_t>[]> hold;    // downloads still reading a slot
+
+  std::thread receiver;
+};
+
+namespace {
+
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+int send_all(ferry_client* c, const void* data, size_t n) {
+  std::lock_guard lock(c->send_mu);
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t k = ::send(c->fd, p, n, MSG_NOSIGNAL);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return -ECONNRESET;
+    }
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return 0;
+}
+
+// Folds the errors of an upload's earlier pieces into its last ticket, once
+// the last ticket is done. Caller holds mu.
+void settle_groups(ferry_client* c, uint64_t completed) {
+  while (!c->groups.empty() && c->groups.begin()->first <= completed) {
+    auto node = c->groups.extract(c->groups.begin());
+    int err = 0;
+    for (uint64_t t : node.mapped()) {
+      auto it = c->failed.find(t);
+      if (it == c->failed.end()) continue;
+      if (err == 0) err = it->second;
+      c->failed.erase(it);
+    }
+    if (err != 0) c->failed.emplace(node.key(), err);  // keeps the last piece's own error if it has one
+  }
+}
+
+void receive_loop(ferry_client* c) {
+  std::vector<uint8_t> buf(64 * 1024);
+  size_t used = 0;
+  int why = -ECONNRESET;
+  for (;;) {
+    ssize_t n = ::recv(c->fd, buf.data() + used, buf.size() - used, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    used += static_cast<size_t>(n);
+    size_t off = 0;
+    bool stop = false;
+    while (!stop) {
+      proto::Decoded d = proto::decode(buf.data() + off, used - off);
+      if (d.result == proto::Decode::need_more) break;
+      if (d.result == proto::Decode::bad) {
+        why = -EPROTO;
+        stop = true;
+        break;
+      }
+      const uint8_t* m = buf.data() + off;
+      std::unique_lock lock(c->mu);
+      switch (d.type) {
+        case proto::Type::reply: {
+          proto::Reply r;
+          std::memcpy(&r, m, sizeof r);
+          c->replies[r.request] = r;
+          break;
+        }
+        case proto::Type::ticket_failed: {
+          proto::TicketFailed f;
+          std::memcpy(&f, m, sizeof f);
+          c->failed[f.ticket] = f.error;
+          ++c->failures_seen;
+          break;
+        }
+        case proto::Type::completion: {
+          proto::Completion k;
+          std::memcpy(&k, m, sizeof k);
+          settle_groups(c, k.completed);
+          break;
+        }
+        case proto::Type::error: {
+          proto::Error e;
+          std::memcpy(&e, m, sizeof e);
+          if (e.h.flags & proto::kErrorFatal) {
+            why = e.code != 0 ? e.code : -EPROTO;
+            stop = true;
+          } else if (e.request != 0) {
+            proto::Reply r{};
+            r.request = e.request;
+            r.status = e.code;
+            c->replies[e.request] = r;
+          }
+          break;
+        }
+        case proto::Type::shutdown:
+          why = -ESHUTDOWN;
+          stop = true;
+          break;
+        default:
+          break;  // nothing else is meant for a client; ignore it
+      }
+      lock.unlock();
+      c->cv.notify_all();
+      off += d.consumed;
+    }
+    if (stop) break;
+    std::memmove(buf.data(), buf.data() + off, used - off);
+    used -= off;
+    if (used == buf.size()) break;  // cannot happen with fixed-size messages
+  }
+  {
+    std::lock_guard lock(c->mu);
+    c->dead = why;
+  }
+  c->cv.notify_all();
+}
+
+uint64_t completed_now(const ferry_client* c) { return c->seg->completed.load(std::memory_order_acquire); }
+
+// Waits until `ready()` holds, or the deadline passes, or the connection dies.
+// Spins a little first: completions usually arrive within microseconds.
+template <class Ready>
+int wait_for(ferry_client* c, Clock::time_point deadline, bool forever, Ready ready) {
+  const auto spin_end = Clock::now() + kSpin;
+  while (Clock::now() < spin_end) {
+    if (ready()) return 0;
+    if (!forever && Clock::now() >= deadline) break;
+  }
+  std::unique_lock lock(c->mu);
+  for (;;) {
+    if (ready()) return 0;
+    if (c->dead != 0) return c->dead;
+    if (forever) {
+      // The daemon updates the counter before sending the Completion that
+      // wakes us; the timed wait only guards against a lost wake-up.
+      c->cv.wait_for(lock, std::chrono::milliseconds(100));
+    } else {
+      if (Clock::now() >= deadline) return -ETIMEDOUT;
+      c->cv.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    }
+  }
+}
+
+// Takes the next ticket and waits until its slot may be written.
+int take_slot(ferry_client* c, uint64_t* ticket) {
+  uint64_t t;
+  {
+    std::lock_guard lock(c->mu);
+    if (c->dead != 0) return c->dead;
+    t = c->next_ticket++;
+  }
+  const uint32_t s = static_cast<uint32_t>((t - 1) % c->slot_count);
+  const uint64_t need = t > c->slot_count ? t - c->slot_count : 0;
+  int r = wait_for(c, {}, true, [&] { return completed_now(c) >= need && c->hold[s].load() == 0; });
+  *ticket = t;
+  return r;
+}
+
+int send_transfer(ferry_client* c, proto::Type type, uint64_t ticket, uint64_t length, uint64_t buffer,
+                  uint64_t offset) {
+  auto m = proto::make<proto::Transfer>(type);
+  m.ticket = ticket;
+  m.slot = static_cast<uint32_t>((ticket - 1) % c->slot_count);
+  m.length = length;
+  m.buffer = buffer;
+  m.offset = offset;
+  return send_all(c, &m, sizeof m);
+}
+
+char* slot_of(ferry_client* c, uint64_t ticket) {
+  return c->slots + ((ticket - 1) % c->slot_count) * c->slot_bytes;
+}
+
+int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t bytes) {
+  if (bytes == 0) return -EINVAL;
+  if (offset + bytes < offset) return -EINVAL;  // 64-bit wrap
+  std::lock_guard lock(c->mu);
+  auto it = c->buffer_sizes.find(buf);
+  if (it == c->buffer_sizes.end()) return -ENOENT;
+  if (offset > it->second || bytes > it->second - offset) return -EINVAL;
+  return 0;
+}
+
+// Sends a request and waits for its Reply.
+int request(ferry_client* c, void* msg, size_t n, uint64_t* request_field, proto::Reply* out) {
+  uint64_t id;
+  {
+    std::lock_guard lock(c->mu);
+    if (c->dead != 0) return c->dead;
+    id = c->next_request++;
+  }
+  *request_field = id;
+  if (int r = send_all(c, msg, n); r != 0) return r;
+  std::unique_lock lock(c->mu);
+  c->cv.wait(lock, [&] { return c->replies.count(id) != 0 || c->dead != 0; });
+  auto it = c->replies.find(id);
+  if (it == c->replies.end()) return c->dead;
+  *out = it->second;
+  c->replies.erase(it);
+  return 0;
+}
+
+// The ticket's outcome, once done: its error (reported once) or 0.
+int outcome(ferry_client* c, uint64_t t) {
+  std::unique_lock lock(c->mu);
+  // Failure messages are counted in the segment before `completed` passes
+  // them: wait until we hold as many as the daemon sent.
+  c->cv.wait(lock, [&] { return c->failures_seen >= c->seg->failures.load(std::memory_order_acquire) || c->dead != 0; });
+  settle_groups(c, completed_now(c));
+  auto it = c->failed.find(t);
+  if (it == c->failed.end()) return 0;
+  int err = it->second;
+  c->failed.erase(it);
+  return err;
+}
+
+std::string default_socket() {
+  const char* env = std::getenv("FERRY_SOCKET");
+  return env != nullptr && *env != '\0' ? env : "/run/ferry/ferryd-0.sock";
+}
+
+int connect_socket(const std::string& path, int* out) {
+  sockaddr_un a{};
+  if (path.size() >= sizeof a.sun_path) return -ENAMETOOLONG;
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    int e = -errno;
+    ::close(fd);
+    return e;
+  }
+  *out = fd;
+  return 0;
+}
+
+// Receives the Welcome and the segment's fd (or the daemon's refusal).
+int receive_welcome(int fd, proto::Welcome* w, int* seg_fd) {
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  union {
+    proto::Welcome w;
+    proto::Error e;
+    char raw[256];
+  } u{};
+  size_t got = 0;
+  *seg_fd = -1;
+  while (got < sizeof(proto::Header) || got < reinterpret_cast<proto::Header*>(u.raw)->size) {
+    iovec iov{u.raw + got, sizeof u.raw - got};
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctrl;
+    mh.msg_controllen = sizeof ctrl;
+    ssize_t n = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n == 0 ? -ECONNRESET : (errno == EAGAIN ? -ETIMEDOUT : -errno);
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm))
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) std::memcpy(seg_fd, CMSG_DATA(cm), sizeof(int));
+    got += static_cast<size_t>(n);
+    if (got >= sizeof(proto::Header) && reinterpret_cast<proto::Header*>(u.raw)->size > sizeof u.raw) break;
+  }
+  proto::Decoded d = proto::decode(u.raw, got);
+  int r = 0;
+  if (d.result != proto::Decode::good || d.consumed != got) {
+    r = -EPROTO;
+  } else if (d.type == proto::Type::error) {
+    r = u.e.code != 0 ? u.e.code : -EPROTO;
+  } else if (d.type != proto::Type::welcome || *seg_fd < 0) {
+    r = -EPROTO;
+  } else {
+    *w = u.w;
+  }
+  timeval zero{0, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &zero, sizeof zero);
+  if (r != 0 && *seg_fd >= 0) {
+    ::close(*seg_fd);
+    *seg_fd = -1;
+  }
+  return r;
+}
+
+}  // namespace
+
+extern "C" {
+
+int ferry_connect(const char* socket_path, ferry_client** out) {
+  if (out == nullptr) return -EINVAL;
+  *out = nullptr;
+  const std::string path = socket_path != nullptr ? socket_path : default_socket();
+  auto c = std::make_unique<ferry_client>();
+  if (int r = connect_socket(path, &c->fd); r != 0) return r;
+  auto fail = [&](int r) {
+    ::close(c->fd);
+    return r;
+  };
+  auto hello = proto::make<proto::Hello>(proto::Type::hello);
+  hello.magic = proto::kMagic;
+  hello.version = proto::kVersion;
+  hello.features = proto::kFeaturesV1;
+  char comm[proto::kNameBytes + 1] = {};
+  if (FILE* f = std::fopen("/proc/self/comm", "r")) {
+    if (std::fgets(comm, sizeof comm, f) != nullptr) comm[std::strcspn(comm, "\n")] = '\0';
+    std::fclose(f);
+  }
+  proto::set_text(hello.name, comm);
+  if (int r = send_all(c.get(), &hello, sizeof hello); r != 0) return fail(r);
+  int seg_fd = -1;
+  if (int r = receive_welcome(c->fd, &c->welcome, &seg_fd); r != 0) return fail(r);
+  const proto::Welcome& w = c->welcome;
+  void* p = ::mmap(nullptr, w.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg_fd, 0);
+  ::close(seg_fd);
+  if (p == MAP_FAILED) return fail(-ENOMEM);
+  c->seg = static_cast<proto::Segment*>(p);
+  if (c->seg->magic != proto::kMagic || w.slot_count == 0 || w.slots_offset + w.slot_count * w.slot_bytes > w.segment_bytes) {
+    ::munmap(p, w.segment_bytes);
+    return fail(-EPROTO);
+  }
+  c->seg_bytes = w.segment_bytes;
+  c->slot_count = w.slot_count;
+  c->slot_bytes = w.slot_bytes;
+  c->slots = static_cast<char*>(p) + w.slots_offset;
+  c->hold = std::make_unique<std::atomic<uint32_t>[]>(c->slot_count);
+  ferry_client* raw = c.get();
+  c->receiver = std::thread([raw] { receive_loop(raw); });
+  *out = c.release();
+  return 0;
+}
+
+void ferry_disconnect(ferry_client* c) {
+  if (c == nullptr) return;
+  ::shutdown(c->fd, SHUT_RDWR);
+  if (c->receiver.joinable()) c->receiver.join();
+  ::close(c->fd);
+  if (c->seg != nullptr) ::munmap(c->seg, c->seg_bytes);
+  delete c;
+}
+
+int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {
+  if (c == nullptr || out == nullptr || bytes == 0) return -EINVAL;
+  auto m = proto::make<proto::Alloc>(proto::Type::alloc);
+  m.bytes = bytes;
+  proto::Reply r{};
+  if (int e = request(c, &m, sizeof m, &m.request, &r); e != 0) return e;
+  if (r.status != 0) return r.status;
+  std::lock_guard lock(c->mu);
+  c->buffer_sizes[r.value] = bytes;
+  *out = r.value;
+  return 0;
+}
+
+int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
+  if (c == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Free>(proto::Type::free);
+  m.buffer = buf;
+  proto::Reply r{};
+  if (int e = request(c, &m, sizeof m, &m.request, &r); e != 0) return e;
+  if (r.status == 0) {
+    std::lock_guard lock(c->mu);
+    c->buffer_sizes.erase(buf);
+  }
+  return r.status;
+}
+
+int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
+  if (c == nullptr || bytes == nullptr) return -EINVAL;
+  std::lock_guard lock(c->mu);
+  auto it = c->buffer_sizes.find(buf);
+  if (it == c->buffer_sizes.end()) return -ENOENT;
+  *bytes = it->second;
+  return 0;
+}
+
+int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
+                 ferry_ticket* out) {
+  if (c == nullptr || src == nullptr) return -EINVAL;
+  if (int r = check_range(c, dst, dst_offset, bytes); r != 0) return r;
+  const uint64_t pieces = (bytes + c->slot_bytes - 1) / c->slot_bytes;
+  std::vector<uint64_t> earlier;
+  if (pieces > 1) earlier.reserve(pieces - 1);
+  const char* from = static_cast<const char*>(src);
+  uint64_t done = 0;
+  for (uint64_t i = 0; i < pieces; ++i) {
+    const uint64_t n = std::min(c->slot_bytes, bytes - done);
+    uint64_t t = 0;
+    if (int r = take_slot(c, &t); r != 0) return r;
+    // While we copy this piece, the device copies the previous ones.
+    std::memcpy(slot_of(c, t), from + done, n);
+    if (i + 1 == pieces && !earlier.empty()) {
+      std::lock_guard lock(c->mu);
+      c->groups.emplace(t, std::move(earlier));
+    }
+    if (int r = send_transfer(c, proto::Type::upload, t, n, dst, dst_offset + done); r != 0) return r;
+    if (i + 1 < pieces) earlier.push_back(t);
+    done += n;
+    if (i + 1 == pieces && out != nullptr) *out = t;
+  }
+  return 0;
+}
+
+int ferry_wait(ferry_client* c, ferry_ticket t, int64_t timeout_ns) {
+  if (c == nullptr || t == 0) return -EINVAL;
+  {
+    std::lock_guard lock(c->mu);
+    if (t >= c->next_ticket) return -EINVAL;  // not issued yet
+  }
+  const bool forever = timeout_ns < 0;
+  const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
+  if (int r = wait_for(c, deadline, forever, [&] { return completed_now(c) >= t; }); r != 0) return r;
+  return outcome(c, t);
+}
+
+int ferry_flush(ferry_client* c, int64_t timeout_ns) {
+  if (c == nullptr) return -EINVAL;
+  uint64_t last;
+  {
+    std::lock_guard lock(c->mu);
+    last = c->next_ticket - 1;
+  }
+  if (last == 0) return 0;
+  const bool forever = timeout_ns < 0;
+  const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
+  if (int r = wait_for(c, deadline, forever, [&] { return completed_now(c) >= last; }); r != 0) return r;
+  outcome(c, last);  // brings failure bookkeeping up to date
+  std::lock_guard lock(c->mu);
+  auto it = c->failed.begin();
+  if (it == c->failed.end() || it->first > last) return 0;
+  int err = it->second;
+  // Report the oldest; the flush covers the rest.
+  c->failed.erase(c->failed.begin(), c->failed.upper_bound(last));
+  return err;
+}
+
+int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {
+  if (c == nullptr || dst == nullptr) return -EINVAL;
+  if (int r = check_range(c, src, src_offset, bytes); r != 0) return r;
+  char* to = static_cast<char*>(dst);
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = std::min(c->slot_bytes, bytes - done);
+    uint64_t t = 0;
+    if (int r = take_slot(c, &t); r != 0) return r;
+    auto& hold = c->hold[(t - 1) % c->slot_count];
+    hold.fetch_add(1);  // before the ticket can complete: no upload may reuse the slot until we read it
+    int r = send_transfer(c, proto::Type::download, t, n, src, src_offset + done);
+    if (r == 0) r = wait_for(c, {}, true, [&] { return completed_now(c) >= t; });
+    if (r == 0) r = outcome(c, t);
+    if (r == 0) std::memcpy(to + done, slot_of(c, t), n);
+    hold.fetch_sub(1);
+    c->cv.notify_all();
+    if (r != 0) return r;
+    done += n;
+  }
+  return 0;
+}
+
+int ferry_get_info(ferry_client* c, ferry_info* out) {
+  if (c == nullptr || out == nullptr) return -EINVAL;
+  std::memset(out, 0, sizeof *out);
+  out->client_id = c->welcome.client_id;
+  out->slot_bytes = c->slot_bytes;
+  out->slot_count = c->slot_count;
+  std::snprintf(out->device, sizeof out->device, "%s", proto::get_text(c->welcome.device).c_str());
+  std::snprintf(out->backend, sizeof out->backend, "%s", proto::get_text(c->welcome.backend).c_str());
+  return 0;
+}
+
+ferry_ticket ferry_completed(ferry_client* c) { return c == nullptr ? 0 : completed_now(c); }
+
+const char* ferry_strerror(int err) {
+  switch (err) {
+    case 0: return "success";
+    case -ENOENT: return "no such buffer, or no daemon socket at that path";
+    case -ECONNREFUSED: return "no daemon accepts on that socket (stale socket file?)";
+    case -ECONNRESET: return "the daemon closed the connection";
+    case -ESHUTDOWN: return "the daemon is shutting down";
+    case -EUSERS: return "the daemon serves its maximum number of clients";
+    case -EPROTO: return "protocol error: client and daemon do not agree";
+    case -EDQUOT: return "over this client's device-memory quota";
+    case -EIO: return "the device failed the transfer";
+    case -ETIMEDOUT: return "timed out";
+    case -EINVAL: return "invalid argument (offset or length out of range?)";
+    default: break;
+  }
+  if (err < 0) {
+    const char* s = strerrordesc_np(-err);
+    if (s != nullptr) return s;
+  }
+  return "unknown error";
+}
+
+const char* ferry_version(void) { return FERRY_VERSION_STRING; }
+
+}  // extern "C"
