@@ -11,6 +11,7 @@ namespace ferry {
 ClientState::~ClientState() {
   buffers_.clear();  // frees device memory no copy still holds
   if (registered_) backend_->unregister_host(segment_.slots_begin());
+  live.fetch_sub(1);
 }
 
 int ClientState::create_segment(uint32_t slots, uint64_t slot_bytes) {

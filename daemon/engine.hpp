@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -28,13 +29,23 @@ class Session;
 // Device memory owned by one client. Freed when the last reference goes:
 // the client's table, or a copy still in flight to or from it.
 struct Buffer {
-  Buffer(Backend* b, void* p, uint64_t n) : backend(b), ptr(p), bytes(n) {}
+  Buffer(Backend* b, void* p, uint64_t n) : backend(b), ptr(p), bytes(n) {
+    live_count.fetch_add(1);
+    live_bytes.fetch_add(n);
+  }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() { backend->free(ptr); }
+  ~Buffer() {
+    backend->free(ptr);
+    live_count.fetch_sub(1);
+    live_bytes.fetch_sub(bytes);
+  }
   Backend* backend;
   void* ptr;
   uint64_t bytes;
+  // Device memory held by all clients, for status and for tests.
+  static inline std::atomic<uint64_t> live_count{0};
+  static inline std::atomic<uint64_t> live_bytes{0};
 };
 
 struct ClientStats {
@@ -48,7 +59,7 @@ struct ClientStats {
 // is in flight, whichever is longer; the destructor gives everything back.
 class ClientState {
  public:
-  ClientState(Backend* backend, uint64_t id) : backend_(backend), id_(id) {}
+  ClientState(Backend* backend, uint64_t id) : backend_(backend), id_(id) { live.fetch_add(1); }
   ClientState(const ClientState&) = delete;
   ClientState& operator=(const ClientState&) = delete;
   ~ClientState();
@@ -84,6 +95,8 @@ class ClientState {
   uid_t uid = 0;
   std::string name;
   std::chrono::system_clock::time_point since = std::chrono::system_clock::now();
+  // Clients whose resources still exist (connected, or draining copies).
+  static inline std::atomic<uint64_t> live{0};
 
  private:
   enum SlotState : uint8_t { kFree, kBusy, kDone };

@@ -226,6 +226,8 @@ std::string Server::status_json(uid_t viewer) const {
     << ",\"slots_free\":" << (slots_total - slots_busy) << ",\"bytes_in_flight\":" << st.in_flight_bytes
     << "},\"totals\":{\"uploads\":" << st.uploads << ",\"upload_bytes\":" << st.upload_bytes
     << ",\"downloads\":" << st.downloads << ",\"failed\":" << st.failed << ",\"connections\":" << connections_
+    << "},\"held\":{\"clients\":" << ClientState::live.load() << ",\"buffers\":" << Buffer::live_count.load()
+    << ",\"device_bytes\":" << Buffer::live_bytes.load() << ",\"copies_in_flight\":" << st.in_flight
     << "},\"clients\":[" << clients.str() << "],\"all_clients_visible\":" << (all ? "true" : "false") << "}";
   return o.str();
 }

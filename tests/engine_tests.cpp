@@ -1,0 +1,107 @@
+// The slot lifecycle and the transfer engine, on the real Level Zero backend
+// over the simulated device.
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "backend.hpp"
+#include "engine.hpp"
+
+using namespace ferry;
+
+namespace {
+std::unique_ptr<Backend> backend() {
+  std::string why;
+  auto b = make_level_zero_backend(0, why);
+  INFO(why);
+  REQUIRE(b);
+  return b;
+}
+using Failed = std::vector<std::pair<uint64_t, int>>;
+}  // namespace
+
+TEST_CASE("the backend reports the simulated device with a copy engine and host import", "[engine]") {
+  auto b = backend();
+  CHECK(b->info().backend == "level-zero");
+  CHECK(b->info().copy_engine);
+  CHECK(b->info().host_import);
+  CHECK(b->info().name.find("simulated") != std::string::npos);
+}
+
+TEST_CASE("tickets: the window, slot agreement and no double use", "[engine][slots]") {
+  auto b = backend();
+  ClientState c(b.get(), 1);
+  REQUIRE(c.create_segment(4, 4096) == 0);
+  CHECK(c.check_ticket(0, 0) != nullptr);   // tickets start at 1
+  CHECK(c.check_ticket(1, 0) == nullptr);
+  CHECK(c.check_ticket(1, 1) != nullptr);   // wrong slot for the ticket
+  CHECK(c.check_ticket(4, 3) == nullptr);
+  CHECK(c.check_ticket(5, 0) != nullptr);   // beyond the window: slot 0 not yet free
+  c.mark_in_flight(1, 10);
+  CHECK(c.check_ticket(1, 0) != nullptr);   // already in flight
+  CHECK(c.in_flight() == 1);
+  CHECK(c.in_flight_bytes() == 10);
+  Failed f;
+  CHECK(c.finish(1, 10, 0, f));
+  CHECK(c.completed() == 1);
+  CHECK(c.check_ticket(1, 0) != nullptr);   // done: behind the window now
+  CHECK(c.check_ticket(5, 0) == nullptr);   // slot 0 is free again
+}
+
+TEST_CASE("completion moves only over a contiguous run; failures come in ticket order", "[engine][slots]") {
+  auto b = backend();
+  ClientState c(b.get(), 1);
+  REQUIRE(c.create_segment(8, 4096) == 0);
+  for (uint64_t t = 1; t <= 4; ++t) c.mark_in_flight(t, 1);
+  Failed f;
+  CHECK_FALSE(c.finish(3, 1, -EIO, f));
+  CHECK_FALSE(c.finish(2, 1, 0, f));
+  CHECK(c.completed() == 0);
+  CHECK(f.empty());
+  CHECK(c.finish(1, 1, 0, f));
+  CHECK(c.completed() == 3);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0] == std::make_pair(uint64_t{3}, -EIO));
+  CHECK(c.stats().errors == 1);
+  f.clear();
+  CHECK(c.finish(4, 1, 0, f));
+  CHECK(c.completed() == 4);
+  CHECK(f.empty());
+  CHECK(c.in_flight() == 0);
+}
+
+TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with the last reference", "[engine]") {
+  boost::asio::io_context io;
+  auto guard = boost::asio::make_work_guard(io);  // run_one() waits for the retire thread's posts
+  const uint64_t buffers_before = Buffer::live_count.load();
+  {
+    TransferEngine eng(io, backend());
+    auto c = std::make_shared<ClientState>(&eng.backend(), 7);
+    REQUIRE(c->create_segment(4, 4096) == 0);
+    uint64_t id = 0;
+    REQUIRE(c->alloc(4096, 0, &id) == 0);
+    CHECK(Buffer::live_count.load() == buffers_before + 1);
+    CHECK(c->alloc(1 << 20, 4096, &id) == -EDQUOT);  // over the client's limit
+    uint64_t calls = 0;
+    eng.on_progress = [&](ClientState&, const Failed&) { ++calls; };
+    auto buf = c->find(1);
+    REQUIRE(buf);
+    std::memset(c->segment().slot(0), 0x42, 4096);
+    REQUIRE(eng.submit(c, 1, false, buf->ptr, c->segment().slot(0), 4096, buf) == 0);
+    while (c->completed() < 1) io.run_one();
+    REQUIRE(eng.submit(c, 2, true, c->segment().slot(1), buf->ptr, 4096, buf) == 0);
+    // Freed by the client while a copy holds it: the memory stays until the copy ends.
+    CHECK(c->free(1) == 0);
+    CHECK(c->free(1) == -ENOENT);
+    buf.reset();
+    while (c->completed() < 2) io.run_one();
+    CHECK(static_cast<unsigned char>(c->segment().slot(1)[4095]) == 0x42);
+    CHECK(calls >= 2);
+    CHECK(eng.stats().uploads == 1);
+    CHECK(eng.stats().downloads == 1);
+    CHECK(eng.stats().in_flight == 0);
+    CHECK(Buffer::live_count.load() == buffers_before);
+  }
+}

@@ -1,0 +1,3 @@
+/* Compiles each public header alone, as C11. */
+#include <ferry/ferry.h>
+#include <ferry/sim.h>

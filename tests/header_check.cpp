@@ -1,0 +1,3 @@
+// Compiles each public header alone, as C++.
+#include <ferry/ferry.hpp>
+#include <ferry/sim.h>

@@ -1,0 +1,508 @@
+// The simulated Level Zero device, exercised through the system loader and its
+// validation layer (catch_main.cpp sets both up).
+#include <fcntl.h>
+#include <level_zero/loader/ze_loader.h>
+#include <level_zero/ze_api.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <algorithm>
+#include <vector>
+
+#include "ferry/sim.h"
+
+extern char** environ;
+
+namespace {
+
+#define ZE_OK(call) REQUIRE((call) == ZE_RESULT_SUCCESS)
+
+// One driver, device, context, an immediate list on each queue group, and a
+// host-visible event pool: what nearly every test needs.
+struct Sim {
+  ze_driver_handle_t driver = nullptr;
+  ze_device_handle_t device = nullptr;
+  ze_context_handle_t ctx = nullptr;
+  ze_command_list_handle_t copy = nullptr;
+  ze_command_list_handle_t compute = nullptr;
+  ze_event_pool_handle_t pool = nullptr;
+  std::vector<ze_event_handle_t> events;
+  uint32_t copy_ordinal = UINT32_MAX;
+
+  explicit Sim(uint32_t nevents = 8, ze_event_pool_flags_t pool_flags = ZE_EVENT_POOL_FLAG_HOST_VISIBLE) {
+    ZE_OK(zeInit(0));
+    uint32_t n = 1;
+    ZE_OK(zeDriverGet(&n, &driver));
+    n = 1;
+    ZE_OK(zeDeviceGet(driver, &n, &device));
+    uint32_t ng = 0;
+    ZE_OK(zeDeviceGetCommandQueueGroupProperties(device, &ng, nullptr));
+    std::vector<ze_command_queue_group_properties_t> g(ng);
+    for (auto& x : g) x.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES;
+    ZE_OK(zeDeviceGetCommandQueueGroupProperties(device, &ng, g.data()));
+    for (uint32_t i = 0; i < ng; ++i)
+      if (!(g[i].flags & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE)) copy_ordinal = i;
+    ze_context_desc_t cd{ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
+    ZE_OK(zeContextCreate(driver, &cd, &ctx));
+    copy = immediate(copy_ordinal);
+    compute = immediate(0);
+    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr, pool_flags, nevents};
+    ZE_OK(zeEventPoolCreate(ctx, &pd, 1, &device, &pool));
+    for (uint32_t i = 0; i < nevents; ++i) {
+      ze_event_desc_t ed{ZE_STRUCTURE_TYPE_EVENT_DESC, nullptr, i, 0, ZE_EVENT_SCOPE_FLAG_HOST};
+      ze_event_handle_t e = nullptr;
+      ZE_OK(zeEventCreate(pool, &ed, &e));
+      events.push_back(e);
+    }
+  }
+  ~Sim() {
+    for (auto* e : events) zeEventDestroy(e);
+    zeEventPoolDestroy(pool);
+    zeCommandListDestroy(copy);
+    zeCommandListDestroy(compute);
+    zeContextDestroy(ctx);
+  }
+  ze_command_list_handle_t immediate(uint32_t ordinal) {
+    ze_command_queue_desc_t qd{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr, ordinal, 0, 0,
+                               ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+    ze_command_list_handle_t l = nullptr;
+    ZE_OK(zeCommandListCreateImmediate(ctx, device, &qd, &l));
+    return l;
+  }
+  void* device_alloc(size_t n) {
+    ze_device_mem_alloc_desc_t d{ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, nullptr, 0, 0};
+    void* p = nullptr;
+    ZE_OK(zeMemAllocDevice(ctx, &d, n, 64, device, &p));
+    return p;
+  }
+  void* host_alloc(size_t n) {
+    ze_host_mem_alloc_desc_t d{ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, nullptr, 0};
+    void* p = nullptr;
+    ZE_OK(zeMemAllocHost(ctx, &d, n, 64, &p));
+    return p;
+  }
+  // Copies synchronously through the copy list.
+  void copy_sync(void* dst, const void* src, size_t n) {
+    ze_event_handle_t e = events.back();
+    ZE_OK(zeEventHostReset(e));
+    ZE_OK(zeCommandListAppendMemoryCopy(copy, dst, src, n, e, 0, nullptr));
+    ZE_OK(zeEventHostSynchronize(e, UINT64_MAX));
+  }
+  ze_kernel_handle_t kernel(const char* name, ze_module_handle_t* module) {
+    ze_module_desc_t md{ZE_STRUCTURE_TYPE_MODULE_DESC, nullptr, ZE_MODULE_FORMAT_NATIVE,
+                        std::strlen(FERRY_SIM_BUILTIN_MODULE),
+                        reinterpret_cast<const uint8_t*>(FERRY_SIM_BUILTIN_MODULE), nullptr, nullptr};
+    ZE_OK(zeModuleCreate(ctx, device, &md, module, nullptr));
+    ze_kernel_desc_t kd{ZE_STRUCTURE_TYPE_KERNEL_DESC, nullptr, 0, name};
+    ze_kernel_handle_t k = nullptr;
+    ZE_OK(zeKernelCreate(*module, &kd, &k));
+    return k;
+  }
+  template <class F>
+  F ext(const char* name) {
+    void* f = nullptr;
+    ZE_OK(zeDriverGetExtensionFunctionAddress(driver, name, &f));
+    return reinterpret_cast<F>(f);
+  }
+  ze_driver_handle_t native_driver() {
+    ze_driver_handle_t d = driver;
+    zelLoaderTranslateHandle(ZEL_HANDLE_DRIVER, driver, reinterpret_cast<void**>(&d));
+    return d;
+  }
+};
+
+using import_fn = ze_result_t (*)(ze_driver_handle_t, void*, size_t);
+using release_fn = ze_result_t (*)(ze_driver_handle_t, void*);
+using fail_fn = ze_result_t (*)(ze_driver_handle_t, uint64_t, int);
+
+// Starts sim_ipc_peer with one end of a socket pair as its fd 3.
+struct Peer {
+  pid_t pid = -1;
+  int sock = -1;
+  explicit Peer(const char* mode) {
+    int sv[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+    const char* argv[] = {IPC_PEER_PATH, mode, nullptr};
+    REQUIRE(posix_spawn(&pid, IPC_PEER_PATH, &fa, nullptr, const_cast<char**>(argv), environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(sv[1]);
+    sock = sv[0];
+  }
+  void send_fd(int fd, const void* data, size_t n) {
+    iovec iov{const_cast<void*>(data), n};
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctrl;
+    mh.msg_controllen = sizeof ctrl;
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    REQUIRE(sendmsg(sock, &mh, 0) == static_cast<ssize_t>(n));
+  }
+  uint64_t read_u64() {
+    uint64_t v = 0;
+    REQUIRE(read(sock, &v, sizeof v) == static_cast<ssize_t>(sizeof v));
+    return v;
+  }
+  void write_u64(uint64_t v) { REQUIRE(write(sock, &v, sizeof v) == static_cast<ssize_t>(sizeof v)); }
+  int finish() {
+    close(sock);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the loader finds the simulated device with a copy-only queue group", "[sim]") {
+  Sim s;
+  uint32_t n = 0;
+  ZE_OK(zeDriverGet(&n, nullptr));
+  CHECK(n == 1);
+  ze_device_properties_t p{};
+  p.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+  ZE_OK(zeDeviceGetProperties(s.device, &p));
+  CHECK(p.type == ZE_DEVICE_TYPE_GPU);
+  CHECK(std::string(p.name).find("simulated") != std::string::npos);
+  REQUIRE(s.copy_ordinal != UINT32_MAX);
+  ze_driver_ipc_properties_t ip{ZE_STRUCTURE_TYPE_DRIVER_IPC_PROPERTIES, nullptr, 0};
+  ZE_OK(zeDriverGetIpcProperties(s.driver, &ip));
+  CHECK((ip.flags & ZE_IPC_PROPERTY_FLAG_MEMORY) != 0);
+  CHECK((ip.flags & ZE_IPC_PROPERTY_FLAG_EVENT_POOL) != 0);
+  // zeInit again (the loader itself calls the driver's twice): nothing changes.
+  ZE_OK(zeInit(0));
+  ze_driver_handle_t again = nullptr;
+  n = 1;
+  ZE_OK(zeDriverGet(&n, &again));
+  CHECK(again == s.driver);
+}
+
+TEST_CASE("host to device to host round trip, and allocation properties", "[sim]") {
+  Sim s;
+  const size_t n = 3 * 4096 + 17;
+  void* dev = s.device_alloc(n);
+  char* host = static_cast<char*>(s.host_alloc(n));
+  std::vector<char> src(n), back(n, 0);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<char>(i * 7 + 3);
+  s.copy_sync(dev, src.data(), n);
+  s.copy_sync(host, dev, n);
+  s.copy_sync(back.data(), host, n);
+  CHECK(back == src);
+
+  auto type_of = [&](const void* p) {
+    ze_memory_allocation_properties_t ap{ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES, nullptr,
+                                         ZE_MEMORY_TYPE_FORCE_UINT32, 0, 0};
+    ZE_OK(zeMemGetAllocProperties(s.ctx, p, &ap, nullptr));
+    return ap.type;
+  };
+  CHECK(type_of(dev) == ZE_MEMORY_TYPE_DEVICE);
+  CHECK(type_of(static_cast<char*>(dev) + 100) == ZE_MEMORY_TYPE_DEVICE);
+  CHECK(type_of(host) == ZE_MEMORY_TYPE_HOST);
+  CHECK(type_of(src.data()) == ZE_MEMORY_TYPE_UNKNOWN);
+  ZE_OK(zeMemFree(s.ctx, dev));
+  ZE_OK(zeMemFree(s.ctx, host));
+  CHECK(type_of(src.data()) == ZE_MEMORY_TYPE_UNKNOWN);
+}
+
+TEST_CASE("a copy behind a held queue is NOT_READY, and HostSynchronize honours its timeout", "[sim]") {
+  Sim s;
+  void* dev = s.device_alloc(64);
+  char src[64] = {1};
+  ze_event_handle_t gate = s.events[0], done = s.events[1];
+  ZE_OK(zeCommandListAppendWaitOnEvents(s.copy, 1, &gate));
+  ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, src, sizeof src, done, 0, nullptr));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(zeEventQueryStatus(done) == ZE_RESULT_NOT_READY);
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(zeEventHostSynchronize(done, 20'000'000) == ZE_RESULT_NOT_READY);
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(20));
+  CHECK(zeEventHostSynchronize(done, 0) == ZE_RESULT_NOT_READY);
+  ZE_OK(zeEventHostSignal(gate));
+  ZE_OK(zeEventHostSynchronize(done, UINT64_MAX));
+  ZE_OK(zeEventQueryStatus(done));
+  ZE_OK(zeEventHostReset(done));
+  CHECK(zeEventQueryStatus(done) == ZE_RESULT_NOT_READY);
+  zeMemFree(s.ctx, dev);
+}
+
+TEST_CASE("the hazard: a pageable source is read when the copy executes", "[sim]") {
+  Sim s;
+  const size_t n = 8192;
+  void* dev = s.device_alloc(n);
+  std::vector<char> src(n, 'A'), back(n, 0);
+  ze_event_handle_t gate = s.events[0], done = s.events[1];
+  ZE_OK(zeCommandListAppendWaitOnEvents(s.copy, 1, &gate));
+  ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, src.data(), n, done, 0, nullptr));
+  // The append has returned; the caller now reuses its buffer, as a runtime would.
+  std::fill(src.begin(), src.end(), 'Z');
+  ZE_OK(zeEventHostSignal(gate));
+  ZE_OK(zeEventHostSynchronize(done, UINT64_MAX));
+  s.copy_sync(back.data(), dev, n);
+  CHECK(std::all_of(back.begin(), back.end(), [](char c) { return c == 'Z'; }));
+  zeMemFree(s.ctx, dev);
+}
+
+TEST_CASE("commands execute in order on one queue", "[sim]") {
+  Sim s;
+  void* dev = s.device_alloc(sizeof(uint64_t));
+  std::vector<uint64_t> values(200);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = i + 1;
+    ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, &values[i], sizeof(uint64_t), nullptr, 0, nullptr));
+  }
+  uint64_t back = 0;
+  s.copy_sync(&back, dev, sizeof back);
+  CHECK(back == values.size());
+
+  // A busy kernel ahead of a copy on the compute queue: the copy's event may
+  // not signal before the kernel's.
+  ze_module_handle_t m = nullptr;
+  ze_kernel_handle_t busy = s.kernel(FERRY_SIM_KERNEL_BUSY, &m);
+  uint64_t us = 20'000;
+  ZE_OK(zeKernelSetArgumentValue(busy, 0, sizeof us, &us));
+  ze_group_count_t one{1, 1, 1};
+  ZE_OK(zeCommandListAppendLaunchKernel(s.compute, busy, &one, s.events[0], 0, nullptr));
+  ZE_OK(zeCommandListAppendMemoryCopy(s.compute, dev, &values[0], sizeof(uint64_t), s.events[1], 0, nullptr));
+  ZE_OK(zeEventHostSynchronize(s.events[1], UINT64_MAX));
+  CHECK(zeEventQueryStatus(s.events[0]) == ZE_RESULT_SUCCESS);
+  zeKernelDestroy(busy);
+  zeModuleDestroy(m);
+  zeMemFree(s.ctx, dev);
+}
+
+TEST_CASE("regular command lists run on a queue and signal a fence", "[sim]") {
+  Sim s;
+  ze_command_queue_desc_t qd{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr, s.copy_ordinal, 0, 0,
+                             ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+  ze_command_queue_handle_t q = nullptr;
+  ZE_OK(zeCommandQueueCreate(s.ctx, s.device, &qd, &q));
+  ze_command_list_desc_t ld{ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC, nullptr, s.copy_ordinal, 0};
+  ze_command_list_handle_t l = nullptr;
+  ZE_OK(zeCommandListCreate(s.ctx, s.device, &ld, &l));
+  void* dev = s.device_alloc(256);
+  uint8_t pattern = 0x5a;
+  ZE_OK(zeCommandListAppendMemoryFill(l, dev, &pattern, 1, 256, nullptr, 0, nullptr));
+  ZE_OK(zeCommandListAppendBarrier(l, nullptr, 0, nullptr));
+  ZE_OK(zeCommandListAppendSignalEvent(l, s.events[2]));
+  ZE_OK(zeCommandListClose(l));
+  ze_fence_desc_t fd{ZE_STRUCTURE_TYPE_FENCE_DESC, nullptr, 0};
+  ze_fence_handle_t f = nullptr;
+  ZE_OK(zeFenceCreate(q, &fd, &f));
+  CHECK(zeFenceQueryStatus(f) == ZE_RESULT_NOT_READY);
+  ZE_OK(zeCommandQueueExecuteCommandLists(q, 1, &l, f));
+  ZE_OK(zeFenceHostSynchronize(f, UINT64_MAX));
+  ZE_OK(zeEventQueryStatus(s.events[2]));
+  ZE_OK(zeCommandQueueSynchronize(q, UINT64_MAX));
+  std::vector<uint8_t> back(256);
+  s.copy_sync(back.data(), dev, back.size());
+  CHECK(std::all_of(back.begin(), back.end(), [](uint8_t b) { return b == 0x5a; }));
+  zeFenceDestroy(f);
+  zeCommandListDestroy(l);
+  zeCommandQueueDestroy(q);
+  zeMemFree(s.ctx, dev);
+}
+
+TEST_CASE("built-in kernels: checksum and fill on device memory", "[sim]") {
+  Sim s;
+  const uint64_t n = 10000;
+  std::vector<uint8_t> data(n);
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<uint8_t>(i * 131);
+  void* dev = s.device_alloc(n);
+  void* sum = s.device_alloc(8);
+  s.copy_sync(dev, data.data(), n);
+  ze_module_handle_t m = nullptr;
+  ze_kernel_handle_t k = s.kernel(FERRY_SIM_KERNEL_CHECKSUM, &m);
+  ZE_OK(zeKernelSetArgumentValue(k, 0, sizeof dev, &dev));
+  ZE_OK(zeKernelSetArgumentValue(k, 1, sizeof n, &n));
+  ZE_OK(zeKernelSetArgumentValue(k, 2, sizeof sum, &sum));
+  ze_group_count_t one{1, 1, 1};
+  ZE_OK(zeCommandListAppendLaunchKernel(s.compute, k, &one, s.events[0], 0, nullptr));
+  ZE_OK(zeEventHostSynchronize(s.events[0], UINT64_MAX));
+  uint64_t got = 0;
+  s.copy_sync(&got, sum, 8);
+  CHECK(got == ferry_sim_checksum(data.data(), n));
+  // Kernels run on compute engines only.
+  CHECK(zeCommandListAppendLaunchKernel(s.copy, k, &one, nullptr, 0, nullptr) != ZE_RESULT_SUCCESS);
+  // A module that is not the built-in one does not build.
+  ze_module_desc_t md{ZE_STRUCTURE_TYPE_MODULE_DESC, nullptr, ZE_MODULE_FORMAT_NATIVE, 3,
+                      reinterpret_cast<const uint8_t*>("xyz"), nullptr, nullptr};
+  ze_module_handle_t bad = nullptr;
+  CHECK(zeModuleCreate(s.ctx, s.device, &md, &bad, nullptr) == ZE_RESULT_ERROR_MODULE_BUILD_FAILURE);
+  ze_kernel_desc_t kd{ZE_STRUCTURE_TYPE_KERNEL_DESC, nullptr, 0, "no-such-kernel"};
+  ze_kernel_handle_t none = nullptr;
+  CHECK(zeKernelCreate(m, &kd, &none) == ZE_RESULT_ERROR_INVALID_KERNEL_NAME);
+  zeKernelDestroy(k);
+  zeModuleDestroy(m);
+  zeMemFree(s.ctx, dev);
+  zeMemFree(s.ctx, sum);
+}
+
+TEST_CASE("zexDriverImportExternalPointer registers, refuses overlaps, releases", "[sim]") {
+  Sim s;
+  auto import = s.ext<import_fn>("zexDriverImportExternalPointer");
+  auto release = s.ext<release_fn>("zexDriverReleaseImportedPointer");
+  REQUIRE(import != nullptr);
+  REQUIRE(release != nullptr);
+  ze_driver_handle_t d = s.native_driver();
+  std::vector<char> mem(1 << 16);
+  ZE_OK(import(d, mem.data(), 4096));
+  CHECK(import(d, mem.data(), 4096) != ZE_RESULT_SUCCESS);         // repeated
+  CHECK(import(d, mem.data() + 100, 8192) != ZE_RESULT_SUCCESS);   // overlapping
+  ZE_OK(import(d, mem.data() + 4096, 4096));                       // adjacent is fine
+  CHECK(release(d, mem.data() + 8192) != ZE_RESULT_SUCCESS);       // never imported
+  ZE_OK(release(d, mem.data()));
+  ZE_OK(release(d, mem.data() + 4096));
+  ZE_OK(import(d, mem.data(), mem.size()));
+  ZE_OK(release(d, mem.data()));
+  CHECK(import(nullptr, mem.data(), 16) != ZE_RESULT_SUCCESS);
+}
+
+TEST_CASE("the cost model: pageable sources cost more than host USM and imported ones", "[sim]") {
+  Sim s;
+  const int n = 100;
+  void* dev = s.device_alloc(4096);
+  std::vector<char> pageable(4096, 1);
+  void* usm = s.host_alloc(4096);
+  std::vector<char> imported(4096, 2);
+  ZE_OK(s.ext<import_fn>("zexDriverImportExternalPointer")(s.native_driver(), imported.data(), imported.size()));
+  auto time_appends = [&](const void* src) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, src, 4096, nullptr, 0, nullptr));
+    auto t = std::chrono::steady_clock::now() - t0;
+    s.copy_sync(dev, usm, 16);  // drain
+    return t;
+  };
+  auto t_pageable = time_appends(pageable.data());
+  auto t_usm = time_appends(usm);
+  auto t_imported = time_appends(imported.data());
+  // FERRY_SIM_PAGEABLE_US=20 (catch_main): each pageable append pays at least that.
+  CHECK(t_pageable >= std::chrono::microseconds(20 * n));
+  CHECK(t_usm < t_pageable);
+  CHECK(t_imported < t_pageable);
+  s.ext<release_fn>("zexDriverReleaseImportedPointer")(s.native_driver(), imported.data());
+  zeMemFree(s.ctx, usm);
+  zeMemFree(s.ctx, dev);
+}
+
+TEST_CASE("fault injection: the Nth copy fails with DEVICE_LOST, later ones succeed", "[sim]") {
+  Sim s;
+  auto fail = s.ext<fail_fn>(FERRY_SIM_EXT_FAIL_COPY);
+  REQUIRE(fail != nullptr);
+  void* dev = s.device_alloc(64);
+  uint64_t a = 1, b = 2, back = 0;
+  s.copy_sync(dev, &a, 8);
+  ZE_OK(fail(s.native_driver(), 2, 0));  // the second copy from now
+  ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, &a, 8, s.events[0], 0, nullptr));
+  ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, &b, 8, s.events[1], 0, nullptr));
+  ZE_OK(zeEventHostSynchronize(s.events[0], UINT64_MAX));
+  CHECK(zeEventHostSynchronize(s.events[1], UINT64_MAX) == ZE_RESULT_ERROR_DEVICE_LOST);
+  CHECK(zeEventQueryStatus(s.events[1]) == ZE_RESULT_ERROR_DEVICE_LOST);
+  s.copy_sync(&back, dev, 8);
+  CHECK(back == a);  // the failed copy wrote nothing
+  s.copy_sync(dev, &b, 8);
+  s.copy_sync(&back, dev, 8);
+  CHECK(back == b);
+  ZE_OK(zeDeviceGetStatus(s.device));
+
+  // "lost": every later command fails and the device reports it.
+  ZE_OK(fail(s.native_driver(), 1, 1));
+  ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, &a, 8, s.events[2], 0, nullptr));
+  CHECK(zeEventHostSynchronize(s.events[2], UINT64_MAX) == ZE_RESULT_ERROR_DEVICE_LOST);
+  CHECK(zeDeviceGetStatus(s.device) == ZE_RESULT_ERROR_DEVICE_LOST);
+  CHECK(zeCommandListAppendMemoryCopy(s.copy, dev, &a, 8, nullptr, 0, nullptr) == ZE_RESULT_ERROR_DEVICE_LOST);
+  ZE_OK(fail(s.native_driver(), 0, 0));  // disarm and recover, for the tests after this one
+  ZE_OK(zeDeviceGetStatus(s.device));
+  zeMemFree(s.ctx, dev);
+}
+
+TEST_CASE("misuse is refused with the right result", "[sim]") {
+  Sim s;
+  void* dev = s.device_alloc(100);
+  char host[256] = {};
+  // A copy that runs past the end of a known allocation.
+  CHECK(zeCommandListAppendMemoryCopy(s.copy, dev, host, 101, nullptr, 0, nullptr) == ZE_RESULT_ERROR_INVALID_SIZE);
+  CHECK(zeCommandListAppendMemoryCopy(s.copy, static_cast<char*>(dev) + 50, host, 51, nullptr, 0, nullptr) ==
+        ZE_RESULT_ERROR_INVALID_SIZE);
+  CHECK(zeCommandListAppendMemoryCopy(s.copy, host, dev, 200, nullptr, 0, nullptr) == ZE_RESULT_ERROR_INVALID_SIZE);
+  // NULL pointers.
+  CHECK(zeCommandListAppendMemoryCopy(s.copy, nullptr, host, 1, nullptr, 0, nullptr) ==
+        ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+  CHECK(zeDeviceGetProperties(s.device, nullptr) == ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+  // A free of a pointer the driver never gave out.
+  CHECK(zeMemFree(s.ctx, host) == ZE_RESULT_ERROR_INVALID_ARGUMENT);
+  // Bad ordinals and queue indices.
+  ze_command_queue_desc_t qd{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr, 7, 0, 0,
+                             ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+  ze_command_list_handle_t l = nullptr;
+  CHECK(zeCommandListCreateImmediate(s.ctx, s.device, &qd, &l) == ZE_RESULT_ERROR_INVALID_ARGUMENT);
+  qd.ordinal = 0;
+  qd.index = 99;
+  CHECK(zeCommandListCreateImmediate(s.ctx, s.device, &qd, &l) == ZE_RESULT_ERROR_INVALID_ARGUMENT);
+  // An event index outside its pool.
+  ze_event_desc_t ed{ZE_STRUCTURE_TYPE_EVENT_DESC, nullptr, 1000, 0, ZE_EVENT_SCOPE_FLAG_HOST};
+  ze_event_handle_t e = nullptr;
+  CHECK(zeEventCreate(s.pool, &ed, &e) != ZE_RESULT_SUCCESS);
+  // Zero-size allocation.
+  ze_device_mem_alloc_desc_t dd{ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, nullptr, 0, 0};
+  void* p = nullptr;
+  CHECK(zeMemAllocDevice(s.ctx, &dd, 0, 64, s.device, &p) != ZE_RESULT_SUCCESS);
+  // An IPC handle only for the start of a device allocation.
+  ze_ipc_mem_handle_t h{};
+  CHECK(zeMemGetIpcHandle(s.ctx, static_cast<char*>(dev) + 8, &h) == ZE_RESULT_ERROR_INVALID_ARGUMENT);
+  zeMemFree(s.ctx, dev);
+}
+
+TEST_CASE("device memory IPC: another process opens, reads and writes the allocation", "[sim][ipc]") {
+  Sim s;
+  const uint64_t n = 1 << 16;
+  std::vector<uint8_t> data(n);
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<uint8_t>(i ^ (i >> 8));
+  void* dev = s.device_alloc(n);
+  s.copy_sync(dev, data.data(), n);
+  ze_ipc_mem_handle_t h{};
+  ZE_OK(zeMemGetIpcHandle(s.ctx, dev, &h));
+  int fd = 0;
+  std::memcpy(&fd, h.data, sizeof fd);  // the fd leads the handle, as on Intel's runtime
+  Peer peer("mem");
+  peer.send_fd(fd, h.data, sizeof h.data);
+  // The peer copies the allocation back to its host, checksums it, then
+  // fills the first 4 KiB with 0xab on the device.
+  CHECK(peer.read_u64() == ferry_sim_checksum(data.data(), n));
+  CHECK(peer.finish() == 0);
+  std::vector<uint8_t> back(4096);
+  s.copy_sync(back.data(), dev, back.size());
+  CHECK(std::all_of(back.begin(), back.end(), [](uint8_t b) { return b == 0xab; }));
+  zeMemFree(s.ctx, dev);
+}
+
+TEST_CASE("event pool IPC: events signal across processes", "[sim][ipc]") {
+  Sim s(4, ZE_EVENT_POOL_FLAG_HOST_VISIBLE | ZE_EVENT_POOL_FLAG_IPC);
+  ze_ipc_event_pool_handle_t h{};
+  ZE_OK(zeEventPoolGetIpcHandle(s.pool, &h));
+  int fd = 0;
+  std::memcpy(&fd, h.data, sizeof fd);
+  Peer peer("event");
+  peer.send_fd(fd, h.data, sizeof h.data);
+  // The peer's copy engine waits on our event 0, then signals event 1.
+  CHECK(peer.read_u64() == 1);  // it is waiting
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(zeEventQueryStatus(s.events[1]) == ZE_RESULT_NOT_READY);
+  ZE_OK(zeEventHostSignal(s.events[0]));
+  ZE_OK(zeEventHostSynchronize(s.events[1], 5'000'000'000ull));
+  CHECK(peer.finish() == 0);
+}

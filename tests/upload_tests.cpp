@@ -1,0 +1,435 @@
+// The upload path end to end: a real ferryd on the simulated device, real
+// client processes through libferry, and raw-protocol peers where a test must
+// misbehave.
+#include <ferry/ferry.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include "daemon_fixture.hpp"
+#include "ferry/sim.h"
+
+using namespace ferry::test;
+namespace proto = ferry::proto;
+
+namespace {
+
+struct Conn {
+  ferry_client* c = nullptr;
+  explicit Conn(const std::string& socket) { REQUIRE(ferry_connect(socket.c_str(), &c) == 0); }
+  ~Conn() { ferry_disconnect(c); }
+  ferry_buffer alloc(uint64_t n) {
+    ferry_buffer b = 0;
+    REQUIRE(ferry_buffer_alloc(c, n, &b) == 0);
+    return b;
+  }
+  std::vector<uint8_t> download(ferry_buffer b, uint64_t off, uint64_t n) {
+    std::vector<uint8_t> v(n);
+    REQUIRE(ferry_download(c, b, off, v.data(), n) == 0);
+    return v;
+  }
+};
+
+std::vector<uint8_t> pattern(uint64_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937_64 rng(seed);
+  for (uint64_t i = 0; i < n; i += 8) {
+    uint64_t x = rng();
+    std::memcpy(v.data() + i, &x, std::min<uint64_t>(8, n - i));
+  }
+  return v;
+}
+
+// Runs fn in a child process; returns its exit code.
+template <class F>
+pid_t spawn_child(F fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int rc = 1;
+    try {
+      rc = fn();
+    } catch (...) {
+    }
+    _exit(rc);
+  }
+  return pid;
+}
+
+int reap(pid_t pid) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+}  // namespace
+
+TEST_CASE("uploads from 1 byte to 64 MiB at odd offsets arrive intact", "[upload]") {
+  Daemon d({"--slot-size", "262144", "--slots", "8"});
+  Conn k(d.socket);
+  const uint64_t cap = (64ull << 20) + 4096;
+  ferry_buffer b = k.alloc(cap);
+  const uint64_t sizes[] = {1, 7, 4095, 4097, 262143, 262144, 262145, 3 * 262144 + 5, 5'000'001, 64ull << 20};
+  const uint64_t offsets[] = {0, 3, 1001, 4093};
+  uint64_t seed = 1;
+  for (uint64_t n : sizes) {
+    for (uint64_t off : offsets) {
+      if (off + n > cap) continue;
+      auto src = pattern(n, ++seed);
+      ferry_ticket t = 0;
+      REQUIRE(ferry_upload(k.c, b, off, src.data(), n, &t) == 0);
+      REQUIRE(ferry_wait(k.c, t, -1) == 0);
+      INFO("size " << n << " offset " << off);
+      CHECK(k.download(b, off, n) == src);
+      if (n >= (1u << 20)) break;  // the large ones once
+    }
+  }
+  CHECK(ferry_buffer_free(k.c, b) == 0);
+}
+
+TEST_CASE("the source may be overwritten and freed as soon as ferry_upload returns", "[upload][safety]") {
+  // A slow link (40 MB/s) keeps the device queue busy with an earlier upload.
+  Daemon d({"--slot-size", "1048576", "--slots", "8"},
+           {{"FERRY_SIM_BANDWIDTH_GBPS", "0.04"}, {"FERRY_SIM_LATENCY_US", "0"}});
+  Conn k(d.socket);
+  ferry_buffer busy = k.alloc(4 << 20);
+  ferry_buffer b = k.alloc(65536);
+  std::vector<uint8_t> blocker(4 << 20, 1);
+  ferry_ticket tb = 0;
+  REQUIRE(ferry_upload(k.c, busy, 0, blocker.data(), blocker.size(), &tb) == 0);
+
+  auto* src = static_cast<uint8_t*>(std::malloc(65536));
+  const auto original = pattern(65536, 99);
+  std::memcpy(src, original.data(), original.size());
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(k.c, b, 0, src, 65536, &t) == 0);
+  // The call returned while the device has not copied it yet...
+  CHECK(ferry_completed(k.c) < t);
+  // ...and the caller takes its memory back at once.
+  std::memset(src, 0xEE, 65536);
+  std::free(src);
+  REQUIRE(ferry_wait(k.c, t, -1) == 0);
+  CHECK(ferry_wait(k.c, tb, 0) == 0);
+  CHECK(k.download(b, 0, 65536) == original);
+}
+
+TEST_CASE("8 processes x 2000 uploads, each verified by checksum: nothing lost or mixed", "[upload][multiprocess]") {
+  Daemon d({"--slot-size", "65536", "--slots", "16"});
+  const int procs = 8, uploads = 2000;
+  const uint64_t rec = 512;
+  std::vector<pid_t> kids;
+  for (int p = 0; p < procs; ++p) {
+    kids.push_back(spawn_child([&, p] {
+      ferry_client* c = nullptr;
+      if (ferry_connect(d.socket.c_str(), &c) != 0) return 10;
+      ferry_buffer b = 0;
+      if (ferry_buffer_alloc(c, rec * uploads, &b) != 0) return 11;
+      std::vector<uint8_t> all = pattern(rec * uploads, 1000 + p);
+      std::vector<uint8_t> src(rec);
+      for (int i = 0; i < uploads; ++i) {
+        std::memcpy(src.data(), all.data() + i * rec, rec);
+        if (ferry_upload(c, b, i * rec, src.data(), rec, nullptr) != 0) return 12;
+        std::memset(src.data(), 0, rec);  // reuse at once
+      }
+      if (ferry_flush(c, -1) != 0) return 13;
+      std::vector<uint8_t> back(rec * uploads);
+      if (ferry_download(c, b, 0, back.data(), back.size()) != 0) return 14;
+      if (ferry_sim_checksum(back.data(), back.size()) != ferry_sim_checksum(all.data(), all.size())) return 15;
+      ferry_disconnect(c);
+      return 0;
+    }));
+  }
+  for (pid_t k : kids) CHECK(reap(k) == 0);
+  auto st = d.status();
+  CHECK(st.get<uint64_t>("totals.uploads") == uint64_t{procs} * uploads);
+  CHECK(st.get<uint64_t>("totals.failed") == 0);
+  CHECK(d.holds_nothing());
+}
+
+TEST_CASE("many threads share one client", "[upload][threads]") {
+  Daemon d({"--slot-size", "16384", "--slots", "4"});
+  Conn k(d.socket);
+  const int threads = 6, per = 300;
+  const uint64_t rec = 3000;  // some uploads span two slots
+  ferry_buffer b = k.alloc(rec * threads * per);
+  std::vector<std::thread> ts;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < per; ++i) {
+        uint64_t off = (uint64_t(t) * per + i) * rec;
+        auto src = pattern(rec, off);
+        ferry_ticket tk = 0;
+        if (ferry_upload(k.c, b, off, src.data(), rec, &tk) != 0) ++errors;
+        if (i % 50 == 0 && ferry_wait(k.c, tk, -1) != 0) ++errors;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  CHECK(errors == 0);
+  REQUIRE(ferry_flush(k.c, -1) == 0);
+  auto back = k.download(b, 0, rec * threads * per);
+  for (uint64_t off = 0; off < back.size(); off += rec) {
+    auto want = pattern(rec, off);
+    REQUIRE(std::memcmp(back.data() + off, want.data(), rec) == 0);
+  }
+}
+
+TEST_CASE("completions come in ticket order; a failed ticket is reported with its error", "[upload][order]") {
+  // The 5th copy the simulated device executes fails.
+  Daemon d({}, {{"FERRY_SIM_FAIL_COPY", "5"}, {"FERRY_SIM_FAST", "1"}});
+  Conn k(d.socket);
+  ferry_buffer b = k.alloc(4096);
+  std::vector<ferry_ticket> ts;
+  uint64_t seen = 0;
+  for (int i = 0; i < 10; ++i) {
+    uint8_t v = static_cast<uint8_t>(i);
+    ferry_ticket t = 0;
+    REQUIRE(ferry_upload(k.c, b, i, &v, 1, &t) == 0);
+    ts.push_back(t);
+    uint64_t now = ferry_completed(k.c);
+    CHECK(now >= seen);  // the timeline never goes back
+    seen = now;
+  }
+  for (size_t i = 0; i < ts.size(); ++i) {
+    CHECK(ts[i] == i + 1);
+    int r = ferry_wait(k.c, ts[i], -1);
+    CHECK(r == (i == 4 ? -EIO : 0));
+    CHECK(ferry_completed(k.c) >= ts[i]);
+  }
+  auto back = k.download(b, 0, 10);
+  for (int i = 0; i < 10; ++i) CHECK(back[i] == (i == 4 ? 0 : i));  // the failed copy wrote nothing
+  CHECK(d.status().get<uint64_t>("totals.failed") == 1);
+  // The error was reported once; the ticket is done.
+  CHECK(ferry_wait(k.c, ts[4], 0) == 0);
+}
+
+TEST_CASE("a failure inside a large upload fails that upload's ticket", "[upload][order]") {
+  Daemon d({"--slot-size", "4096"}, {{"FERRY_SIM_FAIL_COPY", "3"}, {"FERRY_SIM_FAST", "1"}});
+  Conn k(d.socket);
+  ferry_buffer b = k.alloc(1 << 16);
+  std::vector<uint8_t> src(5 * 4096, 7);
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(k.c, b, 0, src.data(), src.size(), &t) == 0);  // copies 1..5
+  CHECK(ferry_wait(k.c, t, -1) == -EIO);
+  ferry_ticket t2 = 0;
+  REQUIRE(ferry_upload(k.c, b, 0, src.data(), src.size(), &t2) == 0);
+  CHECK(ferry_wait(k.c, t2, -1) == 0);
+  CHECK(ferry_flush(k.c, -1) == 0);
+}
+
+TEST_CASE("a client that exits without freeing leaves nothing held", "[upload][cleanup]") {
+  Daemon d({"--slot-size", "65536"}, {{"FERRY_SIM_BANDWIDTH_GBPS", "0.5"}, {"FERRY_SIM_LATENCY_US", "0"}});
+  for (int round = 0; round < 3; ++round) {
+    pid_t kid = spawn_child([&] {
+      ferry_client* c = nullptr;
+      if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;
+      std::vector<uint8_t> src(1 << 20, 3);
+      for (int i = 0; i < 3; ++i) {
+        ferry_buffer b = 0;
+        if (ferry_buffer_alloc(c, 1 << 20, &b) != 0) return 2;
+        if (ferry_upload(c, b, 0, src.data(), src.size(), nullptr) != 0) return 3;
+      }
+      // Round 0 exits, round 1 is killed with copies in flight, round 2 exits mid-stream.
+      if (round == 1) raise(SIGKILL);
+      return 0;  // no disconnect, no free
+    });
+    int rc = reap(kid);
+    CHECK((rc == 0 || rc == 128 + SIGKILL));
+    CHECK(d.holds_nothing());
+  }
+}
+
+TEST_CASE("a client cannot name another client's buffer", "[upload][isolation]") {
+  Daemon d;
+  Conn a(d.socket);
+  ferry_buffer mine = a.alloc(4096);
+  std::vector<uint8_t> secret = pattern(4096, 5);
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(a.c, mine, 0, secret.data(), 4096, &t) == 0);
+  REQUIRE(ferry_wait(a.c, t, -1) == 0);
+
+  Conn b(d.socket);
+  uint8_t junk[16] = {};
+  CHECK(ferry_upload(b.c, mine, 0, junk, sizeof junk, nullptr) == -ENOENT);
+  CHECK(ferry_download(b.c, mine, 0, junk, sizeof junk) == -ENOENT);
+  CHECK(ferry_buffer_free(b.c, mine) == -ENOENT);
+
+  // The daemon refuses it too, when a client skips libferry's own check.
+  RawClient raw(d.socket);
+  raw.hello();
+  std::memset(raw.slot(0), 0xAA, 16);
+  raw.send(raw.transfer(proto::Type::upload, 1, 16, mine, 0));
+  proto::TicketFailed f{};
+  REQUIRE(raw.expect(proto::Type::ticket_failed, &f));
+  CHECK(f.ticket == 1);
+  CHECK(f.error == -ENOENT);
+  raw.send(raw.transfer(proto::Type::download, 2, 16, mine, 0));
+  REQUIRE(raw.expect(proto::Type::ticket_failed, &f));
+  CHECK(f.error == -ENOENT);
+  auto fr = proto::make<proto::Free>(proto::Type::free);
+  fr.request = 5;
+  fr.buffer = mine;
+  raw.send(fr);
+  proto::Reply r{};
+  REQUIRE(raw.expect(proto::Type::reply, &r));
+  CHECK(r.status == -ENOENT);
+  CHECK(a.download(mine, 0, 4096) == secret);
+}
+
+TEST_CASE("uploads past a buffer's end are refused and change nothing", "[upload][bounds]") {
+  Daemon d;
+  Conn k(d.socket);
+  ferry_buffer b = k.alloc(1000);
+  auto orig = pattern(1000, 8);
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(k.c, b, 0, orig.data(), 1000, &t) == 0);
+  REQUIRE(ferry_wait(k.c, t, -1) == 0);
+  std::vector<uint8_t> junk(64, 0xFF);
+  CHECK(ferry_upload(k.c, b, 990, junk.data(), 11, nullptr) == -EINVAL);
+  CHECK(ferry_upload(k.c, b, 1000, junk.data(), 1, nullptr) == -EINVAL);
+  CHECK(ferry_upload(k.c, b, UINT64_MAX - 3, junk.data(), 8, nullptr) == -EINVAL);
+  CHECK(ferry_upload(k.c, b, 0, junk.data(), 0, nullptr) == -EINVAL);
+  CHECK(ferry_upload(k.c, b, 0, nullptr, 8, nullptr) == -EINVAL);
+  CHECK(ferry_download(k.c, b, 999, junk.data(), 2) == -EINVAL);
+
+  RawClient raw(d.socket);
+  raw.hello();
+  uint64_t rb = raw.alloc(1000);
+  proto::TicketFailed f{};
+  raw.send(raw.transfer(proto::Type::upload, 1, 11, rb, 990));
+  REQUIRE(raw.expect(proto::Type::ticket_failed, &f));
+  CHECK(f.error == -EINVAL);
+  raw.send(raw.transfer(proto::Type::upload, 2, 8, rb, UINT64_MAX - 3));  // offset + length wraps
+  REQUIRE(raw.expect(proto::Type::ticket_failed, &f));
+  CHECK(f.error == -EINVAL);
+  CHECK(k.download(b, 0, 1000) == orig);
+}
+
+TEST_CASE("a malformed message closes only its own session", "[upload][badinput]") {
+  Daemon d;
+  Conn good(d.socket);
+  ferry_buffer b = good.alloc(4096);
+
+  RawClient bad(d.socket);
+  bad.hello();
+  const char garbage[] = "GET / HTTP/1.1\r\n\r\n";
+  bad.send_bytes(garbage, sizeof garbage);
+  proto::Error e{};
+  REQUIRE(bad.expect(proto::Type::error, &e));
+  CHECK((e.h.flags & proto::kErrorFatal) != 0);
+  CHECK(bad.closed_by_peer());
+
+  RawClient wrong_slot(d.socket);
+  wrong_slot.hello();
+  auto m = wrong_slot.transfer(proto::Type::upload, 1, 16, 1, 0);
+  m.slot = 3;  // not the ticket's slot
+  wrong_slot.send(m);
+  REQUIRE(wrong_slot.expect(proto::Type::error, &e));
+  CHECK(wrong_slot.closed_by_peer());
+
+  RawClient too_long(d.socket);
+  too_long.hello();
+  too_long.send(too_long.transfer(proto::Type::upload, 1, too_long.welcome.slot_bytes + 1, 1, 0));
+  REQUIRE(too_long.expect(proto::Type::error, &e));
+  CHECK(too_long.closed_by_peer());
+
+  auto src = pattern(4096, 3);
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(good.c, b, 0, src.data(), 4096, &t) == 0);
+  REQUIRE(ferry_wait(good.c, t, -1) == 0);
+  CHECK(good.download(b, 0, 4096) == src);
+}
+
+TEST_CASE("SIGTERM: the daemon drains, tells waiting clients, exits 0", "[upload][shutdown]") {
+  Daemon d({"--slot-size", "65536"}, {{"FERRY_SIM_BANDWIDTH_GBPS", "0.1"}, {"FERRY_SIM_LATENCY_US", "0"}});
+  Conn k(d.socket);
+  ferry_buffer b = k.alloc(1 << 20);
+  std::vector<uint8_t> src(1 << 20, 9);
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(k.c, b, 0, src.data(), src.size(), &t) == 0);
+  std::atomic<int> waited{1};
+  std::thread waiter([&] {
+    // Waits for a ticket that will never be issued by anyone else: the flush
+    // of a later upload that the daemon will not accept.
+    ferry_ticket t2 = 0;
+    ferry_upload(k.c, b, 0, src.data(), src.size(), &t2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    waited = ferry_wait(k.c, t2, -1);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(d.stop(SIGTERM) == 0);
+  waiter.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(6));
+  // Copies in flight at SIGTERM finished before the daemon said goodbye.
+  CHECK(ferry_completed(k.c) >= t);
+  CHECK((waited == 0 || waited == -ESHUTDOWN || waited == -ECONNRESET));
+  // Later calls fail clearly instead of hanging.
+  CHECK(ferry_wait(k.c, t + 100, -1) == -EINVAL);
+  int r = ferry_upload(k.c, b, 0, src.data(), 16, nullptr);
+  CHECK((r == -ESHUTDOWN || r == -ECONNRESET));
+}
+
+TEST_CASE("a killed daemon: blocked calls return an error within a second", "[upload][shutdown]") {
+  Daemon d({"--slot-size", "65536", "--slots", "2"},
+           {{"FERRY_SIM_BANDWIDTH_GBPS", "0.01"}, {"FERRY_SIM_LATENCY_US", "0"}});
+  Conn k(d.socket);
+  ferry_buffer b = k.alloc(1 << 20);
+  std::vector<uint8_t> src(1 << 20, 9);
+  std::atomic<int> result{1};
+  std::atomic<bool> returned{false};
+  std::thread uploader([&] {
+    // 16 slots' worth through 2 slots on a 10 MB/s link: blocks on slots.
+    result = ferry_upload(k.c, b, 0, src.data(), src.size(), nullptr);
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  CHECK_FALSE(returned.load());
+  auto t0 = std::chrono::steady_clock::now();
+  d.stop(SIGKILL);
+  uploader.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  CHECK(result == -ECONNRESET);
+  // A restarted daemon serves new connections.
+  Daemon again;
+  Conn k2(again.socket);
+  CHECK(k2.alloc(16) != 0);
+}
+
+TEST_CASE("an outside C program using only ferry.h and -lferry does every operation", "[upload][example]") {
+  Daemon d;
+  std::string cmd = std::string(MULTI_UPLOAD_PATH) + " -s " + d.socket + " -p 3 -n 50 -b 70000 > /dev/null";
+  CHECK(std::system(cmd.c_str()) == 0);
+  CHECK(d.holds_nothing());
+}
+
+TEST_CASE("ferryctl shows a client's occupancy and exits 3 when it cannot connect", "[ferryctl]") {
+  Daemon d({"--slot-size", "65536", "--slots", "4"},
+           {{"FERRY_SIM_BANDWIDTH_GBPS", "0.01"}, {"FERRY_SIM_LATENCY_US", "0"}});
+  Conn k(d.socket);
+  ferry_buffer b = k.alloc(1 << 20);
+  std::vector<uint8_t> src(3 * 65536, 1);
+  REQUIRE(ferry_upload(k.c, b, 0, src.data(), src.size(), nullptr) == 0);
+  // Three slots in flight on a 10 MB/s link for ~20 ms.
+  auto st = d.status();
+  bool found = false;
+  for (const auto& [key, c] : st.get_child("clients")) {
+    (void)key;
+    found = true;
+    CHECK(c.get<uint64_t>("slots") == 4);
+    CHECK(c.get<uint64_t>("slots_in_flight") >= 1);
+    CHECK(c.get<uint64_t>("buffers") == 1);
+  }
+  CHECK(found);
+  std::string cmd = std::string(FERRYCTL_PATH) + " --socket " + d.socket + " status > /dev/null";
+  CHECK(std::system(cmd.c_str()) == 0);
+  cmd = std::string(FERRYCTL_PATH) + " --socket /nonexistent/ferry.sock status 2>/dev/null";
+  int rc = std::system(cmd.c_str());
+  CHECK(WEXITSTATUS(rc) == 3);
+  cmd = std::string(FERRYCTL_PATH) + " --bogus 2>/dev/null";
+  rc = std::system(cmd.c_str());
+  CHECK(WEXITSTATUS(rc) == 2);
+}
