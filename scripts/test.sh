@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test: installs what is needed, builds with warnings as errors,
+# runs the suite, then runs it again under AddressSanitizer+UBSan.
+# Set FERRY_TEST_QUICK=1 to skip the sanitizer pass.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bash "$root/scripts/setup.sh"
+
+run_suite() {
+  local dir=$1
+  shift
+  echo "== build $dir ($*)"
+  bash "$root/scripts/build.sh" "$dir" -DFERRY_WERROR=ON "$@"
+  echo "== test $dir"
+  (cd "$dir" && ctest --output-on-failure -j 2)
+}
+
+run_suite "$root/build/ci" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+if [[ ${FERRY_TEST_QUICK:-0} != 1 ]]; then
+  # The sanitizer runtime must not trip over the loader's own leaks at exit.
+  export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  run_suite "$root/build/asan" -DCMAKE_BUILD_TYPE=Debug -DFERRY_SANITIZE=address,undefined -DFERRY_BUILD_BENCH=OFF
+fi
