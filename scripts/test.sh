@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is needed, builds with warnings as errors,
-# runs the suite, then runs it again under AddressSanitizer+UBSan.
+# runs the suite, then runs it again under AddressSanitizer+UBSan and under
+# ThreadSanitizer.
 # Set FERRY_TEST_QUICK=1 to skip the sanitizer pass.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,4 +22,7 @@ if [[ ${FERRY_TEST_QUICK:-0} != 1 ]]; then
   export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   run_suite "$root/build/asan" -DCMAKE_BUILD_TYPE=Debug -DFERRY_SANITIZE=address,undefined -DFERRY_BUILD_BENCH=OFF
+  unset ASAN_OPTIONS
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  run_suite "$root/build/tsan" -DCMAKE_BUILD_TYPE=Debug -DFERRY_SANITIZE=thread -DFERRY_BUILD_BENCH=OFF
 fi

@@ -234,8 +234,11 @@ EventPool::~EventPool() {
 }
 
 void Event::signal(uint32_t value) {
-  state().store(value, std::memory_order_release);
-  futex(&state(), FUTEX_WAKE, INT_MAX, nullptr);
+  // Once the store is seen, the host may destroy this Event: touch only the
+  // pool's word (which outlives its events) after it.
+  std::atomic<uint32_t>* word = &state();
+  word->store(value, std::memory_order_release);
+  futex(word, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
 uint32_t Event::wait(uint64_t timeout_ns) {
