@@ -153,11 +153,14 @@ class LevelZero final : public Backend {
       give_event(ev);
       return to_errno(r);
     }
+    bool was_empty;
     {
       std::lock_guard lock(mu_);
+      was_empty = inflight_.empty();
       inflight_.push_back({ev, cookie});
     }
-    cv_.notify_one();
+    // The retire thread sleeps on cv_ only while nothing is in flight.
+    if (was_empty) cv_.notify_one();
     return 0;
   }
 

@@ -1,5 +1,7 @@
 #include "engine.hpp"
 
+#include <pthread.h>
+
 #include <boost/asio/post.hpp>
 #include <cerrno>
 
@@ -153,12 +155,28 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
 }
 
 void TransferEngine::retire_loop() {
+  pthread_setname_np(pthread_self(), "ferry-retire");
   std::vector<Done> batch;
   while (!stop_.load(std::memory_order_relaxed)) {
     batch.clear();
     // A short timeout keeps stop() prompt; a busy device returns at once.
     if (backend_->reap(batch, 50'000'000) == 0) continue;
-    boost::asio::post(io_, [this, b = batch] { retire(b); });
+    bool post;
+    {
+      std::lock_guard lock(done_mu_);
+      post = done_.empty();  // else a posted handler has yet to run and will take these too
+      done_.insert(done_.end(), batch.begin(), batch.end());
+    }
+    if (post) {
+      boost::asio::post(io_, [this] {
+        std::vector<Done> b;
+        {
+          std::lock_guard lock(done_mu_);
+          b.swap(done_);
+        }
+        retire(b);
+      });
+    }
   }
 }
 

@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -168,6 +169,9 @@ class TransferEngine {
   uint64_t next_cookie_ = 1;
   EngineStats stats_;
   std::atomic<bool> stop_{false};
+  // Finished copies not yet handled on the io thread; one post drains them all.
+  std::mutex done_mu_;
+  std::vector<Done> done_;
   std::thread retirer_;
 };
 

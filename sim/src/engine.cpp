@@ -3,6 +3,8 @@
 // A copy reads its source when it executes, not when it was appended: that is
 // the behaviour of a real GPU reading a pageable source, and the hazard ferry
 // exists to remove.
+#include <pthread.h>
+
 #include <cstring>
 
 #include "ferry/sim.h"
@@ -10,7 +12,12 @@
 
 namespace ferry::sim {
 
-Engine::Engine() : thread_([this] { run(); }) {}
+Engine::Engine() : thread_([this] {
+  // Named so tools (and ferry's benchmarks) can tell the simulated GPU's
+  // time from its host process's own.
+  pthread_setname_np(pthread_self(), "ze-sim-engine");
+  run();
+}) {}
 
 Engine::~Engine() {
   {

@@ -237,8 +237,11 @@ void Event::signal(uint32_t value) {
   // Once the store is seen, the host may destroy this Event: touch only the
   // pool's word (which outlives its events) after it.
   std::atomic<uint32_t>* word = &state();
-  word->store(value, std::memory_order_release);
-  futex(word, FUTEX_WAKE, INT_MAX, nullptr);
+  std::atomic<uint32_t>* waiting = &waiters();
+  word->store(value, std::memory_order_seq_cst);
+  // A waiter raises `waiters` before it re-checks the state and sleeps, so
+  // seeing zero here means nobody can sleep through this store.
+  if (waiting->load(std::memory_order_seq_cst) != 0) futex(word, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
 uint32_t Event::wait(uint64_t timeout_ns) {
@@ -257,7 +260,9 @@ uint32_t Event::wait(uint64_t timeout_ns) {
       ts.tv_nsec = static_cast<long>(left % 1'000'000'000ull);
       tsp = &ts;
     }
-    futex(&state(), FUTEX_WAIT, kClear, tsp);
+    waiters().fetch_add(1, std::memory_order_seq_cst);
+    if (state().load(std::memory_order_seq_cst) == kClear) futex(&state(), FUTEX_WAIT, kClear, tsp);
+    waiters().fetch_sub(1, std::memory_order_seq_cst);
     s = state().load(std::memory_order_acquire);
     if (s != kClear) return s;
   }

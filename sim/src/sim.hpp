@@ -159,7 +159,8 @@ enum EventState : uint32_t { kClear = 0, kSignaled = 1, kFailed = 2 };
 
 struct EventSlot {
   std::atomic<uint32_t> state;
-  uint32_t pad[15];
+  std::atomic<uint32_t> waiters;  // threads (of any process) in FUTEX_WAIT on state
+  uint32_t pad[14];
 };
 static_assert(sizeof(EventSlot) == 64);
 
@@ -181,6 +182,7 @@ struct Event : Object {
   EventPool* pool;
   uint32_t index;
   std::atomic<uint32_t>& state() { return pool->slots[index].state; }
+  std::atomic<uint32_t>& waiters() { return pool->slots[index].waiters; }
   void signal(uint32_t value);
   // Waits until the event is no longer clear or timeout_ns passes.
   // Returns the state seen.
