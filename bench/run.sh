@@ -10,9 +10,9 @@ quick=0
 build=${FERRY_BUILD_DIR:-$root/build/release}
 
 bash "$root/scripts/setup.sh"
-if ((!quick)) && ! command -v gnuplot >/dev/null; then
+if ((!quick)) && ! { command -v gnuplot && command -v valgrind && command -v strace; } >/dev/null; then
   SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends gnuplot-nox >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends gnuplot-nox valgrind strace >/dev/null
 fi
 bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF >/dev/null
 
@@ -33,6 +33,9 @@ fi
 
 data=$(mktemp -d)
 body=$("$build/bench/ferry_bench" --socket "$sock" --daemon-pid $daemon --data "$data")
+kill -TERM $daemon
+wait $daemon || true
+profile=$(bash "$root/bench/profile.sh" "$build" 20000)
 out=$root/docs/BENCHMARKS.md
 {
   echo "# Benchmarks"
@@ -41,22 +44,28 @@ out=$root/docs/BENCHMARKS.md
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'),"
   echo "$(free -g | awk '/Mem:/ {print $2}') GiB. Device: ferry's simulated Level Zero GPU with its default cost"
   echo "model (5 µs per command, 12 GB/s, 20 µs per pageable append); ferryd with its defaults (16 slots of 1 MiB)."
-  echo "Every row of a table comes from the same run of \`ferry_bench\`."
+  echo "Every row of a table comes from the same run of \`ferry_bench\`; the goals table at its end"
+  echo "is computed from them."
+  echo
+  echo "$body"
   echo
   cat "$root/bench/GOALS.md"
   echo
-  echo "$body"
+  echo "$profile"
   echo
   echo "![upload bandwidth against size](bench_bandwidth.png)"
 } >"$out"
 gnuplot <<GP
 set terminal pngcairo size 900,520 font ",11"
 set output "$root/docs/bench_bandwidth.png"
-set title "Upload bandwidth against size, pageable source (simulated device, 12 GB/s link)"
+set title "Upload bandwidth against size, pageable source (simulated device, ${FERRY_SIM_BANDWIDTH_GBPS:-12} GB/s link)"
 set logscale x 2
 set xlabel "upload size (bytes)"
 set ylabel "GB/s (until the bytes are on the device)"
 set key top left
+set xtics ("4 KiB" 4096, "16 KiB" 16384, "64 KiB" 65536, "256 KiB" 262144, "1 MiB" 1048576, "4 MiB" 4194304, \
+           "16 MiB" 16777216, "64 MiB" 67108864, "256 MiB" 268435456, "1 GiB" 1073741824)
+set yrange [0:*]
 set grid
 plot "$data/bandwidth.tsv" using 1:2 with linespoints title "sync (append + wait)", \
      "" using 1:3 with linespoints title "staged (in-process host USM)", \

@@ -193,6 +193,18 @@ int wait_for(ferry_client* c, Clock::time_point deadline, bool forever, Ready re
   }
 }
 
+// How much of an upload goes in one slot. An upload of a few slots or less is
+// cut into at least kMinPieces pieces (of at least kMinPiece bytes) so that
+// staging the next piece overlaps with the device copying this one.
+constexpr uint64_t kMinPieces = 4;
+constexpr uint64_t kMinPiece = 64 * 1024;
+uint64_t piece_bytes(uint64_t slot_bytes, uint64_t bytes) {
+  if (bytes >= kMinPieces * slot_bytes) return slot_bytes;
+  uint64_t p = (bytes + kMinPieces - 1) / kMinPieces;
+  p = (p + 4095) / 4096 * 4096;
+  return std::min(slot_bytes, std::max(p, kMinPiece));
+}
+
 // Takes the next ticket and waits until its slot may be written.
 int take_slot(ferry_client* c, uint64_t* ticket) {
   uint64_t t;
@@ -429,13 +441,14 @@ int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const v
                  ferry_ticket* out) {
   if (c == nullptr || src == nullptr) return -EINVAL;
   if (int r = check_range(c, dst, dst_offset, bytes); r != 0) return r;
-  const uint64_t pieces = (bytes + c->slot_bytes - 1) / c->slot_bytes;
+  const uint64_t piece = piece_bytes(c->slot_bytes, bytes);
+  const uint64_t pieces = (bytes + piece - 1) / piece;
   std::vector<uint64_t> earlier;
   if (pieces > 1) earlier.reserve(pieces - 1);
   const char* from = static_cast<const char*>(src);
   uint64_t done = 0;
   for (uint64_t i = 0; i < pieces; ++i) {
-    const uint64_t n = std::min(c->slot_bytes, bytes - done);
+    const uint64_t n = std::min(piece, bytes - done);
     uint64_t t = 0;
     if (int r = take_slot(c, &t); r != 0) return r;
     // While we copy this piece, the device copies the previous ones.

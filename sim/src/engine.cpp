@@ -4,6 +4,7 @@
 // the behaviour of a real GPU reading a pageable source, and the hazard ferry
 // exists to remove.
 #include <pthread.h>
+#include <sys/prctl.h>
 
 #include <cstring>
 
@@ -16,6 +17,7 @@ Engine::Engine() : thread_([this] {
   // Named so tools (and ferry's benchmarks) can tell the simulated GPU's
   // time from its host process's own.
   pthread_setname_np(pthread_self(), "ze-sim-engine");
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // modelled costs are microseconds
   run();
 }) {}
 
