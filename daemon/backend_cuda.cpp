@@ -1,12 +1,285 @@
-// CUDA backend: not part of this build yet (see the CUDA issue). ferryd
-// reports it as unavailable, naming CUDA, and keeps running other backends.
+// CUDA backend, on the driver API opened at run time: libcuda.so.1 is never a
+// link-time dependency, so ferryd starts (and reports CUDA unavailable) where
+// no NVIDIA driver is installed.
+//
+// One primary context; a non-blocking stream for copies; staging segments
+// pinned with cuMemHostRegister; one event per copy, recorded after it, for
+// slot recycling. With unified addressing, cuMemcpyAsync takes host and
+// device addresses alike, so the seam's void* pointers carry CUdeviceptr.
 #include "backend.hpp"
+
+#if FERRY_HAVE_CUDA_HEADERS
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+
+namespace ferry {
+namespace {
+
+// Each entry: the name cuGetProcAddress knows, and the type cuda.h gives
+// (cuda.h maps names like cuMemAlloc to their newest ABI, cuMemAlloc_v2).
+#define FERRY_CU_FUNCS(X)              \
+  X(cuInit, cuInit)                    \
+  X(cuDriverGetVersion, cuDriverGetVersion) \
+  X(cuDeviceGetCount, cuDeviceGetCount) \
+  X(cuDeviceGet, cuDeviceGet)          \
+  X(cuDeviceGetName, cuDeviceGetName)  \
+  X(cuDeviceGetAttribute, cuDeviceGetAttribute) \
+  X(cuDeviceTotalMem, cuDeviceTotalMem) \
+  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain) \
+  X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease) \
+  X(cuCtxSetCurrent, cuCtxSetCurrent)  \
+  X(cuStreamCreate, cuStreamCreate)    \
+  X(cuStreamDestroy, cuStreamDestroy)  \
+  X(cuStreamSynchronize, cuStreamSynchronize) \
+  X(cuMemAlloc, cuMemAlloc)            \
+  X(cuMemFree, cuMemFree)              \
+  X(cuMemHostRegister, cuMemHostRegister) \
+  X(cuMemHostUnregister, cuMemHostUnregister) \
+  X(cuMemcpyAsync, cuMemcpyAsync)      \
+  X(cuEventCreate, cuEventCreate)      \
+  X(cuEventDestroy, cuEventDestroy)    \
+  X(cuEventRecord, cuEventRecord)      \
+  X(cuEventQuery, cuEventQuery)        \
+  X(cuEventSynchronize, cuEventSynchronize) \
+  X(cuGetErrorString, cuGetErrorString)
+
+struct Cu {
+#define X(name, decl) decltype(&::decl) name = nullptr;
+  FERRY_CU_FUNCS(X)
+#undef X
+};
+
+int to_errno(CUresult r) {
+  switch (r) {
+    case CUDA_SUCCESS: return 0;
+    case CUDA_ERROR_OUT_OF_MEMORY: return -ENOMEM;
+    case CUDA_ERROR_INVALID_VALUE: return -EINVAL;
+    case CUDA_ERROR_NOT_READY: return -EAGAIN;
+    default: return -EIO;
+  }
+}
+
+class Cuda final : public Backend {
+ public:
+  ~Cuda() override {
+    if (stream_ != nullptr) {
+      current();
+      cu_.cuStreamSynchronize(stream_);
+      for (CUevent e : all_events_) cu_.cuEventDestroy(e);
+      cu_.cuStreamDestroy(stream_);
+    }
+    if (ctx_ != nullptr) cu_.cuDevicePrimaryCtxRelease(dev_);
+  }
+
+  bool open(uint32_t index, std::string& why) {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      why = "CUDA backend unavailable: the NVIDIA driver library libcuda.so.1 is not installed";
+      return false;
+    }
+    using gpa_t = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+    auto gpa = reinterpret_cast<gpa_t>(dlsym(lib, "cuGetProcAddress_v2"));
+    if (gpa == nullptr) {
+      why = "CUDA backend unavailable: the driver predates CUDA 12 (no cuGetProcAddress_v2)";
+      return false;
+    }
+#define X(name, decl)                                                                          \
+  if (gpa(#name, reinterpret_cast<void**>(&cu_.name), 12000, CU_GET_PROC_ADDRESS_DEFAULT,      \
+          nullptr) != CUDA_SUCCESS ||                                                          \
+      cu_.name == nullptr) {                                                                   \
+    why = "CUDA backend unavailable: the driver lacks " #name;                                 \
+    return false;                                                                              \
+  }
+    FERRY_CU_FUNCS(X)
+#undef X
+    if (CUresult r = cu_.cuInit(0); r != CUDA_SUCCESS) {
+      why = "CUDA: cuInit failed: " + error(r);
+      return false;
+    }
+    int n = 0;
+    cu_.cuDeviceGetCount(&n);
+    if (static_cast<int>(index) >= n) {
+      why = "CUDA: no device " + std::to_string(index) + " (" + std::to_string(n) + " found)";
+      return false;
+    }
+    cu_.cuDeviceGet(&dev_, static_cast<int>(index));
+    int unified = 0;
+    cu_.cuDeviceGetAttribute(&unified, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, dev_);
+    if (!unified) {
+      why = "CUDA: the device lacks unified addressing";
+      return false;
+    }
+    if (CUresult r = cu_.cuDevicePrimaryCtxRetain(&ctx_, dev_); r != CUDA_SUCCESS) {
+      why = "CUDA: cannot retain the primary context: " + error(r);
+      return false;
+    }
+    current();
+    if (CUresult r = cu_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) {
+      why = "CUDA: cuStreamCreate failed: " + error(r);
+      return false;
+    }
+    char name[256] = {};
+    cu_.cuDeviceGetName(name, sizeof name, dev_);
+    size_t mem = 0;
+    cu_.cuDeviceTotalMem(&mem, dev_);
+    int version = 0;
+    cu_.cuDriverGetVersion(&version);
+    info_.backend = "cuda";
+    info_.name = name;
+    info_.driver = "CUDA driver API " + std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+    info_.memory_bytes = mem;
+    info_.copy_engine = true;  // async copies on a non-blocking stream use the copy engines
+    info_.host_import = true;  // cuMemHostRegister
+    return true;
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+
+  int alloc(uint64_t bytes, void** out) override {
+    current();
+    CUdeviceptr p = 0;
+    int r = to_errno(cu_.cuMemAlloc(&p, bytes));
+    if (r == 0) *out = reinterpret_cast<void*>(p);
+    return r;
+  }
+
+  void free(void* ptr) override {
+    current();
+    cu_.cuMemFree(reinterpret_cast<CUdeviceptr>(ptr));
+  }
+
+  int register_host(void* ptr, uint64_t bytes) override {
+    current();
+    return cu_.cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS ? 0 : -ENOTSUP;
+  }
+
+  void unregister_host(void* ptr) override {
+    current();
+    cu_.cuMemHostUnregister(ptr);
+  }
+
+  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie) override {
+    current();
+    CUevent ev = take_event();
+    if (ev == nullptr) return -ENOMEM;
+    CUresult r = cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes,
+                                   stream_);
+    if (r == CUDA_SUCCESS) r = cu_.cuEventRecord(ev, stream_);
+    if (r != CUDA_SUCCESS) {
+      give_event(ev);
+      return to_errno(r);
+    }
+    bool was_empty;
+    {
+      std::lock_guard lock(mu_);
+      was_empty = inflight_.empty();
+      inflight_.push_back({ev, cookie});
+    }
+    if (was_empty) cv_.notify_one();
+    return 0;
+  }
+
+  size_t reap(std::vector<Done>& out, int64_t timeout_ns) override {
+    current();
+    Pending oldest;
+    {
+      std::unique_lock lock(mu_);
+      if (!cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [&] { return !inflight_.empty(); })) return 0;
+      oldest = inflight_.front();
+    }
+    // Blocking-sync events: the thread sleeps until the copy ends.
+    CUresult r = cu_.cuEventSynchronize(oldest.event);
+    size_t n = 0;
+    std::lock_guard lock(mu_);
+    while (!inflight_.empty()) {
+      Pending p = inflight_.front();
+      CUresult s = n == 0 ? r : cu_.cuEventQuery(p.event);
+      if (s == CUDA_ERROR_NOT_READY) break;
+      inflight_.pop_front();
+      out.push_back({p.cookie, to_errno(s)});
+      free_events_.push_back(p.event);
+      ++n;
+    }
+    return n;
+  }
+
+ private:
+  struct Pending {
+    CUevent event = nullptr;
+    uint64_t cookie = 0;
+  };
+
+  std::string error(CUresult r) const {
+    const char* s = nullptr;
+    if (cu_.cuGetErrorString != nullptr) cu_.cuGetErrorString(r, &s);
+    return s != nullptr ? s : ("error " + std::to_string(static_cast<int>(r)));
+  }
+
+  // Each thread that calls the driver needs the context current once.
+  void current() {
+    thread_local CUcontext set = nullptr;
+    if (set != ctx_) {
+      cu_.cuCtxSetCurrent(ctx_);
+      set = ctx_;
+    }
+  }
+
+  CUevent take_event() {
+    std::lock_guard lock(mu_);
+    if (!free_events_.empty()) {
+      CUevent e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    CUevent e = nullptr;
+    if (cu_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC) != CUDA_SUCCESS) return nullptr;
+    all_events_.push_back(e);
+    return e;
+  }
+
+  void give_event(CUevent e) {
+    std::lock_guard lock(mu_);
+    free_events_.push_back(e);
+  }
+
+  Cu cu_;
+  DeviceInfo info_;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> inflight_;
+  std::vector<CUevent> free_events_;
+  std::vector<CUevent> all_events_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(uint32_t device, std::string& why) {
+  auto b = std::make_unique<Cuda>();
+  if (!b->open(device, why)) return nullptr;
+  return b;
+}
+
+}  // namespace ferry
+
+#else  // no CUDA headers at build time
 
 namespace ferry {
 
 std::unique_ptr<Backend> make_cuda_backend(uint32_t, std::string& why) {
-  why = "CUDA backend unavailable: this ferryd was built without it";
+  why = "CUDA backend unavailable: this ferryd was built without the CUDA toolkit's headers";
   return nullptr;
 }
 
 }  // namespace ferry
+
+#endif

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ferry/proto.hpp"
+#include "paths.hpp"
 
 extern char** environ;
 
@@ -77,11 +78,18 @@ inline boost::property_tree::ptree status(const std::string& socket) {
 
 class Daemon {
  public:
-  // Starts ferryd --sim on a fresh socket. `env` is added to (and overrides)
-  // the test's environment; FERRY_SIM_FAST=1 unless a cost is given.
+  // Starts ferryd on a fresh socket: --sim, or the backend FERRY_TEST_BACKEND
+  // names (tests of the real-GPU run). `env` is added to (and overrides) the
+  // test's environment; FERRY_SIM_FAST=1 unless a cost is given.
   explicit Daemon(std::vector<std::string> args = {}, std::map<std::string, std::string> env = {})
       : socket(temp_socket()) {
-    std::vector<std::string> argv = {FERRYD_PATH, "--sim", "--socket", socket, "--log-level", "warn"};
+    const char* backend = std::getenv("FERRY_TEST_BACKEND");
+    std::vector<std::string> argv = {FERRYD_PATH, "--socket", socket, "--log-level", "warn"};
+    if (backend != nullptr && *backend != '\0') {
+      argv.insert(argv.end(), {"--backend", backend});
+    } else {
+      argv.push_back("--sim");
+    }
     argv.insert(argv.end(), args.begin(), args.end());
     std::map<std::string, std::string> e;
     for (char** p = environ; *p != nullptr; ++p) {

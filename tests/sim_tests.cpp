@@ -17,8 +17,11 @@
 #include <vector>
 
 #include "ferry/sim.h"
+#include "paths.hpp"
 
 extern char** environ;
+
+using ferry::test::build_path;
 
 namespace {
 
@@ -132,8 +135,9 @@ struct Peer {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
-    const char* argv[] = {IPC_PEER_PATH, mode, nullptr};
-    REQUIRE(posix_spawn(&pid, IPC_PEER_PATH, &fa, nullptr, const_cast<char**>(argv), environ) == 0);
+    const std::string peer = IPC_PEER_PATH;
+    const char* argv[] = {peer.c_str(), mode, nullptr};
+    REQUIRE(posix_spawn(&pid, peer.c_str(), &fa, nullptr, const_cast<char**>(argv), environ) == 0);
     posix_spawn_file_actions_destroy(&fa);
     close(sv[1]);
     sock = sv[0];
