@@ -1,0 +1,413 @@
+// cuda_bench: ferry on a real NVIDIA GPU (ferryd --backend cuda) against the
+// CUDA runtime's direct paths, side by side in one run:
+//   pageable-sync   cudaMemcpyAsync from pageable memory + cudaStreamSynchronize
+//                   (what a runtime must do so the caller may reuse its buffer)
+//   pageable-async  cudaMemcpyAsync from pageable memory, no sync
+//   pinned-async    memcpy into pinned (cudaMallocHost) memory + cudaMemcpyAsync
+//   ferry           ferry_upload (+ ferry_wait for completion)
+// Prints Markdown. usage: cuda_bench --socket PATH [--quick] [--data DIR]
+#include <cuda_runtime.h>
+#include <ferry/ferry.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+bool g_quick = false;
+std::string g_socket;
+
+#define CU(call)                                                                            \
+  do {                                                                                      \
+    cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "cuda_bench: %s: %s\n", #call, cudaGetErrorString(e_));         \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+#define FERRY(call)                                                                         \
+  do {                                                                                      \
+    int r_ = (call);                                                                        \
+    if (r_ != 0) {                                                                          \
+      std::fprintf(stderr, "cuda_bench: %s: %s\n", #call, ferry_strerror(r_));              \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
+
+struct Stats {
+  double median = 0, p10 = 0, p90 = 0;
+};
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))]; };
+  return {at(0.5), at(0.1), at(0.9)};
+}
+std::string fmt(const Stats& s, const char* unit) {
+  char b[96];
+  std::snprintf(b, sizeof b, "%.2f %s (%.2f–%.2f)", s.median, unit, s.p10, s.p90);
+  return b;
+}
+
+// Occupies the GPU for `ns` nanoseconds (one thread spinning on the global timer).
+__global__ void busy(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+struct Ferry {
+  ferry_client* c = nullptr;
+  Ferry() { FERRY(ferry_connect(g_socket.c_str(), &c)); }
+  ~Ferry() { ferry_disconnect(c); }
+  ferry_buffer alloc(uint64_t n) {
+    ferry_buffer b = 0;
+    FERRY(ferry_buffer_alloc(c, n, &b));
+    return b;
+  }
+};
+
+struct Goals {
+  double call_ratio = 0;       // ferry 1 KiB call / pageable async call
+  double large_vs_pageable = 0;
+  double large_vs_staging = 0;
+  double worst_wait_ms = 0;    // ferry_upload return time behind a 30 ms kernel, worst size
+} g;
+
+cudaStream_t s;
+
+// ---------------------------------------------------------------- idle 1 KiB
+void idle_small() {
+  const int n = g_quick ? 100 : 2000;
+  const size_t bytes = 1024;
+  std::vector<char> src(bytes, 1);
+  char* pinned = nullptr;
+  CU(cudaMallocHost(&pinned, bytes));
+  void* dst = nullptr;
+  CU(cudaMalloc(&dst, bytes));
+  std::vector<double> sync_r, async_r, async_d, pin_r, pin_d, fr_r, fr_d;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    CU(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyHostToDevice, s));
+    CU(cudaStreamSynchronize(s));
+    sync_r.push_back(us_since(t0));
+  }
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    CU(cudaMemcpyAsync(dst, src.data(), bytes, cudaMemcpyHostToDevice, s));
+    async_r.push_back(us_since(t0));
+    CU(cudaStreamSynchronize(s));
+    async_d.push_back(us_since(t0));
+  }
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(pinned, src.data(), bytes);
+    CU(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, s));
+    pin_r.push_back(us_since(t0));
+    CU(cudaStreamSynchronize(s));
+    pin_d.push_back(us_since(t0));
+  }
+  Ferry f;
+  ferry_buffer b = f.alloc(bytes);
+  for (int i = 0; i < n; ++i) {
+    ferry_ticket t = 0;
+    auto t0 = Clock::now();
+    FERRY(ferry_upload(f.c, b, 0, src.data(), bytes, &t));
+    fr_r.push_back(us_since(t0));
+    FERRY(ferry_wait(f.c, t, -1));
+    fr_d.push_back(us_since(t0));
+  }
+  auto sa = stats(async_r), sf = stats(fr_r);
+  g.call_ratio = sf.median / sa.median;
+  std::printf("### Idle 1 KiB upload\n\n%d uploads each; median (p10–p90).\n\n", n);
+  std::printf("| path | call returns | completion known |\n|---|---|---|\n");
+  std::printf("| pageable-sync (async + stream sync) | %s | same |\n", fmt(stats(sync_r), "µs").c_str());
+  std::printf("| pageable-async | %s | %s |\n", fmt(sa, "µs").c_str(), fmt(stats(async_d), "µs").c_str());
+  std::printf("| pinned-async (memcpy + async) | %s | %s |\n", fmt(stats(pin_r), "µs").c_str(),
+              fmt(stats(pin_d), "µs").c_str());
+  std::printf("| **ferry** | %s | %s |\n\n", fmt(sf, "µs").c_str(), fmt(stats(fr_d), "µs").c_str());
+  CU(cudaFreeHost(pinned));
+  CU(cudaFree(dst));
+}
+
+// ---------------------------------------------------------------- kernel + 1 KiB + kernel
+void sandwich() {
+  const int n = g_quick ? 50 : 1000;
+  const unsigned long long ns = 30'000;
+  std::vector<char> src(1024, 2);
+  char* pinned = nullptr;
+  CU(cudaMallocHost(&pinned, 1024));
+  void* dst = nullptr;
+  CU(cudaMalloc(&dst, 1024));
+  Ferry f;
+  ferry_buffer b = f.alloc(1024);
+  auto loop = [&](const std::function<void()>& up) {
+    std::vector<double> runs;
+    for (int r = 0; r < (g_quick ? 1 : 3); ++r) {
+      CU(cudaStreamSynchronize(s));
+      auto t0 = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        busy<<<1, 1, 0, s>>>(ns);
+        up();
+        busy<<<1, 1, 0, s>>>(ns);
+      }
+      CU(cudaStreamSynchronize(s));
+      runs.push_back(us_since(t0) / 1000);
+    }
+    return stats(runs);
+  };
+  auto a = loop([&] {
+    CU(cudaMemcpyAsync(dst, src.data(), 1024, cudaMemcpyHostToDevice, s));
+    CU(cudaStreamSynchronize(s));
+  });
+  auto p = loop([&] { CU(cudaMemcpyAsync(dst, src.data(), 1024, cudaMemcpyHostToDevice, s)); });
+  auto q = loop([&] {
+    std::memcpy(pinned, src.data(), 1024);  // one buffer: unsafe beyond a benchmark
+    CU(cudaMemcpyAsync(dst, pinned, 1024, cudaMemcpyHostToDevice, s));
+  });
+  auto fr = loop([&] { FERRY(ferry_upload(f.c, b, 0, src.data(), 1024, nullptr)); });
+  FERRY(ferry_flush(f.c, -1));
+  std::printf("### Busy kernel + 1 KiB upload + busy kernel, ×%d\n\n", n);
+  std::printf("A real kernel that spins %llu µs on the GPU's timer. Loop time until the GPU is idle, median of 3 "
+              "(p10–p90). Floor: %.0f ms of kernels.\n\n",
+              ns / 1000, 2.0 * n * ns / 1e6);
+  std::printf("| path | loop time |\n|---|---|\n| pageable-sync | %s |\n| pageable-async | %s |\n"
+              "| pinned-async | %s |\n| **ferry** | %s |\n\n",
+              fmt(a, "ms").c_str(), fmt(p, "ms").c_str(), fmt(q, "ms").c_str(), fmt(fr, "ms").c_str());
+  CU(cudaFreeHost(pinned));
+  CU(cudaFree(dst));
+}
+
+// ---------------------------------------------------------------- behind a 30 ms kernel
+void behind_kernel() {
+  std::printf("### Call-return time with a 30 ms kernel queued ahead\n\n");
+  std::printf("The kernel is launched, then one upload is issued; the time until the call returns.\n\n");
+  std::printf("| size | pageable-async | **ferry_upload** |\n|---|---|---|\n");
+  const uint64_t max = 64ull << 20;
+  std::vector<char> src(max, 3);
+  void* dst = nullptr;
+  CU(cudaMalloc(&dst, max));
+  Ferry f;
+  ferry_buffer b = f.alloc(max);
+  for (uint64_t n : {uint64_t{1024}, uint64_t{64} << 10, uint64_t{3} << 20, uint64_t{64} << 20}) {
+    CU(cudaStreamSynchronize(s));
+    busy<<<1, 1, 0, s>>>(30'000'000ull);
+    auto t0 = Clock::now();
+    CU(cudaMemcpyAsync(dst, src.data(), n, cudaMemcpyHostToDevice, s));
+    double a = us_since(t0) / 1000;
+    CU(cudaStreamSynchronize(s));
+    busy<<<1, 1, 0, s>>>(30'000'000ull);
+    ferry_ticket t = 0;
+    t0 = Clock::now();
+    FERRY(ferry_upload(f.c, b, 0, src.data(), n, &t));
+    double fr = us_since(t0) / 1000;
+    FERRY(ferry_wait(f.c, t, -1));
+    CU(cudaStreamSynchronize(s));
+    g.worst_wait_ms = std::max(g.worst_wait_ms, fr);
+    char label[32];
+    std::snprintf(label, sizeof label, n >= (1u << 20) ? "%llu MiB" : "%llu KiB",
+                  static_cast<unsigned long long>(n >= (1u << 20) ? n >> 20 : n >> 10));
+    std::printf("| %s | %.3f ms | %.3f ms |\n", label, a, fr);
+  }
+  std::printf("\n");
+  CU(cudaFree(dst));
+}
+
+// ---------------------------------------------------------------- bandwidth
+// memcpy rate of `threads` threads from pageable memory into pinned memory:
+// the bound for any staged upload from pageable memory.
+double staging_rate(const char* src, char* dst, size_t n, unsigned threads) {
+  auto t0 = Clock::now();
+  std::vector<std::thread> ts;
+  size_t each = (n / threads + 63) / 64 * 64;
+  for (unsigned i = 0; i < threads; ++i)
+    ts.emplace_back([=] {
+      size_t off = i * each;
+      if (off < n) std::memcpy(dst + off, src + off, std::min(each, n - off));
+    });
+  for (auto& t : ts) t.join();
+  return static_cast<double>(n) / (us_since(t0) * 1000);
+}
+
+void bandwidth(const std::string& data_dir, unsigned staging_threads) {
+  const uint64_t max = g_quick ? (16ull << 20) : (1ull << 30);
+  std::vector<char> src(max);
+  for (size_t i = 0; i < max; i += 4096) src[i] = static_cast<char>(i >> 12);
+  char* pinned = nullptr;
+  CU(cudaMallocHost(&pinned, max));
+  void* dst = nullptr;
+  CU(cudaMalloc(&dst, max));
+  Ferry f;
+  ferry_buffer b = f.alloc(max);
+  std::ofstream tsv;
+  if (!data_dir.empty()) tsv.open(data_dir + "/cuda_bandwidth.tsv");
+  std::printf("### Upload bandwidth against size, pageable source\n\n");
+  std::printf("GB/s until the bytes are on the device (1e9 B/s), median of 5 (3 above 64 MiB). "
+              "pinned-async copies from memory already pinned: the link itself. "
+              "staging: %u threads memcpy pageable → pinned, the bound of any staged upload.\n\n",
+              staging_threads);
+  std::printf("| size | cudaMemcpy pageable | pinned (link) | staging memcpy | **ferry** | ferry / pageable |\n"
+              "|---|---|---|---|---|---|\n");
+  for (uint64_t n = 4096; n <= max; n *= 4) {
+    int reps = n >= (64ull << 20) ? 3 : 5;
+    if (g_quick) reps = 1;
+    auto measure = [&](const std::function<void()>& up) {
+      std::vector<double> v;
+      for (int r = 0; r < reps; ++r) {
+        auto t0 = Clock::now();
+        up();
+        v.push_back(static_cast<double>(n) / (us_since(t0) * 1000));
+      }
+      return stats(v).median;
+    };
+    double pg = measure([&] { CU(cudaMemcpy(dst, src.data(), n, cudaMemcpyHostToDevice)); });
+    double pin = measure([&] {
+      CU(cudaMemcpyAsync(dst, pinned, n, cudaMemcpyHostToDevice, s));
+      CU(cudaStreamSynchronize(s));
+    });
+    std::vector<double> st;
+    for (int r = 0; r < reps; ++r) st.push_back(staging_rate(src.data(), pinned, n, staging_threads));
+    double stg = stats(st).median;
+    double fr = measure([&] {
+      ferry_ticket t = 0;
+      FERRY(ferry_upload(f.c, b, 0, src.data(), n, &t));
+      FERRY(ferry_wait(f.c, t, -1));
+    });
+    if (n >= (64ull << 20)) {
+      double a = fr / pg, c = fr / stg;
+      g.large_vs_pageable = g.large_vs_pageable == 0 ? a : std::min(g.large_vs_pageable, a);
+      g.large_vs_staging = g.large_vs_staging == 0 ? c : std::min(g.large_vs_staging, c);
+    }
+    char label[32];
+    std::snprintf(label, sizeof label, n >= (1u << 20) ? "%llu MiB" : "%llu KiB",
+                  static_cast<unsigned long long>(n >= (1u << 20) ? n >> 20 : n >> 10));
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", label, pg, pin, stg, fr, fr / pg);
+    if (tsv) tsv << n << '\t' << pg << '\t' << pin << '\t' << stg << '\t' << fr << '\n';
+  }
+  std::printf("\n");
+  CU(cudaFreeHost(pinned));
+  CU(cudaFree(dst));
+}
+
+// ---------------------------------------------------------------- producers
+double jain(const std::vector<double>& x) {
+  double s1 = 0, s2 = 0;
+  for (double v : x) s1 += v, s2 += v * v;
+  return s2 == 0 ? 0 : s1 * s1 / (static_cast<double>(x.size()) * s2);
+}
+
+void producers() {
+  const uint64_t bytes = 4ull << 20;
+  const double seconds = g_quick ? 0.3 : 2.0;
+  std::printf("### Producer processes uploading 4 MiB pieces at once\n\n");
+  std::printf("Each process (no CUDA context of its own) uploads 4 MiB from pageable memory for %.1f s.\n\n", seconds);
+  std::printf("| processes | aggregate GB/s | fairness | per process GB/s |\n|---|---|---|---|\n");
+  for (int procs : {1, 2, 4, 8}) {
+    int go[2], res[2];
+    if (pipe(go) != 0 || pipe(res) != 0) std::exit(1);
+    std::vector<pid_t> kids;
+    for (int p = 0; p < procs; ++p) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        close(go[1]);
+        Ferry f;
+        ferry_buffer b = f.alloc(bytes);
+        std::vector<char> src(bytes, 4);
+        char c;
+        if (read(go[0], &c, 1) != 1) _exit(1);
+        uint64_t done = 0;
+        auto t0 = Clock::now();
+        auto end = t0 + std::chrono::duration<double>(seconds);
+        while (Clock::now() < end) {
+          FERRY(ferry_upload(f.c, b, 0, src.data(), bytes, nullptr));
+          done += bytes;
+        }
+        FERRY(ferry_flush(f.c, -1));
+        double rate = static_cast<double>(done) / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;
+        if (write(res[1], &rate, sizeof rate) != sizeof rate) _exit(1);
+        _exit(0);
+      }
+      kids.push_back(pid);
+    }
+    close(go[0]);
+    close(res[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::vector<char> start(procs, 'g');
+    if (write(go[1], start.data(), start.size()) != static_cast<ssize_t>(start.size())) std::exit(1);
+    std::vector<double> rates;
+    double r;
+    while (read(res[0], &r, sizeof r) == sizeof r) rates.push_back(r);
+    for (pid_t k : kids) waitpid(k, nullptr, 0);
+    close(go[1]);
+    close(res[0]);
+    double agg = 0;
+    std::string each;
+    for (double x : rates) {
+      agg += x;
+      char b[16];
+      std::snprintf(b, sizeof b, "%s%.1f", each.empty() ? "" : " ", x);
+      each += b;
+    }
+    std::printf("| %d | %.2f | %.3f | %s |\n", procs, agg, jain(rates), each.c_str());
+  }
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string data;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") g_quick = true;
+    else if (a == "--socket" && i + 1 < argc) g_socket = argv[++i];
+    else if (a == "--data" && i + 1 < argc) data = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: cuda_bench --socket PATH [--quick] [--data DIR]\n");
+      return 2;
+    }
+  }
+  if (g_socket.empty()) {
+    std::fprintf(stderr, "cuda_bench: --socket is required (a ferryd --backend cuda)\n");
+    return 2;
+  }
+  // Producers first: they fork, and a child must not inherit a CUDA context.
+  producers();
+  cudaDeviceProp prop{};
+  CU(cudaGetDeviceProperties(&prop, 0));
+  CU(cudaStreamCreate(&s));
+  unsigned threads = 8;
+  if (const char* e = std::getenv("FERRY_STAGING_THREADS")) threads = static_cast<unsigned>(std::atoi(e));
+  std::printf("GPU: %s; %u host cores; libferry staging threads: %u.\n\n", prop.name,
+              std::thread::hardware_concurrency(), threads);
+  idle_small();
+  sandwich();
+  behind_kernel();
+  bandwidth(data, threads);
+  std::printf("### Goals\n\n| goal | measured | |\n|---|---|---|\n");
+  auto mark = [](bool ok) { return ok ? "met" : "**missed**"; };
+  std::printf("| 1 KiB call ≤ 1/4 of a pageable cudaMemcpyAsync call | %.2f of it | %s |\n", g.call_ratio,
+              mark(g.call_ratio <= 0.25));
+  std::printf("| ferry_upload never waits for queued kernels (30 ms kernel ahead) | worst call %.2f ms | %s |\n",
+              g.worst_wait_ms, mark(g.worst_wait_ms < 30));
+  std::printf("| pageable upload ≥ 64 MiB: ≥ 3× pageable cudaMemcpy | %.2f× (worst size) | %s |\n",
+              g.large_vs_pageable, mark(g.large_vs_pageable >= 3));
+  std::printf("| pageable upload ≥ 64 MiB: ≥ 90%% of the staging memcpy rate | %.0f%% (worst size) | %s |\n\n",
+              100 * g.large_vs_staging, mark(g.large_vs_staging >= 0.9));
+  return 0;
+}

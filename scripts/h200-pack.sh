@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds what scripts/h200.sh needs (Release, CUDA backend and benchmark) and
+# copies the binaries into .device/, laid out as a build tree.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build/cuda
+CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc} bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release \
+  -DFERRY_CUDA_BENCH=ON -DFERRY_BUILD_BENCH=ON -DFERRY_BUILD_TESTS=ON >/dev/null
+rm -rf "$root/.device"
+for f in daemon/ferryd client/ferryctl client/libferry.so.0 tests/upload_tests examples/multi_upload bench/cuda_bench; do
+  mkdir -p "$root/.device/$(dirname "$f")"
+  cp -L "$build/$f" "$root/.device/$f"
+done
+du -sh "$root/.device"
