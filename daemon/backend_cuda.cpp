@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -194,8 +195,12 @@ class Cuda final : public Backend {
       if (!cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [&] { return !inflight_.empty(); })) return 0;
       oldest = inflight_.front();
     }
-    // Blocking-sync events: the thread sleeps until the copy ends.
-    CUresult r = cu_.cuEventSynchronize(oldest.event);
+    // Poll briefly (small copies end within microseconds), then sleep: a
+    // blocking-sync event wakes its waiter tens of microseconds late.
+    CUresult r = cu_.cuEventQuery(oldest.event);
+    const auto poll_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kPollUs);
+    while (r == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < poll_end) r = cu_.cuEventQuery(oldest.event);
+    if (r == CUDA_ERROR_NOT_READY) r = cu_.cuEventSynchronize(oldest.event);
     size_t n = 0;
     std::lock_guard lock(mu_);
     while (!inflight_.empty()) {
@@ -215,6 +220,7 @@ class Cuda final : public Backend {
     CUevent event = nullptr;
     uint64_t cookie = 0;
   };
+  static constexpr int kPollUs = 50;
 
   std::string error(CUresult r) const {
     const char* s = nullptr;

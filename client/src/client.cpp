@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,10 +31,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Copies large pieces into a slot with several threads: one thread's memcpy
-// from pageable memory is slower than a PCIe link (9.5 GB/s against 55 on the
-// H200 machine). Threads: $FERRY_STAGING_THREADS, else half the cores, at
-// most 8. Started on the first large copy.
+// Runs the pieces of a large upload on several threads at once: one
+// thread's memcpy from pageable memory is slower than a PCIe link (9.5 GB/s
+// against 55 on the H200 machine). Each thread stages whole pieces, so no
+// piece waits on a barrier. Threads: $FERRY_STAGING_THREADS, else half the
+// cores, at most 8; started on the first large upload.
 class Stager {
  public:
   ~Stager() {
@@ -45,69 +47,88 @@ class Stager {
     for (auto& t : threads_) t.join();
   }
 
-  void copy(void* dst, const void* src, size_t n) {
+  // Calls fn(i) for every i < count, on this thread and the pool's. Returns
+  // the first non-zero result (the rest still run). If another upload holds
+  // the pool, this one runs alone.
+  int run(uint64_t count, const std::function<int(uint64_t)>& fn) {
     std::unique_lock busy(use_, std::try_to_lock);
-    if (n < kParallelFrom || !busy.owns_lock() || workers() == 0) {
-      std::memcpy(dst, src, n);  // small, or another upload holds the pool
-      return;
+    if (!busy.owns_lock() || count < 2 || workers() == 0) {
+      int first = 0;
+      for (uint64_t i = 0; i < count; ++i)
+        if (int r = fn(i); r != 0 && first == 0) first = r;
+      return first;
     }
-    const size_t parts = threads_.size() + 1;
-    const size_t each = (n / parts + 63) / 64 * 64;
     {
       std::lock_guard lock(mu_);
-      dst_ = static_cast<char*>(dst);
-      src_ = static_cast<const char*>(src);
-      n_ = n;
-      each_ = each;
-      pending_ = threads_.size();
+      fn_ = &fn;
+      count_ = count;
+      next_ = 0;
+      result_ = 0;
+      active_ = threads_.size();
       ++generation_;
     }
     cv_.notify_all();
-    std::memcpy(dst, src, std::min(each, n));  // part 0 on the caller's thread
+    drain();
     std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    done_cv_.wait(lock, [&] { return active_ == 0; });
+    fn_ = nullptr;
+    return result_;
   }
-
- private:
-  static constexpr size_t kParallelFrom = 1 << 20;
 
   size_t workers() {
     std::call_once(started_, [&] {
       unsigned n = std::thread::hardware_concurrency() / 2;
       if (const char* e = std::getenv("FERRY_STAGING_THREADS")) n = static_cast<unsigned>(std::atoi(e));
       n = std::min(8u, std::max(1u, n));
-      for (unsigned i = 1; i < n; ++i) threads_.emplace_back([this, i] { work(i); });
+      for (unsigned i = 1; i < n; ++i) threads_.emplace_back([this] { work(); });
     });
     return threads_.size();
   }
 
-  void work(size_t part) {
-    uint64_t seen = 0;
+ private:
+  // Takes pieces until none is left.
+  void drain() {
     for (;;) {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      const size_t off = part * each_;
-      char* d = dst_;
-      const char* s = src_;
-      const size_t len = off < n_ ? std::min(each_, n_ - off) : 0;
-      lock.unlock();
-      if (len > 0) std::memcpy(d + off, s + off, len);
-      lock.lock();
-      if (--pending_ == 0) done_cv_.notify_one();
+      uint64_t i;
+      const std::function<int(uint64_t)>* fn;
+      {
+        std::lock_guard lock(mu_);
+        if (next_ >= count_) return;
+        i = next_++;
+        fn = fn_;
+      }
+      int r = (*fn)(i);
+      if (r != 0) {
+        std::lock_guard lock(mu_);
+        if (result_ == 0) result_ = r;
+      }
     }
   }
 
-  std::mutex use_;  // one parallel copy at a time
+  void work() {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      drain();
+      std::lock_guard lock(mu_);
+      if (--active_ == 0) done_cv_.notify_one();
+    }
+  }
+
+  std::mutex use_;  // one upload on the pool at a time
   std::once_flag started_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  char* dst_ = nullptr;
-  const char* src_ = nullptr;
-  size_t n_ = 0, each_ = 0, pending_ = 0;
-  uint64_t generation_ = 0;
+  const std::function<int(uint64_t)>* fn_ = nullptr;
+  uint64_t count_ = 0, next_ = 0, generation_ = 0;
+  size_t active_ = 0;
+  int result_ = 0;
   bool stop_ = false;
 };
 
@@ -291,19 +312,25 @@ uint64_t piece_bytes(uint64_t slot_bytes, uint64_t bytes) {
   return std::min(slot_bytes, std::max(p, kMinPiece));
 }
 
+// Uploads at least this large stage several pieces at once (see Stager).
+constexpr uint64_t kParallelFrom = 8ull << 20;
+
+// Waits until ticket t's slot may be written: every ticket up to
+// t - slot_count is done, and no download still reads the slot.
+int wait_slot(ferry_client* c, uint64_t t) {
+  const uint32_t s = static_cast<uint32_t>((t - 1) % c->slot_count);
+  const uint64_t need = t > c->slot_count ? t - c->slot_count : 0;
+  return wait_for(c, {}, true, [&] { return completed_now(c) >= need && c->hold[s].load() == 0; });
+}
+
 // Takes the next ticket and waits until its slot may be written.
 int take_slot(ferry_client* c, uint64_t* ticket) {
-  uint64_t t;
   {
     std::lock_guard lock(c->mu);
     if (c->dead != 0) return c->dead;
-    t = c->next_ticket++;
+    *ticket = c->next_ticket++;
   }
-  const uint32_t s = static_cast<uint32_t>((t - 1) % c->slot_count);
-  const uint64_t need = t > c->slot_count ? t - c->slot_count : 0;
-  int r = wait_for(c, {}, true, [&] { return completed_now(c) >= need && c->hold[s].load() == 0; });
-  *ticket = t;
-  return r;
+  return wait_slot(c, *ticket);
 }
 
 int send_transfer(ferry_client* c, proto::Type type, uint64_t ticket, uint64_t length, uint64_t buffer,
@@ -460,7 +487,8 @@ int ferry_connect(const char* socket_path, ferry_client** out) {
   int seg_fd = -1;
   if (int r = receive_welcome(c->fd, &c->welcome, &seg_fd); r != 0) return fail(r);
   const proto::Welcome& w = c->welcome;
-  void* p = ::mmap(nullptr, w.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg_fd, 0);
+  // Populated now, so the first uploads do not pay a page fault per 4 KiB.
+  void* p = ::mmap(nullptr, w.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, seg_fd, 0);
   ::close(seg_fd);
   if (p == MAP_FAILED) return fail(-ENOMEM);
   c->seg = static_cast<proto::Segment*>(p);
@@ -529,25 +557,39 @@ int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const v
   if (int r = check_range(c, dst, dst_offset, bytes); r != 0) return r;
   const uint64_t piece = piece_bytes(c->slot_bytes, bytes);
   const uint64_t pieces = (bytes + piece - 1) / piece;
-  std::vector<uint64_t> earlier;
-  if (pieces > 1) earlier.reserve(pieces - 1);
   const char* from = static_cast<const char*>(src);
-  uint64_t done = 0;
-  for (uint64_t i = 0; i < pieces; ++i) {
-    const uint64_t n = std::min(piece, bytes - done);
-    uint64_t t = 0;
-    if (int r = take_slot(c, &t); r != 0) return r;
-    // While we copy this piece, the device copies the previous ones.
-    c->stager.copy(slot_of(c, t), from + done, n);
-    if (i + 1 == pieces && !earlier.empty()) {
-      std::lock_guard lock(c->mu);
-      c->groups.emplace(t, std::move(earlier));
+  // Every piece's ticket is taken now, in one run, so the last one is known
+  // before any is sent: the upload's outcome is that of all its pieces.
+  uint64_t first;
+  {
+    std::lock_guard lock(c->mu);
+    if (c->dead != 0) return c->dead;
+    first = c->next_ticket;
+    c->next_ticket += pieces;
+    if (pieces > 1) {
+      std::vector<uint64_t> earlier(pieces - 1);
+      for (uint64_t i = 0; i + 1 < pieces; ++i) earlier[i] = first + i;
+      c->groups.emplace(first + pieces - 1, std::move(earlier));
     }
-    if (int r = send_transfer(c, proto::Type::upload, t, n, dst, dst_offset + done); r != 0) return r;
-    if (i + 1 < pieces) earlier.push_back(t);
-    done += n;
-    if (i + 1 == pieces && out != nullptr) *out = t;
   }
+  // Piece i: wait for its slot, stage it, send it. While one piece is staged
+  // the device copies earlier ones; large uploads stage several at once.
+  auto one = [&](uint64_t i) {
+    const uint64_t t = first + i;
+    const uint64_t off = i * piece;
+    const uint64_t n = std::min(piece, bytes - off);
+    if (int r = wait_slot(c, t); r != 0) return r;
+    std::memcpy(slot_of(c, t), from + off, n);
+    return send_transfer(c, proto::Type::upload, t, n, dst, dst_offset + off);
+  };
+  int r = 0;
+  if (pieces >= 4 && bytes >= kParallelFrom) {
+    r = c->stager.run(pieces, one);
+  } else {
+    for (uint64_t i = 0; i < pieces && r == 0; ++i) r = one(i);
+  }
+  if (r != 0) return r;
+  if (out != nullptr) *out = first + pieces - 1;
   return 0;
 }
 
