@@ -54,6 +54,9 @@ out=$root/docs/BENCHMARKS.md
   echo "$profile"
   echo
   echo "![upload bandwidth against size](bench_bandwidth.png)"
+  echo
+  # The H200 run is made on another machine (scripts/h200.sh); its section is kept as is.
+  cat "$root/docs/h200/SECTION.md"
 } >"$out"
 gnuplot <<GP
 set terminal pngcairo size 900,520 font ",11"
