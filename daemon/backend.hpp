@@ -45,6 +45,10 @@ class Backend {
   // queued copy, then appends it and every later one already finished to
   // `out`, in submission order. Returns the number appended.
   virtual size_t reap(std::vector<Done>& out, int64_t timeout_ns) = 0;
+
+  // Whether the device is gone for good (after a failed copy, say). A lost
+  // device takes no more work.
+  virtual bool lost() = 0;
 };
 
 // Each returns nullptr with `why` set when the backend cannot run here.

@@ -13,6 +13,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -187,6 +188,9 @@ class Cuda final : public Backend {
     return 0;
   }
 
+  // CUDA errors of a failed copy are sticky: the context is unusable after one.
+  bool lost() override { return sticky_.load(); }
+
   size_t reap(std::vector<Done>& out, int64_t timeout_ns) override {
     current();
     Pending oldest;
@@ -209,6 +213,7 @@ class Cuda final : public Backend {
       if (s == CUDA_ERROR_NOT_READY) break;
       inflight_.pop_front();
       out.push_back({p.cookie, to_errno(s)});
+      if (s != CUDA_SUCCESS) sticky_ = true;
       free_events_.push_back(p.event);
       ++n;
     }
@@ -263,6 +268,7 @@ class Cuda final : public Backend {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> inflight_;
+  std::atomic<bool> sticky_{false};
   std::vector<CUevent> free_events_;
   std::vector<CUevent> all_events_;
 };

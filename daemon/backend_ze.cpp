@@ -27,6 +27,7 @@ namespace {
   X(zeDeviceGetProperties)                   \
   X(zeDeviceGetCommandQueueGroupProperties)  \
   X(zeDeviceGetMemoryProperties)             \
+  X(zeDeviceGetStatus)                       \
   X(zeContextCreate)                         \
   X(zeContextDestroy)                        \
   X(zeCommandListCreateImmediate)            \
@@ -163,6 +164,8 @@ class LevelZero final : public Backend {
     if (was_empty) cv_.notify_one();
     return 0;
   }
+
+  bool lost() override { return ze_.zeDeviceGetStatus(device_) == ZE_RESULT_ERROR_DEVICE_LOST; }
 
   size_t reap(std::vector<Done>& out, int64_t timeout_ns) override {
     Pending oldest;

@@ -103,6 +103,7 @@ void TransferEngine::stop() {
 
 int TransferEngine::submit(const std::shared_ptr<ClientState>& client, uint64_t ticket, bool download, void* dst,
                            const void* src, uint64_t bytes, std::shared_ptr<Buffer> buffer) {
+  if (device_lost_) return -ENODEV;
   const uint64_t cookie = next_cookie_++;
   // Record first: the retire thread may report the copy before submit returns,
   // but its batch is handled on this thread, after we return.
@@ -151,6 +152,11 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
       }
     }
     settle(r.client, r.ticket, r.bytes, d.status);
+    if (d.status != 0 && !device_lost_ && backend_->lost()) {
+      device_lost_ = true;
+      FERRY_LOG(error, "the device is lost: every later transfer and allocation is refused (-ENODEV); "
+                       "restart ferryd once the device is back");
+    }
   }
 }
 

@@ -135,6 +135,8 @@ class TransferEngine {
   TransferEngine& operator=(const TransferEngine&) = delete;
 
   Backend& backend() { return *backend_; }
+  // True once the device reported itself lost: new transfers and buffers are refused.
+  bool device_lost() const { return device_lost_; }
   const EngineStats& stats() const { return stats_; }
 
   // Queues one transfer of `client`'s ticket. On a non-zero return nothing was
@@ -167,6 +169,7 @@ class TransferEngine {
   std::unique_ptr<Backend> backend_;
   std::deque<Record> records_;  // io thread only, in submission order
   uint64_t next_cookie_ = 1;
+  bool device_lost_ = false;
   EngineStats stats_;
   std::atomic<bool> stop_{false};
   // Finished copies not yet handled on the io thread; one post drains them all.

@@ -82,6 +82,8 @@ int main(int argc, char** argv) {
     ("max-clients", po::value(&o.max_clients)->default_value(64), "clients served at once; more are refused")
     ("client-memory", po::value(&o.client_memory)->default_value(0), "device bytes one client may hold (0: no limit)")
     ("socket-mode", po::value(&socket_mode)->default_value("0660"), "permissions of the socket file (octal)")
+    ("socket-group", po::value(&o.socket_group), "group that owns the socket file (with --socket-mode 0660: who may connect)")
+    ("admin-group", po::value(&o.admin_group), "members see every client in `ferryctl status` (others see their own)")
     ("drain", po::value(&o.drain_seconds)->default_value(5.0), "seconds copies in flight may take when stopping")
     ("log-level", po::value(&log_level)->default_value("info"), "error, warn, info or debug");
   // clang-format on

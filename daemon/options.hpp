@@ -19,6 +19,8 @@ struct Options {
   uint32_t max_clients = 64;
   uint64_t client_memory = 0;    // device bytes one client may hold, 0 = no limit
   unsigned socket_mode = 0660;
+  std::string socket_group;      // group of the socket file; empty: the daemon's
+  std::string admin_group;       // members see every client in status; empty: root and the daemon's user only
   double drain_seconds = 5.0;    // on SIGTERM, how long in-flight copies may take
 };
 

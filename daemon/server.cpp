@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -82,6 +84,13 @@ int Server::listen(const std::string& path, int fd, std::string& why) {
       return -ec.value();
     }
     owns_path_ = true;
+    if (!opts_.socket_group.empty()) {
+      group* g = ::getgrnam(opts_.socket_group.c_str());
+      if (g == nullptr || ::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+        why = "cannot give " + path + " to group " + opts_.socket_group;
+        return -EPERM;
+      }
+    }
     ::chmod(path.c_str(), opts_.socket_mode);
     acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
@@ -191,10 +200,23 @@ int64_t unix_seconds(std::chrono::system_clock::time_point t) {
 
 }  // namespace
 
-std::string Server::status_json(uid_t viewer) const {
+bool Server::is_admin(uid_t uid, gid_t gid) const {
+  if (uid == 0 || uid == ::geteuid()) return true;
+  if (opts_.admin_group.empty()) return false;
+  group* g = ::getgrnam(opts_.admin_group.c_str());
+  if (g == nullptr) return false;
+  if (gid == g->gr_gid) return true;
+  passwd* pw = ::getpwuid(uid);
+  if (pw == nullptr) return false;
+  for (char** m = g->gr_mem; m != nullptr && *m != nullptr; ++m)
+    if (std::strcmp(*m, pw->pw_name) == 0) return true;
+  return false;
+}
+
+std::string Server::status_json(uid_t viewer, gid_t viewer_gid) const {
   const DeviceInfo& info = const_cast<TransferEngine&>(engine_).backend().info();
   const EngineStats& st = engine_.stats();
-  const bool all = viewer == 0 || viewer == ::geteuid();
+  const bool all = is_admin(viewer, viewer_gid);
   uint64_t slots_total = 0, slots_busy = 0;
   std::ostringstream clients;
   bool first = true;
@@ -220,7 +242,8 @@ std::string Server::status_json(uid_t viewer) const {
     << ",\"backend\":" << json_string(info.backend) << ",\"name\":" << json_string(info.name)
     << ",\"driver\":" << json_string(info.driver) << ",\"memory_bytes\":" << info.memory_bytes
     << ",\"copy_engine\":" << (info.copy_engine ? "true" : "false")
-    << ",\"host_import\":" << (info.host_import ? "true" : "false") << "},\"ring\":{\"slot_bytes\":"
+    << ",\"host_import\":" << (info.host_import ? "true" : "false")
+    << ",\"lost\":" << (engine_.device_lost() ? "true" : "false") << "},\"ring\":{\"slot_bytes\":"
     << opts_.slot_bytes << ",\"slots_per_client\":" << opts_.slots << ",\"max_clients\":" << opts_.max_clients
     << ",\"slots_total\":" << slots_total << ",\"slots_in_flight\":" << slots_busy
     << ",\"slots_free\":" << (slots_total - slots_busy) << ",\"bytes_in_flight\":" << st.in_flight_bytes

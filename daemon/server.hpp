@@ -38,7 +38,9 @@ class Server {
 
   // The status document for a viewer: every client for root and the daemon's
   // own user, the viewer's own clients otherwise.
-  std::string status_json(uid_t viewer) const;
+  std::string status_json(uid_t viewer, gid_t viewer_gid) const;
+  // Root, the daemon's own user, and members of --admin-group.
+  bool is_admin(uid_t uid, gid_t gid) const;
 
   // Starts the orderly stop: no new connections, in-flight copies drain
   // (bounded by Options::drain_seconds), clients are told, run() returns.

@@ -171,6 +171,7 @@ void Session::on_hello(const proto::Hello& m) {
 
 void Session::on_alloc(const proto::Alloc& m) {
   if (!client_) return fatal(-EPROTO, "Alloc before Hello");
+  if (server_.engine().device_lost()) return reply(m.request, -ENODEV, 0);
   uint64_t id = 0;
   int r = client_->alloc(m.bytes, server_.options().client_memory, &id);
   reply(m.request, r, id);
@@ -199,7 +200,7 @@ void Session::on_transfer(const proto::Transfer& m, bool download) {
 }
 
 void Session::on_status(const proto::StatusRequest& m) {
-  std::string json = server_.status_json(uid_);
+  std::string json = server_.status_json(uid_, gid_);
   if (json.size() > proto::kMaxStatusJson) json = "{\"error\":\"status too large\"}";
   auto h = proto::make<proto::StatusReply>(proto::Type::status_reply);
   h.request = m.request;

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -107,7 +108,16 @@ class Daemon {
     av.push_back(nullptr);
     for (auto& s : envs) ev.push_back(s.data());
     ev.push_back(nullptr);
-    REQUIRE(posix_spawn(&pid, FERRYD_PATH, nullptr, nullptr, av.data(), ev.data()) == 0);
+    // Not posix_spawn: the daemon must die with the test even if the test
+    // aborts, or it would keep ctest's output pipe open.
+    const std::string exe = FERRYD_PATH;
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      execve(exe.c_str(), av.data(), ev.data());
+      _exit(127);
+    }
     for (int i = 0; i < 500; ++i) {
       int fd = connect_unix(socket);
       if (fd >= 0) {

@@ -1,0 +1,136 @@
+// Two clients under different uids. Needs root (to become another user);
+// reports skipped (77) otherwise. Uses the account given by
+// $FERRY_TEST_USER (scripts/test.sh creates "ferrytest"), else "nobody".
+#include <ferry/ferry.h>
+#include <grp.h>
+#include <pwd.h>
+
+#include <cerrno>
+#include <dirent.h>
+#include <fcntl.h>
+
+#include <cstdio>
+
+#include "daemon_fixture.hpp"
+
+using namespace ferry::test;
+
+namespace {
+
+struct Other {
+  uid_t uid;
+  gid_t gid;
+};
+
+Other other_user() {
+  const char* name = std::getenv("FERRY_TEST_USER");
+  passwd* pw = getpwnam(name != nullptr ? name : "nobody");
+  REQUIRE(pw != nullptr);
+  return {pw->pw_uid, pw->pw_gid};
+}
+
+// Runs fn as the other user in a child process; returns its exit code.
+template <class F>
+int as_other(F fn) {
+  Other o = other_user();
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(o.gid) != 0 || setuid(o.uid) != 0) _exit(100);
+    _exit(fn());
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+// The daemon's fds that are staging segments (memfd "ferry-staging").
+std::vector<std::string> segment_fds(pid_t pid) {
+  std::vector<std::string> out;
+  for (int fd = 0; fd < 256; ++fd) {
+    std::string p = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+    char target[256] = {};
+    ssize_t n = readlink(p.c_str(), target, sizeof target - 1);
+    if (n > 0 && std::string(target).find("ferry-staging") != std::string::npos) out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("another user can neither open my staging segment nor name my buffers", "[isolation][uid]") {
+  Daemon d({"--socket-mode", "0666"});
+  ferry_client* mine = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &mine) == 0);
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(mine, 4096, &b) == 0);
+  std::vector<uint8_t> secret(4096, 0x5e);
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(mine, b, 0, secret.data(), secret.size(), &t) == 0);
+  REQUIRE(ferry_wait(mine, t, -1) == 0);
+
+  const auto seg_paths = segment_fds(d.pid);
+  REQUIRE(!seg_paths.empty());
+  const std::string my_fds = "/proc/" + std::to_string(getpid()) + "/fd";
+  const int rc = as_other([&] {
+    // The segment is reachable only as a file descriptor: through the
+    // daemon's or the client's /proc entries, which another user may not open.
+    for (const auto& p : seg_paths)
+      if (::open(p.c_str(), O_RDWR) >= 0 || errno != EACCES) return 1;
+    if (::opendir(my_fds.c_str()) != nullptr) return 2;
+    // Connected as itself, it cannot name my buffer.
+    ferry_client* c = nullptr;
+    if (ferry_connect(d.socket.c_str(), &c) != 0) return 3;
+    uint8_t out[16];
+    int r1 = ferry_download(c, b, 0, out, sizeof out);
+    int r2 = ferry_buffer_free(c, b);
+    // The daemon shows it only its own clients.
+    ferry_disconnect(c);
+    if (r1 != -ENOENT || r2 != -ENOENT) return 4;
+    return 0;
+  });
+  CHECK(rc == 0);
+  std::vector<uint8_t> back(4096);
+  REQUIRE(ferry_download(mine, b, 0, back.data(), back.size()) == 0);
+  CHECK(back == secret);
+  ferry_disconnect(mine);
+}
+
+TEST_CASE("status: other users see only their own clients; peer credentials are recorded", "[isolation][uid]") {
+  Daemon d({"--socket-mode", "0666"});
+  ferry_client* mine = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &mine) == 0);
+  auto st = d.status();  // as root: everyone
+  bool saw_me = false;
+  for (const auto& [k, c] : st.get_child("clients")) {
+    (void)k;
+    saw_me = saw_me || (c.get<pid_t>("pid") == getpid() && c.get<uid_t>("uid") == getuid());
+  }
+  CHECK(saw_me);
+  int rc = as_other([&] {
+    ferry_client* c = nullptr;
+    if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;
+    auto t = status(d.socket);
+    int n = 0;
+    for (const auto& [k, row] : t.get_child("clients")) {
+      (void)k;
+      if (row.get<uid_t>("uid") != getuid()) return 2;  // someone else's row leaked
+      ++n;
+    }
+    ferry_disconnect(c);
+    return n == 1 && t.get<std::string>("all_clients_visible") == "false" ? 0 : 3;
+  });
+  CHECK(rc == 0);
+  ferry_disconnect(mine);
+}
+
+namespace {
+// Becoming another user needs root: without it the whole program reports
+// skipped to ctest (SKIP_RETURN_CODE 77) before any test runs.
+const bool kRoot = [] {
+  if (geteuid() != 0) {
+    std::printf("skipped: isolation tests need root to run a client as another user\n");
+    std::exit(77);
+  }
+  return true;
+}();
+}  // namespace

@@ -1,0 +1,344 @@
+// Faults survived and bad input refused: the daemon stays up, reclaims what a
+// dead client held, and never lets one session disturb another.
+#include <dirent.h>
+#include <fcntl.h>
+#include <ferry/ferry.h>
+
+#include <atomic>
+#include <cerrno>
+#include <random>
+#include <thread>
+
+#include "daemon_fixture.hpp"
+#include "ferry/sim.h"
+
+using namespace ferry::test;
+namespace proto = ferry::proto;
+
+namespace {
+
+int fd_count(pid_t pid) {
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (readdir(d) != nullptr) ++n;
+  closedir(d);
+  return n;
+}
+
+// A well-behaved client that uploads and verifies while the test misbehaves.
+class Witness {
+ public:
+  explicit Witness(const std::string& socket) {
+    REQUIRE(ferry_connect(socket.c_str(), &c_) == 0);
+    REQUIRE(ferry_buffer_alloc(c_, kBytes, &buf_) == 0);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Witness() {
+    finish();
+    ferry_disconnect(c_);
+  }
+  // Lets at least 3 rounds verify (10 s at most), stops, and returns how many
+  // rounds verified, or -1 on any failure.
+  int64_t finish() {
+    for (int i = 0; i < 1000 && rounds_ < 3 && !failed_ && thread_.joinable(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return failed_ ? -1 : static_cast<int64_t>(rounds_.load());
+  }
+
+ private:
+  static constexpr uint64_t kBytes = 256 * 1024;
+  void run() {
+    std::vector<uint8_t> src(kBytes), back(kBytes);
+    for (uint64_t round = 1; !stop_; ++round) {
+      for (uint64_t i = 0; i < kBytes; ++i) src[i] = static_cast<uint8_t>(i * 7 + round);
+      ferry_ticket t = 0;
+      if (ferry_upload(c_, buf_, 0, src.data(), kBytes, &t) != 0 || ferry_wait(c_, t, -1) != 0 ||
+          ferry_download(c_, buf_, 0, back.data(), kBytes) != 0 || back != src) {
+        failed_ = true;
+        return;
+      }
+      ++rounds_;
+    }
+  }
+  ferry_client* c_ = nullptr;
+  ferry_buffer buf_ = 0;
+  std::atomic<bool> stop_{false}, failed_{false};
+  std::atomic<uint64_t> rounds_{0};
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("200 clients killed at random moments of an upload stream: all reclaimed, others intact", "[faults]") {
+  Daemon d({"--slot-size", "65536", "--slots", "8"});
+  Witness w(d.socket);
+  std::mt19937 rng(12345);
+  const int kills = 200;
+  for (int i = 0; i < kills; ++i) {
+    pid_t kid = fork();
+    if (kid == 0) {
+      ferry_client* c = nullptr;
+      if (ferry_connect(d.socket.c_str(), &c) != 0) _exit(1);
+      ferry_buffer b = 0;
+      if (ferry_buffer_alloc(c, 1 << 20, &b) != 0) _exit(1);
+      std::vector<uint8_t> src(300'000, 1);
+      for (;;) ferry_upload(c, b, 0, src.data(), src.size(), nullptr);
+    }
+    // Somewhere between connecting and deep into the stream.
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 8000));
+    kill(kid, SIGKILL);
+    waitpid(kid, nullptr, 0);
+  }
+  int64_t rounds = w.finish();
+  CHECK(rounds > 0);  // the witness kept verifying throughout
+  // Everything the killed clients held is reclaimed; only the witness remains.
+  bool reclaimed = false;
+  for (int i = 0; i < 500 && !reclaimed; ++i) {
+    auto st = d.status();
+    reclaimed = st.get<uint64_t>("held.clients") == 1 && st.get<uint64_t>("held.buffers") == 1 &&
+                st.get<uint64_t>("held.copies_in_flight") == 0;
+    if (!reclaimed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(reclaimed);
+  CHECK(d.status().get<uint64_t>("totals.connections") >= static_cast<uint64_t>(kills));
+}
+
+TEST_CASE("bad input on raw sockets: each gets an error or its session closed; the daemon stays up", "[badinput]") {
+  Daemon d({"--max-clients", "4"});
+  Witness w(d.socket);
+
+  SECTION("truncated header, then the peer hangs up") {
+    RawClient r(d.socket);
+    r.send_bytes("\x07\x00\x30", 3);
+  }
+  SECTION("a huge length") {
+    RawClient r(d.socket);
+    r.hello();
+    proto::Header h{static_cast<uint16_t>(proto::Type::upload), 0, 0x7fffffff};
+    r.send(h);
+    proto::Error e{};
+    REQUIRE(r.expect(proto::Type::error, &e));
+    CHECK(e.code == -EPROTO);
+    CHECK(r.closed_by_peer());
+  }
+  SECTION("wrong magic") {
+    RawClient r(d.socket);
+    auto h = proto::make<proto::Hello>(proto::Type::hello);
+    h.magic = 0xdeadbeef;
+    h.version = proto::kVersion;
+    r.send(h);
+    proto::Error e{};
+    REQUIRE(r.expect(proto::Type::error, &e));
+    CHECK(std::string(e.text).find("magic") != std::string::npos);
+    CHECK(r.closed_by_peer());
+  }
+  SECTION("wrong version") {
+    RawClient r(d.socket);
+    auto h = proto::make<proto::Hello>(proto::Type::hello);
+    h.magic = proto::kMagic;
+    h.version = 99;
+    r.send(h);
+    proto::Error e{};
+    REQUIRE(r.expect(proto::Type::error, &e));
+    CHECK(std::string(e.text).find("version") != std::string::npos);
+  }
+  SECTION("a slot outside the segment, a ticket outside the window") {
+    RawClient r(d.socket);
+    r.hello();
+    auto m = r.transfer(proto::Type::upload, 1, 16, 1, 0);
+    m.slot = 1000000;
+    r.send(m);
+    proto::Error e{};
+    REQUIRE(r.expect(proto::Type::error, &e));
+    CHECK(r.closed_by_peer());
+    RawClient r2(d.socket);
+    r2.hello();
+    r2.send(r2.transfer(proto::Type::upload, 5000, 16, 1, 0));
+    REQUIRE(r2.expect(proto::Type::error, &e));
+    CHECK(r2.closed_by_peer());
+  }
+  SECTION("a freed buffer id") {
+    RawClient r(d.socket);
+    r.hello();
+    uint64_t b = r.alloc(4096);
+    auto f = proto::make<proto::Free>(proto::Type::free);
+    f.request = 9;
+    f.buffer = b;
+    r.send(f);
+    proto::Reply rep{};
+    REQUIRE(r.expect(proto::Type::reply, &rep));
+    CHECK(rep.status == 0);
+    r.send(r.transfer(proto::Type::upload, 1, 16, b, 0));
+    proto::TicketFailed tf{};
+    REQUIRE(r.expect(proto::Type::ticket_failed, &tf));
+    CHECK(tf.error == -ENOENT);
+  }
+  SECTION("messages a client may not send") {
+    RawClient r(d.socket);
+    r.hello();
+    auto c = proto::make<proto::Completion>(proto::Type::completion);
+    r.send(c);
+    proto::Error e{};
+    REQUIRE(r.expect(proto::Type::error, &e));
+    CHECK(r.closed_by_peer());
+  }
+  SECTION("a second Hello, and requests before Hello") {
+    RawClient r(d.socket);
+    r.hello();
+    auto h = proto::make<proto::Hello>(proto::Type::hello);
+    h.magic = proto::kMagic;
+    h.version = proto::kVersion;
+    r.send(h);
+    proto::Error e{};
+    REQUIRE(r.expect(proto::Type::error, &e));
+    RawClient early(d.socket);
+    auto a = proto::make<proto::Alloc>(proto::Type::alloc);
+    a.bytes = 16;
+    early.send(a);
+    REQUIRE(early.expect(proto::Type::error, &e));
+    CHECK(early.closed_by_peer());
+  }
+  SECTION("file descriptors sent where none are expected are not kept") {
+    const int before = fd_count(d.pid);
+    for (int i = 0; i < 50; ++i) {
+      RawClient r(d.socket);
+      auto s = proto::make<proto::StatusRequest>(proto::Type::status_request);
+      int fd = ::open("/dev/null", O_RDONLY);
+      iovec iov{&s, sizeof s};
+      alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+      msghdr mh{};
+      mh.msg_iov = &iov;
+      mh.msg_iovlen = 1;
+      mh.msg_control = ctrl;
+      mh.msg_controllen = sizeof ctrl;
+      cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+      REQUIRE(sendmsg(r.fd, &mh, 0) == static_cast<ssize_t>(sizeof s));
+      ::close(fd);
+      proto::StatusReply rep{};
+      REQUIRE(r.expect(proto::Type::status_reply, &rep));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(fd_count(d.pid) <= before + 2);
+  }
+  SECTION("more clients than --max-clients") {
+    std::vector<std::unique_ptr<RawClient>> held;
+    for (int i = 0; i < 3; ++i) {  // the witness is the 4th
+      held.push_back(std::make_unique<RawClient>(d.socket));
+      held.back()->hello();
+    }
+    ferry_client* c = nullptr;
+    CHECK(ferry_connect(d.socket.c_str(), &c) == -EUSERS);
+    held.pop_back();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+    ferry_disconnect(c);
+  }
+  SECTION("random garbage") {
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 50; ++i) {
+      RawClient r(d.socket);
+      if (i % 2) r.hello();
+      std::vector<uint8_t> junk(1 + rng() % 600);
+      for (auto& b : junk) b = static_cast<uint8_t>(rng());
+      ::send(r.fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    }
+  }
+  // Whatever the section did: the daemon still serves, the witness verified.
+  CHECK(w.finish() > 0);
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  ferry_disconnect(c);
+}
+
+TEST_CASE("a client that never reads, or floods, cannot stall the others", "[faults][flood]") {
+  Daemon d;
+  Witness w(d.socket);
+  RawClient sleeper(d.socket);
+  sleeper.hello();
+  // Ask for status over and over without reading a byte of the answers.
+  auto s = proto::make<proto::StatusRequest>(proto::Type::status_request);
+  std::vector<uint8_t> burst;
+  for (int i = 0; i < 4000; ++i)
+    burst.insert(burst.end(), reinterpret_cast<uint8_t*>(&s), reinterpret_cast<uint8_t*>(&s) + sizeof s);
+  timeval tv{0, 200'000};
+  setsockopt(sleeper.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  for (int i = 0; i < 20; ++i) ::send(sleeper.fd, burst.data(), burst.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(w.finish() > 0);
+  // Its queue hit the bound and the daemon closed it, holding nothing for it.
+  auto st = d.status();
+  CHECK(st.get<uint64_t>("held.clients") == 1);  // the witness only
+}
+
+TEST_CASE("a lost device fails the tickets, says so, and refuses new work", "[faults][device]") {
+  Daemon d({}, {{"FERRY_SIM_FAIL_COPY", "3"}, {"FERRY_SIM_FAIL_MODE", "lost"}, {"FERRY_SIM_FAST", "1"}});
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(c, 4096, &b) == 0);
+  uint8_t v = 1;
+  std::vector<ferry_ticket> ts(4);
+  for (auto& t : ts) REQUIRE(ferry_upload(c, b, 0, &v, 1, &t) == 0);
+  CHECK(ferry_wait(c, ts[0], -1) == 0);
+  CHECK(ferry_wait(c, ts[1], -1) == 0);
+  CHECK(ferry_wait(c, ts[2], -1) == -EIO);
+  int r3 = ferry_wait(c, ts[3], -1);
+  CHECK((r3 == -EIO || r3 == -ENODEV));
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(c, b, 0, &v, 1, &t) == 0);
+  CHECK(ferry_wait(c, t, -1) == -ENODEV);
+  ferry_buffer b2 = 0;
+  CHECK(ferry_buffer_alloc(c, 16, &b2) == -ENODEV);
+  CHECK(d.status().get<std::string>("device.lost") == "true");
+  ferry_disconnect(c);
+}
+
+TEST_CASE("quotas: device memory per client, slots per client", "[limits]") {
+  Daemon d({"--client-memory", "1048576", "--slots", "4"});
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  ferry_info info{};
+  REQUIRE(ferry_get_info(c, &info) == 0);
+  CHECK(info.slot_count == 4);
+  ferry_buffer a = 0, b = 0;
+  REQUIRE(ferry_buffer_alloc(c, 768 * 1024, &a) == 0);
+  CHECK(ferry_buffer_alloc(c, 512 * 1024, &b) == -EDQUOT);
+  REQUIRE(ferry_buffer_free(c, a) == 0);
+  CHECK(ferry_buffer_alloc(c, 512 * 1024, &b) == 0);
+  // A raw client asking for more slots than allowed gets the limit.
+  RawClient r(d.socket);
+  auto h = proto::make<proto::Hello>(proto::Type::hello);
+  h.magic = proto::kMagic;
+  h.version = proto::kVersion;
+  h.slots_wanted = 1000;
+  r.send(h);
+  proto::Welcome w{};
+  REQUIRE(r.expect(proto::Type::welcome, &w));
+  CHECK(w.slot_count == 4);
+  ferry_disconnect(c);
+}
+
+TEST_CASE("a new client never sees bytes an earlier one staged", "[isolation][scrub]") {
+  Daemon d({"--slot-size", "65536", "--slots", "4"});
+  {
+    RawClient first(d.socket);
+    first.hello();
+    std::memset(first.slot(0), 0xAB, 4 * 65536);
+  }
+  for (int i = 0; i < 3; ++i) {
+    RawClient next(d.socket);
+    next.hello();
+    const char* s = next.slot(0);
+    bool clean = true;
+    for (size_t k = 0; k < 4 * 65536; ++k) clean = clean && s[k] == 0;
+    CHECK(clean);
+  }
+}
