@@ -13,13 +13,28 @@ if [[ $(id -u) -eq 0 ]]; then
   export FERRY_TEST_USER=ferrytest
 fi
 
+passed=0 failed=0 skipped=0
 run_suite() {
   local dir=$1
   shift
   echo "== build $dir ($*)"
   bash "$root/scripts/build.sh" "$dir" -DFERRY_WERROR=ON "$@"
   echo "== test $dir"
-  (cd "$dir" && ctest --output-on-failure -j 2)
+  local log rc=0
+  log=$(mktemp)
+  (cd "$dir" && ctest --output-on-failure -j 2) 2>&1 | tee "$log" || rc=$?
+  local total fail skip
+  total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
+  fail=$(sed -n 's/.* \([0-9]*\) tests failed out of.*/\1/p' "$log" | tail -1)
+  skip=$(grep -c '(Skipped)$' "$log" || true)
+  rm -f "$log"
+  passed=$((passed + ${total:-0} - ${fail:-0} - skip))
+  failed=$((failed + ${fail:-0}))
+  skipped=$((skipped + skip))
+  if ((rc != 0)); then
+    echo "ferry: $passed passed, $failed failed, $skipped skipped"
+    exit "$rc"
+  fi
 }
 
 run_suite "$root/build/ci" -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -29,9 +44,11 @@ if [[ ${FERRY_TEST_QUICK:-0} != 1 ]]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   run_suite "$root/build/asan" -DCMAKE_BUILD_TYPE=Debug -DFERRY_SANITIZE=address,undefined -DFERRY_BUILD_BENCH=OFF
   unset ASAN_OPTIONS
-  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  # die_after_fork=0: tests fork client processes from a threaded test program.
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:die_after_fork=0
   run_suite "$root/build/tsan" -DCMAKE_BUILD_TYPE=Debug -DFERRY_SANITIZE=thread -DFERRY_BUILD_BENCH=OFF
   unset TSAN_OPTIONS
   echo "== fuzz the decoder for ${FERRY_FUZZ_SECONDS:-60} s (libFuzzer, ASan+UBSan)"
   bash "$root/tests/fuzz/run.sh" "${FERRY_FUZZ_SECONDS:-60}"
 fi
+echo "ferry: $passed passed, $failed failed, $skipped skipped"

@@ -78,18 +78,25 @@ TEST_CASE("200 clients killed at random moments of an upload stream: all reclaim
   Witness w(d.socket);
   std::mt19937 rng(12345);
   const int kills = 200;
+  const std::string client = ferry::test::build_path("tests/stream_client");
   for (int i = 0; i < kills; ++i) {
-    pid_t kid = fork();
-    if (kid == 0) {
-      ferry_client* c = nullptr;
-      if (ferry_connect(d.socket.c_str(), &c) != 0) _exit(1);
-      ferry_buffer b = 0;
-      if (ferry_buffer_alloc(c, 1 << 20, &b) != 0) _exit(1);
-      std::vector<uint8_t> src(300'000, 1);
-      for (;;) ferry_upload(c, b, 0, src.data(), src.size(), nullptr);
-    }
-    // Somewhere between connecting and deep into the stream.
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 8000));
+    // A separate program, not a fork of this threaded test (a fork could
+    // inherit a lock the witness thread holds).
+    int ready[2];
+    REQUIRE(pipe2(ready, O_CLOEXEC) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, ready[1], 1);
+    const char* argv[] = {client.c_str(), d.socket.c_str(), nullptr};
+    pid_t kid = -1;
+    REQUIRE(posix_spawn(&kid, client.c_str(), &fa, nullptr, const_cast<char**>(argv), environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(ready[1]);
+    char r;
+    REQUIRE(read(ready[0], &r, 1) == 1);  // connected, holding a buffer, streaming
+    close(ready[0]);
+    // Somewhere in the stream: between two uploads, mid-copy, with slots in flight.
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 5000));
     kill(kid, SIGKILL);
     waitpid(kid, nullptr, 0);
   }

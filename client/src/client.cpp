@@ -29,6 +29,24 @@
 namespace proto = ferry::proto;
 using Clock = std::chrono::steady_clock;
 
+// A slot passes from one writer to the next through the daemon, another
+// process: ThreadSanitizer cannot see that order, so we state it.
+#if defined(__SANITIZE_THREAD__)
+#define FERRY_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FERRY_TSAN 1
+#endif
+#endif
+#ifdef FERRY_TSAN
+#include <sanitizer/tsan_interface.h>
+#define FERRY_SLOT_HANDED_ON(p) __tsan_release(p)
+#define FERRY_SLOT_TAKEN(p) __tsan_acquire(p)
+#else
+#define FERRY_SLOT_HANDED_ON(p) (void)(p)
+#define FERRY_SLOT_TAKEN(p) (void)(p)
+#endif
+
 namespace {
 
 // Runs the pieces of a large upload on several threads at once: one
@@ -320,7 +338,9 @@ constexpr uint64_t kParallelFrom = 8ull << 20;
 int wait_slot(ferry_client* c, uint64_t t) {
   const uint32_t s = static_cast<uint32_t>((t - 1) % c->slot_count);
   const uint64_t need = t > c->slot_count ? t - c->slot_count : 0;
-  return wait_for(c, {}, true, [&] { return completed_now(c) >= need && c->hold[s].load() == 0; });
+  int r = wait_for(c, {}, true, [&] { return completed_now(c) >= need && c->hold[s].load() == 0; });
+  FERRY_SLOT_TAKEN(c->slots + uint64_t{s} * c->slot_bytes);
+  return r;
 }
 
 // Takes the next ticket and waits until its slot may be written.
@@ -580,6 +600,7 @@ int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const v
     const uint64_t n = std::min(piece, bytes - off);
     if (int r = wait_slot(c, t); r != 0) return r;
     std::memcpy(slot_of(c, t), from + off, n);
+    FERRY_SLOT_HANDED_ON(slot_of(c, t));
     return send_transfer(c, proto::Type::upload, t, n, dst, dst_offset + off);
   };
   int r = 0;
@@ -640,6 +661,7 @@ int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void*
     if (r == 0) r = wait_for(c, {}, true, [&] { return completed_now(c) >= t; });
     if (r == 0) r = outcome(c, t);
     if (r == 0) std::memcpy(to + done, slot_of(c, t), n);
+    FERRY_SLOT_HANDED_ON(slot_of(c, t));
     hold.fetch_sub(1);
     c->cv.notify_all();
     if (r != 0) return r;
