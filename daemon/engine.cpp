@@ -9,8 +9,30 @@
 
 namespace ferry {
 
+namespace {
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+}  // namespace
+
 // ---------------------------------------------------------------- client state
+Histogram& departed_slot_waits() {
+  static Histogram h;
+  return h;
+}
+
+void add_slot_waits(const StagingSegment& seg, Histogram& h) {
+  if (seg.header() == nullptr) return;
+  const auto* m = reinterpret_cast<const proto::ClientMetrics*>(reinterpret_cast<const char*>(seg.header()) +
+                                                                proto::kClientMetricsOffset);
+  h.count += m->slot_waits.load(std::memory_order_relaxed);
+  h.sum_ns += m->slot_wait_ns.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < proto::kLatencyBuckets; ++i) h.buckets[i] += m->buckets[i].load(std::memory_order_relaxed);
+}
+
 ClientState::~ClientState() {
+  add_slot_waits(segment_, departed_slot_waits());
   buffers_.clear();  // frees device memory no copy still holds
   if (registered_) backend_->unregister_host(segment_.slots_begin());
   live.fetch_sub(1);
@@ -107,7 +129,7 @@ int TransferEngine::submit(const std::shared_ptr<ClientState>& client, uint64_t 
   const uint64_t cookie = next_cookie_++;
   // Record first: the retire thread may report the copy before submit returns,
   // but its batch is handled on this thread, after we return.
-  records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download});
+  records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, now_ns()});
   if (int r = backend_->submit(dst, src, bytes, cookie); r != 0) {
     records_.pop_back();
     return r;
@@ -147,6 +169,7 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
       } else {
         ++stats_.uploads;
         stats_.upload_bytes += r.bytes;
+        stats_.upload_latency.add(now_ns() - r.submitted_ns);
         ++r.client->stats().uploads;
         r.client->stats().upload_bytes += r.bytes;
       }

@@ -118,6 +118,23 @@ class ClientState {
   ClientStats stats_;
 };
 
+// A latency histogram in proto::kLatencyBoundsNs buckets.
+struct Histogram {
+  uint64_t count = 0;
+  uint64_t sum_ns = 0;
+  uint64_t buckets[proto::kLatencyBuckets] = {};
+  void add(uint64_t ns) {
+    ++count;
+    sum_ns += ns;
+    ++buckets[proto::latency_bucket(ns)];
+  }
+};
+
+// Slot waits of clients already gone (live ones are read from their segments).
+Histogram& departed_slot_waits();
+// Adds what a client published in its segment to h.
+void add_slot_waits(const StagingSegment& seg, Histogram& h);
+
 struct EngineStats {
   uint64_t uploads = 0;
   uint64_t upload_bytes = 0;
@@ -125,6 +142,7 @@ struct EngineStats {
   uint64_t failed = 0;
   uint32_t in_flight = 0;
   uint64_t in_flight_bytes = 0;
+  Histogram upload_latency;  // from the daemon's receipt of an upload to its retirement
 };
 
 class TransferEngine {
@@ -160,6 +178,7 @@ class TransferEngine {
     uint64_t ticket;
     uint64_t bytes;
     bool download;
+    uint64_t submitted_ns;
   };
   void retire_loop();
   void retire(const std::vector<Done>& batch);

@@ -8,6 +8,7 @@
 #include <climits>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "log.hpp"
 #include "options.hpp"
 #include "server.hpp"
+#include "systemd.hpp"
 
 namespace po = boost::program_options;
 
@@ -68,11 +70,17 @@ int main(int argc, char** argv) {
   ferry::Options o;
   std::string socket_mode = "0660";
   std::string log_level = "info";
-  po::options_description desc(kUsage);
+  std::string config = "/etc/ferry/ferryd.conf";
+  po::options_description cli(kUsage);
   // clang-format off
-  desc.add_options()
+  cli.add_options()
     ("help,h", "show this help and exit")
     ("version", "print the version and exit")
+    ("config,c", po::value(&config)->default_value(config),
+     "configuration file (INI: `name = value`, one per line, names as the long options; "
+     "a flag given here wins over the file; a missing default file is fine)");
+  po::options_description desc("Settings (flags, or lines of the configuration file)");
+  desc.add_options()
     ("device,d", po::value(&o.device)->default_value(0), "device index (across the backend's drivers)")
     ("socket,s", po::value(&o.socket), "listening socket (default $FERRY_SOCKET, else /run/ferry/ferryd-<device>.sock)")
     ("sim", po::bool_switch(&o.sim), "run on ferry's bundled simulated Level Zero device (no GPU needed)")
@@ -87,16 +95,27 @@ int main(int argc, char** argv) {
     ("drain", po::value(&o.drain_seconds)->default_value(5.0), "seconds copies in flight may take when stopping")
     ("log-level", po::value(&log_level)->default_value("info"), "error, warn, info or debug");
   // clang-format on
+  po::options_description all;
+  all.add(cli).add(desc);
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::store(po::parse_command_line(argc, argv, all), vm);
+    // The file fills only what the command line left unset.
+    const std::string path = vm["config"].as<std::string>();
+    std::ifstream in(path);
+    if (in) {
+      po::store(po::parse_config_file(in, desc), vm);
+    } else if (!vm["config"].defaulted()) {
+      std::cerr << "ferryd: cannot read the configuration file " << path << "\n";
+      return 2;
+    }
     po::notify(vm);
   } catch (const std::exception& e) {
     std::cerr << "ferryd: " << e.what() << "\n(try ferryd --help)\n";
     return 2;
   }
   if (vm.count("help")) {
-    std::cout << desc << kMore;
+    std::cout << cli << "\n" << desc << kMore;
     return 0;
   }
   if (vm.count("version")) {
@@ -169,7 +188,10 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   boost::asio::io_context io(1);
   ferry::Server server(io, o, std::move(backend));
-  if (server.listen(o.socket, -1, why) != 0) {
+  // Under socket activation systemd hands over the listening socket (fd 3).
+  const int passed = ferry::systemd::listen_fd();
+  if (passed >= 0) FERRY_LOG(info, "using the socket passed by systemd (socket activation)");
+  if (server.listen(o.socket, passed, why) != 0) {
     FERRY_LOG(error, "%s", why.c_str());
     return 1;
   }

@@ -15,6 +15,7 @@
 
 #include "log.hpp"
 #include "session.hpp"
+#include "systemd.hpp"
 
 namespace ferry {
 
@@ -22,7 +23,13 @@ namespace asio = boost::asio;
 using stream = asio::local::stream_protocol;
 
 Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backend> backend)
-    : io_(io), opts_(opts), engine_(io, std::move(backend)), acceptor_(io), signals_(io, SIGTERM, SIGINT), timer_(io) {
+    : io_(io),
+      opts_(opts),
+      engine_(io, std::move(backend)),
+      acceptor_(io),
+      signals_(io, SIGTERM, SIGINT),
+      timer_(io),
+      status_timer_(io) {
   engine_.on_progress = [](ClientState& c, const std::vector<std::pair<uint64_t, int>>& failed) {
     if (auto s = c.session.lock()) {
       s->progress(failed);
@@ -98,6 +105,8 @@ int Server::listen(const std::string& path, int fd, std::string& why) {
       return -ec.value();
     }
   }
+  systemd::notify("READY=1\nSTATUS=" + status_line());
+  status_tick();
   signals_.async_wait([this](const boost::system::error_code& e, int sig) {
     if (e) return;
     FERRY_LOG(info, "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -140,9 +149,30 @@ void Server::closed(const std::shared_ptr<Session>& s) {
   sessions_.erase(s);
 }
 
+void Server::status_tick() {
+  status_timer_.expires_after(std::chrono::seconds(2));
+  status_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || stopping_) return;
+    systemd::notify("STATUS=" + status_line());
+    status_tick();
+  });
+}
+
+std::string Server::status_line() const {
+  uint64_t slots = 0, busy = 0;
+  for (const auto& s : sessions_)
+    if (s->client()) slots += s->client()->slot_count(), busy += s->client()->in_flight();
+  const auto& st = engine_.stats();
+  return std::to_string(client_count()) + " clients, " + std::to_string(busy) + "/" + std::to_string(slots) +
+         " slots in flight, " + std::to_string(st.uploads) + " uploads" +
+         (engine_.device_lost() ? ", DEVICE LOST" : "");
+}
+
 void Server::stop() {
   if (stopping_) return;
   stopping_ = true;
+  systemd::notify("STOPPING=1\nSTATUS=stopping: draining " + std::to_string(engine_.stats().in_flight) + " copies");
+  status_timer_.cancel();
   boost::system::error_code ec;
   acceptor_.close(ec);
   signals_.cancel(ec);
@@ -192,6 +222,17 @@ std::string json_string(const std::string& s) {
     }
   }
   return out + "\"";
+}
+
+// {"bounds_ns":[...],"counts":[...],"count":n,"sum_ns":s}; counts per bucket, the last one above every bound.
+std::string histogram_json(const Histogram& h) {
+  std::ostringstream o;
+  o << "{\"bounds_ns\":[";
+  for (size_t i = 0; i + 1 < proto::kLatencyBuckets; ++i) o << (i ? "," : "") << proto::kLatencyBoundsNs[i];
+  o << "],\"counts\":[";
+  for (size_t i = 0; i < proto::kLatencyBuckets; ++i) o << (i ? "," : "") << h.buckets[i];
+  o << "],\"count\":" << h.count << ",\"sum_ns\":" << h.sum_ns << "}";
+  return o.str();
 }
 
 int64_t unix_seconds(std::chrono::system_clock::time_point t) {
@@ -251,7 +292,12 @@ std::string Server::status_json(uid_t viewer, gid_t viewer_gid) const {
     << ",\"downloads\":" << st.downloads << ",\"failed\":" << st.failed << ",\"connections\":" << connections_
     << "},\"held\":{\"clients\":" << ClientState::live.load() << ",\"buffers\":" << Buffer::live_count.load()
     << ",\"device_bytes\":" << Buffer::live_bytes.load() << ",\"copies_in_flight\":" << st.in_flight
-    << "},\"clients\":[" << clients.str() << "],\"all_clients_visible\":" << (all ? "true" : "false") << "}";
+    << "},\"clients\":[" << clients.str() << "],\"all_clients_visible\":" << (all ? "true" : "false");
+  Histogram waits = departed_slot_waits();
+  for (const auto& s : sessions_)
+    if (s->client()) add_slot_waits(s->client()->segment(), waits);
+  o << ",\"histograms\":{\"upload_latency\":" << histogram_json(st.upload_latency)
+    << ",\"slot_wait\":" << histogram_json(waits) << "}}";
   return o.str();
 }
 

@@ -49,6 +49,8 @@ class Server {
  private:
   void accept();
   void drain_tick();
+  void status_tick();
+  std::string status_line() const;
 
   boost::asio::io_context& io_;
   Options opts_;
@@ -56,6 +58,7 @@ class Server {
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer timer_;
+  boost::asio::steady_timer status_timer_;  // STATUS= for systemd
   std::set<std::shared_ptr<Session>> sessions_;
   std::string path_;
   bool owns_path_ = false;

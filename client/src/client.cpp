@@ -338,7 +338,14 @@ constexpr uint64_t kParallelFrom = 8ull << 20;
 int wait_slot(ferry_client* c, uint64_t t) {
   const uint32_t s = static_cast<uint32_t>((t - 1) % c->slot_count);
   const uint64_t need = t > c->slot_count ? t - c->slot_count : 0;
+  const auto t0 = Clock::now();
   int r = wait_for(c, {}, true, [&] { return completed_now(c) >= need && c->hold[s].load() == 0; });
+  // Published for the daemon's metrics (histogram of slot wait time).
+  const auto ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  auto* m = reinterpret_cast<proto::ClientMetrics*>(reinterpret_cast<char*>(c->seg) + proto::kClientMetricsOffset);
+  m->slot_waits.fetch_add(1, std::memory_order_relaxed);
+  m->slot_wait_ns.fetch_add(ns, std::memory_order_relaxed);
+  m->buckets[proto::latency_bucket(ns)].fetch_add(1, std::memory_order_relaxed);
   FERRY_SLOT_TAKEN(c->slots + uint64_t{s} * c->slot_bytes);
   return r;
 }

@@ -223,6 +223,30 @@ static_assert(offsetof(Segment, daemon_state) == 192);
 static_assert(sizeof(Segment) == 256);
 inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // slots start on a page
 
+// Latency histograms (ferryctl metrics): upper bounds of the buckets in
+// nanoseconds; a last bucket counts everything above.
+inline constexpr uint64_t kLatencyBoundsNs[] = {10'000,     50'000,     100'000,     500'000,
+                                                1'000'000,  5'000'000,  10'000'000,  50'000'000,
+                                                100'000'000, 500'000'000, 1'000'000'000};
+inline constexpr size_t kLatencyBuckets = sizeof(kLatencyBoundsNs) / sizeof(kLatencyBoundsNs[0]) + 1;
+
+inline size_t latency_bucket(uint64_t ns) {
+  size_t i = 0;
+  while (i < kLatencyBuckets - 1 && ns > kLatencyBoundsNs[i]) ++i;
+  return i;
+}
+
+// Written by the client alone, at kClientMetricsOffset in the segment's
+// header page; the daemon only reads it, for metrics, and trusts nothing in it.
+struct ClientMetrics {
+  std::atomic<uint64_t> slot_waits;    // pieces that waited (or not) for their slot
+  std::atomic<uint64_t> slot_wait_ns;  // total time they waited
+  std::atomic<uint64_t> buckets[kLatencyBuckets];  // per bucket, not cumulative
+};
+inline constexpr uint64_t kClientMetricsOffset = 2048;
+static_assert(kClientMetricsOffset >= sizeof(Segment));
+static_assert(kClientMetricsOffset + sizeof(ClientMetrics) <= kSegmentHeaderBytes);
+
 // ---------------------------------------------------------------- decoder
 enum class Decode { good, bad, need_more };
 
