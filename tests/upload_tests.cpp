@@ -409,30 +409,100 @@ TEST_CASE("an outside C program using only ferry.h and -lferry does every operat
   CHECK(d.holds_nothing());
 }
 
-TEST_CASE("ferryctl shows a client's occupancy and exits 3 when it cannot connect", "[ferryctl][simonly]") {
-  Daemon d({"--slot-size", "65536", "--slots", "4"},
-           {{"FERRY_SIM_BANDWIDTH_GBPS", "0.01"}, {"FERRY_SIM_LATENCY_US", "0"}});
-  Conn k(d.socket);
-  ferry_buffer b = k.alloc(1 << 20);
-  std::vector<uint8_t> src(3 * 65536, 1);
-  REQUIRE(ferry_upload(k.c, b, 0, src.data(), src.size(), nullptr) == 0);
-  // Three slots in flight on a 10 MB/s link for ~20 ms.
-  auto st = d.status();
+namespace {
+// Runs a command and returns its standard output.
+std::string run(const std::string& cmd, int* status = nullptr) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  if (status != nullptr) *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return out;
+}
+boost::property_tree::ptree parse_json(const std::string& s) {
+  boost::property_tree::ptree t;
+  std::istringstream in(s);
+  boost::property_tree::read_json(in, t);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as k, and 0 after it exits",
+          "[ferryctl][simonly]") {
+  // Each command takes 1 s on the simulated engine: three uploads stay in flight.
+  Daemon d({"--slot-size", "65536", "--slots", "4"}, {{"FERRY_SIM_LATENCY_US", "1000000"}});
+  const std::string ctl = std::string(FERRYCTL_PATH) + " --socket " + d.socket;
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  ferry_buffer b1 = 0, b2 = 0;
+  REQUIRE(ferry_buffer_alloc(c, 4096, &b1) == 0);
+  REQUIRE(ferry_buffer_alloc(c, 8192, &b2) == 0);
+  uint8_t byte = 1;
+  for (int i = 0; i < 3; ++i) REQUIRE(ferry_upload(c, b1, i, &byte, 1, nullptr) == 0);
+
+  int rc = -1;
+  auto doc = parse_json(run(ctl + " status --json", &rc));
+  CHECK(rc == 0);
   bool found = false;
-  for (const auto& [key, c] : st.get_child("clients")) {
+  for (const auto& [key, row] : doc.get_child("clients")) {
     (void)key;
+    if (row.get<pid_t>("pid") != getpid()) continue;
     found = true;
-    CHECK(c.get<uint64_t>("slots") == 4);
-    CHECK(c.get<uint64_t>("slots_in_flight") >= 1);
-    CHECK(c.get<uint64_t>("buffers") == 1);
+    CHECK(row.get<uint64_t>("slots") == 4);
+    CHECK(row.get<uint64_t>("slots_in_flight") == 3);
+    CHECK(row.get<uint64_t>("buffers") == 2);
+    CHECK(row.get<uint64_t>("device_bytes") == 4096 + 8192);
   }
   CHECK(found);
-  std::string cmd = std::string(FERRYCTL_PATH) + " --socket " + d.socket + " status > /dev/null";
-  CHECK(std::system(cmd.c_str()) == 0);
-  cmd = std::string(FERRYCTL_PATH) + " --socket /nonexistent/ferry.sock status 2>/dev/null";
-  int rc = std::system(cmd.c_str());
-  CHECK(WEXITSTATUS(rc) == 3);
-  cmd = std::string(FERRYCTL_PATH) + " --bogus 2>/dev/null";
-  rc = std::system(cmd.c_str());
-  CHECK(WEXITSTATUS(rc) == 2);
+  CHECK(doc.get<uint64_t>("ring.slots_in_flight") == 3);
+  CHECK(doc.get<uint64_t>("held.buffers") == 2);
+
+  const std::string table = run(ctl + " status", &rc);
+  CHECK(rc == 0);
+  CHECK(table.find(" 3/4 ") != std::string::npos);
+
+  const std::string metrics = run(ctl + " metrics", &rc);
+  CHECK(rc == 0);
+  CHECK(metrics.find("# TYPE ferry_uploads_total counter") != std::string::npos);
+  CHECK(metrics.find("ferry_slots_in_flight 3\n") != std::string::npos);
+  CHECK(metrics.find("ferry_buffers 2\n") != std::string::npos);
+  const std::string row = "pid=\"" + std::to_string(getpid()) + "\"";
+  bool client_line = false;
+  std::istringstream lines(metrics);
+  for (std::string l; std::getline(lines, l);)
+    if (l.rfind("ferry_client_slots_in_flight{", 0) == 0 && l.find(row) != std::string::npos)
+      client_line = l.size() >= 2 && l.substr(l.size() - 2) == " 3";
+  CHECK(client_line);
+  CHECK(metrics.find("ferry_upload_latency_seconds_bucket{le=\"+Inf\"}") != std::string::npos);
+  CHECK(metrics.find("# TYPE ferry_slot_wait_seconds histogram") != std::string::npos);
+
+  ferry_disconnect(c);  // exits holding 3 slots and 2 buffers
+  bool zero = false;
+  for (int i = 0; i < 100 && !zero; ++i) {
+    auto after = parse_json(run(ctl + " status --json"));
+    zero = after.get<uint64_t>("held.clients") == 0 && after.get<uint64_t>("held.buffers") == 0 &&
+           after.get<uint64_t>("ring.slots_in_flight") == 0 && after.get_child("clients").empty();
+    if (!zero) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(zero);
+  const std::string m2 = run(ctl + " metrics");
+  CHECK(m2.find("ferry_clients 0\n") != std::string::npos);
+  CHECK(m2.find("ferry_device_memory_bytes 0\n") != std::string::npos);
+  CHECK(m2.find("ferry_uploads_total 3\n") != std::string::npos);
+}
+
+TEST_CASE("ferryctl exit codes: 3 when it cannot connect, 2 on a usage error", "[ferryctl]") {
+  int rc = -1;
+  run(std::string(FERRYCTL_PATH) + " --socket /nonexistent/ferry.sock status 2>/dev/null", &rc);
+  CHECK(rc == 3);
+  run(std::string(FERRYCTL_PATH) + " --bogus 2>/dev/null", &rc);
+  CHECK(rc == 2);
+  run(std::string(FERRYCTL_PATH) + " frobnicate 2>/dev/null", &rc);
+  CHECK(rc == 2);
+  std::string help = run(std::string(FERRYCTL_PATH) + " --help", &rc);
+  CHECK(rc == 0);
+  CHECK(help.find("metrics") != std::string::npos);
 }

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Operations checks: the systemd units verify cleanly (warnings fail), their
+# security exposure is printed; socket activation through
+# systemd-socket-activate with real client uploads; READY=1 and STOPPING=1
+# seen on a NOTIFY_SOCKET; `cmake --install` into a prefix, then a consumer
+# project built against it with pkg-config and with find_package, run against
+# the installed ferryd. usage: ops_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1
+build=$2
+tmp=$(mktemp -d /tmp/ferry-ops-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+wait_for_socket() {
+  for _ in $(seq 200); do [[ -S $1 ]] && return 0; sleep 0.05; done
+  fail "no socket at $1"
+}
+export FERRY_SIM_DRIVER=$build/sim/libze_ferry_sim.so.1 FERRY_SIM_FAST=1
+
+echo "== systemd-analyze verify (warnings are failures)"
+cp "$build/tests/units/ferryd@.service" "$tmp/ferryd@0.service"
+cp "$build/tests/units/ferryd@.socket" "$tmp/ferryd@0.socket"
+out=$(cd "$tmp" && systemd-analyze verify --man=no ./ferryd@0.service ./ferryd@0.socket 2>&1) || fail "verify: $out"
+[[ -z $out ]] || fail "systemd-analyze verify warned: $out"
+echo "ok: units verify without a warning"
+echo "== systemd-analyze security --offline=true"
+(cd "$tmp" && systemd-analyze security --offline=true ./ferryd@0.service 2>&1 | tail -n 4) || true
+
+echo "== socket activation and readiness"
+sock=$tmp/activated.sock
+python3 - "$tmp/notify" "$tmp/notify.log" <<'PY' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+s.settimeout(60)
+with open(sys.argv[2], "a") as f:
+    while True:
+        try:
+            d = s.recv(4096).decode()
+        except socket.timeout:
+            break
+        f.write(d + "\n")
+        f.flush()
+        if "STOPPING=1" in d:
+            break
+PY
+pids+=($!)
+for _ in $(seq 100); do [[ -S $tmp/notify ]] && break; sleep 0.05; done
+# systemd-socket-activate starts its program with a clean environment: -E passes ours on.
+NOTIFY_SOCKET=$tmp/notify systemd-socket-activate -l "$sock" -E NOTIFY_SOCKET -E FERRY_SIM_DRIVER -E FERRY_SIM_FAST \
+  "$build/daemon/ferryd" --sim --socket "$sock" --log-level info 2>"$tmp/daemon.log" &
+d=$!
+pids+=($d)
+wait_for_socket "$sock"
+"$build/examples/multi_upload" -s "$sock" -p 2 -n 20 -b 100000 || fail "uploads through the activated socket"
+grep -q "using the socket passed by systemd" "$tmp/daemon.log" || fail "ferryd did not adopt the passed socket"
+grep -q "^READY=1" "$tmp/notify.log" || fail "no READY=1 on NOTIFY_SOCKET"
+grep -q "^STATUS=" "$tmp/notify.log" || fail "no STATUS= on NOTIFY_SOCKET"
+kill -TERM "$d"
+wait "$d" || fail "ferryd did not exit 0 after SIGTERM"
+for _ in $(seq 100); do grep -q "STOPPING=1" "$tmp/notify.log" && break; sleep 0.05; done
+grep -q "STOPPING=1" "$tmp/notify.log" || fail "no STOPPING=1 on NOTIFY_SOCKET"
+echo "ok: adopted the socket, uploads verified, READY=1 / STATUS= / STOPPING=1 seen:"
+sed 's/^/    /' "$tmp/notify.log" | head -n 6
+
+echo "== install, then consumer projects against the installed tree"
+prefix=$tmp/prefix
+cmake --install "$build" --prefix "$prefix" >/dev/null
+for f in bin/ferryd bin/ferryctl lib/libferry.so include/ferry/ferry.h include/ferry/ferry.hpp \
+  lib/pkgconfig/ferry.pc lib/cmake/ferry/ferryConfig.cmake lib/systemd/system/ferryd@.service \
+  lib/systemd/system/ferryd@.socket etc/ferry/ferryd.conf share/man/man8/ferryd.8 share/man/man1/ferryctl.1 \
+  share/man/man3/libferry.3 lib/ferry/libze_ferry_sim.so.1; do
+  [[ -e $prefix/$f ]] || fail "not installed: $f"
+done
+cc -std=c11 -Wall -Werror "$src/examples/consumer/consumer.c" \
+  $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs ferry) -Wl,-rpath,"$prefix/lib" \
+  -o "$tmp/consumer-pkgconfig"
+cmake -S "$src/examples/consumer" -B "$tmp/consumer-cmake" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$tmp/consumer-cmake" >/dev/null
+sock2=$tmp/installed.sock
+unset FERRY_SIM_DRIVER  # the installed ferryd finds its simulated driver beside itself
+"$prefix/bin/ferryd" --sim --socket "$sock2" --log-level warn &
+d2=$!
+pids+=($d2)
+wait_for_socket "$sock2"
+"$tmp/consumer-pkgconfig" "$sock2" || fail "consumer built with pkg-config"
+"$tmp/consumer-cmake/consumer" "$sock2" || fail "consumer built with find_package(ferry)"
+"$prefix/bin/ferryctl" --socket "$sock2" version || fail "installed ferryctl"
+kill -TERM "$d2"
+wait "$d2" || fail "installed ferryd did not exit 0"
+echo "ok: installed tree works through pkg-config and find_package"
+echo "ops_test: all checks held"
