@@ -3,10 +3,12 @@
 // socket, and uses it through its own context.
 //   sim_ipc_peer mem    open a device allocation, checksum it, fill 4 KiB
 //   sim_ipc_peer event  open an event pool; wait on event 0, signal event 1
+//   sim_ipc_peer devices  report how many devices the driver shows
 #include <level_zero/ze_api.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -51,6 +53,23 @@ int main(int argc, char** argv) {
   uint32_t n = 1;
   ze_driver_handle_t drv = nullptr;
   ZE(zeDriverGet(&n, &drv));
+  if (mode == "devices") {
+    uint32_t count = 0;
+    ZE(zeDeviceGet(drv, &count, nullptr));
+    std::vector<ze_device_handle_t> all(count);
+    ZE(zeDeviceGet(drv, &count, all.data()));
+    std::vector<std::string> names;
+    for (auto* d : all) {
+      ze_device_properties_t p{};
+      p.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+      ZE(zeDeviceGetProperties(d, &p));
+      names.push_back(p.name);
+    }
+    // Distinct devices: distinct names (they carry the index).
+    std::sort(names.begin(), names.end());
+    reply(std::unique(names.begin(), names.end()) == names.end() ? count : 0);
+    return 0;
+  }
   ze_device_handle_t dev = nullptr;
   n = 1;
   ZE(zeDeviceGet(drv, &n, &dev));

@@ -196,6 +196,14 @@ TEST_CASE("the loader finds the simulated device with a copy-only queue group", 
   CHECK(again == s.driver);
 }
 
+TEST_CASE("FERRY_SIM_DEVICES sets how many devices the driver shows", "[sim]") {
+  setenv("FERRY_SIM_DEVICES", "3", 1);  // read by the peer's driver at its zeInit
+  Peer peer("devices");
+  unsetenv("FERRY_SIM_DEVICES");
+  CHECK(peer.read_u64() == 3);
+  CHECK(peer.finish() == 0);
+}
+
 TEST_CASE("host to device to host round trip, and allocation properties", "[sim]") {
   Sim s;
   const size_t n = 3 * 4096 + 17;
