@@ -18,6 +18,19 @@ struct DeviceInfo {
   bool host_import = false; // staging segments are registered with the driver
 };
 
+// An IPC handle of a device allocation or event pool, as the driver gives it.
+struct IpcHandle {
+  uint32_t kind = 0;        // proto::IpcKind
+  uint8_t data[64] = {};
+  int fd = -1;              // Level Zero: the fd its first bytes name; owned by the driver
+};
+
+// After a copy, signal event `index` of an IPC event pool a client registered.
+struct Signal {
+  uint64_t pool = 0;        // as open_event_pool returned it
+  uint32_t index = 0;
+};
+
 struct Done {
   uint64_t cookie;
   int status;               // 0 or a negative errno
@@ -39,7 +52,17 @@ class Backend {
 
   // Queues a copy (either direction). Copies complete in submission order.
   // Called from the engine's thread only.
-  virtual int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie) = 0;
+  virtual int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal = nullptr) = 0;
+
+  // Sharing with clients' own contexts. Each returns -ENOTSUP where the
+  // backend cannot. export_buffer: an IPC handle of a device allocation.
+  virtual int export_buffer(void* ptr, IpcHandle* out) = 0;
+  // Opens a client's allocation; `fd` (if any) is the daemon's copy, closed by the caller after.
+  virtual int import_buffer(const IpcHandle& h, uint64_t bytes, void** out) = 0;
+  virtual void release_import(void* ptr) = 0;
+  // Opens a client's IPC event pool of `count` events; *id names it in submit().
+  virtual int open_event_pool(const IpcHandle& h, uint32_t count, uint64_t* id) = 0;
+  virtual void close_event_pool(uint64_t id) = 0;
 
   // Called from the retire thread only: waits up to timeout_ns for the oldest
   // queued copy, then appends it and every later one already finished to

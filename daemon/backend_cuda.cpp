@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <mutex>
 
@@ -50,7 +51,11 @@ namespace {
   X(cuEventRecord, cuEventRecord)      \
   X(cuEventQuery, cuEventQuery)        \
   X(cuEventSynchronize, cuEventSynchronize) \
-  X(cuGetErrorString, cuGetErrorString)
+  X(cuGetErrorString, cuGetErrorString) \
+  X(cuIpcGetMemHandle, cuIpcGetMemHandle) \
+  X(cuIpcOpenMemHandle, cuIpcOpenMemHandle) \
+  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle) \
+  X(cuMemGetAddressRange, cuMemGetAddressRange)
 
 struct Cu {
 #define X(name, decl) decltype(&::decl) name = nullptr;
@@ -167,7 +172,8 @@ class Cuda final : public Backend {
     cu_.cuMemHostUnregister(ptr);
   }
 
-  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie) override {
+  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal) override {
+    if (signal != nullptr) return -ENOTSUP;  // no IPC event pools on this backend
     current();
     CUevent ev = take_event();
     if (ev == nullptr) return -ENOMEM;
@@ -187,6 +193,43 @@ class Cuda final : public Backend {
     if (was_empty) cv_.notify_one();
     return 0;
   }
+
+  // A consumer process opens it with cuIpcOpenMemHandle in its own context.
+  int export_buffer(void* ptr, IpcHandle* out) override {
+    current();
+    CUipcMemHandle h{};
+    if (cu_.cuIpcGetMemHandle(&h, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) return -ENOTSUP;
+    out->kind = 2;  // proto::kIpcCuda
+    static_assert(sizeof h.reserved == sizeof out->data);
+    std::memcpy(out->data, h.reserved, sizeof out->data);
+    out->fd = -1;
+    return 0;
+  }
+
+  int import_buffer(const IpcHandle& in, uint64_t bytes, void** out) override {
+    if (in.kind != 2) return -EINVAL;
+    current();
+    CUipcMemHandle h{};
+    std::memcpy(h.reserved, in.data, sizeof h.reserved);
+    CUdeviceptr p = 0;
+    if (cu_.cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS) return -EINVAL;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (cu_.cuMemGetAddressRange(&base, &size, p) != CUDA_SUCCESS || size - (p - base) < bytes) {
+      cu_.cuIpcCloseMemHandle(p);
+      return -EINVAL;
+    }
+    *out = reinterpret_cast<void*>(p);
+    return 0;
+  }
+
+  void release_import(void* ptr) override {
+    current();
+    cu_.cuIpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(ptr));
+  }
+
+  int open_event_pool(const IpcHandle&, uint32_t, uint64_t*) override { return -ENOTSUP; }
+  void close_event_pool(uint64_t) override {}
 
   // CUDA errors of a failed copy are sticky: the context is unusable after one.
   bool lost() override { return sticky_.load(); }

@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 
 #include "backend.hpp"
@@ -40,6 +42,15 @@ namespace {
   X(zeEventHostSynchronize)                  \
   X(zeEventQueryStatus)                      \
   X(zeEventHostReset)                        \
+  X(zeEventPoolGetIpcHandle)                 \
+  X(zeEventPoolOpenIpcHandle)                \
+  X(zeEventPoolCloseIpcHandle)               \
+  X(zeCommandListAppendSignalEvent)          \
+  X(zeCommandListAppendBarrier)              \
+  X(zeMemGetIpcHandle)                       \
+  X(zeMemOpenIpcHandle)                      \
+  X(zeMemCloseIpcHandle)                     \
+  X(zeMemGetAddressRange)                    \
   X(zeMemAllocDevice)                        \
   X(zeMemFree)
 
@@ -146,10 +157,24 @@ class LevelZero final : public Backend {
     if (release_ != nullptr) release_(native_driver_, ptr);
   }
 
-  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie) override {
+  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal) override {
+    ze_event_handle_t client_event = nullptr;
+    if (signal != nullptr) {
+      client_event = pool_event(signal->pool, signal->index);
+      if (client_event == nullptr) return -EINVAL;
+    }
     ze_event_handle_t ev = take_event();
     if (ev == nullptr) return -ENOMEM;
-    ze_result_t r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, ev, 0, nullptr);
+    ze_result_t r;
+    if (client_event == nullptr) {
+      r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, ev, 0, nullptr);
+    } else {
+      // copy -> the client's event -> ours: the copy retires only once the
+      // client's event is signalled, so its pool is never closed under it.
+      r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, nullptr, 0, nullptr);
+      if (r == ZE_RESULT_SUCCESS) r = ze_.zeCommandListAppendSignalEvent(list_, client_event);
+      if (r == ZE_RESULT_SUCCESS) r = ze_.zeCommandListAppendBarrier(list_, ev, 0, nullptr);
+    }
     if (r != ZE_RESULT_SUCCESS) {
       give_event(ev);
       return to_errno(r);
@@ -163,6 +188,57 @@ class LevelZero final : public Backend {
     // The retire thread sleeps on cv_ only while nothing is in flight.
     if (was_empty) cv_.notify_one();
     return 0;
+  }
+
+  int export_buffer(void* ptr, IpcHandle* out) override {
+    ze_ipc_mem_handle_t h{};
+    if (ze_.zeMemGetIpcHandle(ctx_, ptr, &h) != ZE_RESULT_SUCCESS) return -ENOTSUP;
+    out->kind = 1;  // proto::kIpcLevelZero
+    std::memcpy(out->data, h.data, sizeof out->data);
+    std::memcpy(&out->fd, h.data, sizeof(int));  // the fd leads the handle (Intel's layout)
+    return 0;
+  }
+
+  int import_buffer(const IpcHandle& in, uint64_t bytes, void** out) override {
+    if (in.kind != 1 || in.fd < 0) return -EINVAL;
+    ze_ipc_mem_handle_t h{};
+    std::memcpy(h.data, in.data, sizeof h.data);
+    std::memcpy(h.data, &in.fd, sizeof(int));  // our copy of the fd, received over the socket
+    void* p = nullptr;
+    if (ze_.zeMemOpenIpcHandle(ctx_, device_, h, 0, &p) != ZE_RESULT_SUCCESS) return -EINVAL;
+    void* base = nullptr;
+    size_t size = 0;
+    if (ze_.zeMemGetAddressRange(ctx_, p, &base, &size) != ZE_RESULT_SUCCESS || size < bytes) {
+      ze_.zeMemCloseIpcHandle(ctx_, p);
+      return -EINVAL;  // smaller than the client claims
+    }
+    *out = p;
+    return 0;
+  }
+
+  void release_import(void* ptr) override { ze_.zeMemCloseIpcHandle(ctx_, ptr); }
+
+  int open_event_pool(const IpcHandle& in, uint32_t count, uint64_t* id) override {
+    if (in.kind != 1 || in.fd < 0 || count == 0 || count > 65536) return -EINVAL;
+    ze_ipc_event_pool_handle_t h{};
+    std::memcpy(h.data, in.data, sizeof h.data);
+    std::memcpy(h.data, &in.fd, sizeof(int));
+    ze_event_pool_handle_t pool = nullptr;
+    if (ze_.zeEventPoolOpenIpcHandle(ctx_, h, &pool) != ZE_RESULT_SUCCESS) return -EINVAL;
+    std::lock_guard lock(mu_);
+    *id = ++next_pool_;
+    client_pools_[*id] = ClientPool{pool, count, std::vector<ze_event_handle_t>(count, nullptr)};
+    return 0;
+  }
+
+  void close_event_pool(uint64_t id) override {
+    std::lock_guard lock(mu_);
+    auto it = client_pools_.find(id);
+    if (it == client_pools_.end()) return;
+    for (auto* e : it->second.events)
+      if (e != nullptr) ze_.zeEventDestroy(e);
+    ze_.zeEventPoolCloseIpcHandle(it->second.pool);
+    client_pools_.erase(it);
   }
 
   bool lost() override { return ze_.zeDeviceGetStatus(device_) == ZE_RESULT_ERROR_DEVICE_LOST; }
@@ -262,6 +338,24 @@ class LevelZero final : public Backend {
     return true;
   }
 
+  struct ClientPool {
+    ze_event_pool_handle_t pool = nullptr;
+    uint32_t count = 0;
+    std::vector<ze_event_handle_t> events;  // created on first use
+  };
+
+  ze_event_handle_t pool_event(uint64_t id, uint32_t index) {
+    std::lock_guard lock(mu_);
+    auto it = client_pools_.find(id);
+    if (it == client_pools_.end() || index >= it->second.count) return nullptr;
+    ze_event_handle_t& e = it->second.events[index];
+    if (e == nullptr) {
+      ze_event_desc_t ed{ZE_STRUCTURE_TYPE_EVENT_DESC, nullptr, index, 0, 0};
+      if (ze_.zeEventCreate(it->second.pool, &ed, &e) != ZE_RESULT_SUCCESS) e = nullptr;
+    }
+    return e;
+  }
+
   ze_event_handle_t take_event() {
     {
       std::lock_guard lock(mu_);
@@ -314,6 +408,8 @@ class LevelZero final : public Backend {
   std::vector<ze_event_handle_t> free_events_;
   std::vector<ze_event_handle_t> all_events_;
   std::vector<ze_event_pool_handle_t> pools_;
+  std::map<uint64_t, ClientPool> client_pools_;
+  uint64_t next_pool_ = 0;
 };
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "engine.hpp"
 
 #include <pthread.h>
+#include <sys/random.h>
+
+#include <cstring>
 
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -31,8 +34,57 @@ void add_slot_waits(const StagingSegment& seg, Histogram& h) {
   for (size_t i = 0; i < proto::kLatencyBuckets; ++i) h.buckets[i] += m->buckets[i].load(std::memory_order_relaxed);
 }
 
+// ---------------------------------------------------------------- grants
+GrantRegistry& grants() {
+  static GrantRegistry r;
+  return r;
+}
+
+std::shared_ptr<GrantInfo> GrantRegistry::add(const std::shared_ptr<Buffer>& b, uint64_t owner, uint64_t owner_buffer,
+                                              uint32_t rights) {
+  auto g = std::make_shared<GrantInfo>();
+  g->buffer = b;
+  g->owner = owner;
+  g->owner_buffer = owner_buffer;
+  g->rights = rights;
+  // 256 bits from the kernel's CSPRNG: unguessable, so the token is the right.
+  size_t got = 0;
+  while (got < g->token.size()) {
+    ssize_t n = ::getrandom(g->token.data() + got, g->token.size() - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  grants_[g->token] = g;
+  return g;
+}
+
+std::shared_ptr<GrantInfo> GrantRegistry::find(const uint8_t* token) const {
+  std::array<uint8_t, proto::kTokenBytes> key;
+  std::memcpy(key.data(), token, key.size());
+  auto it = grants_.find(key);
+  return it == grants_.end() ? nullptr : it->second;
+}
+
+size_t GrantRegistry::revoke(uint64_t owner, uint64_t owner_buffer, const uint8_t* token) {
+  size_t n = 0;
+  for (auto it = grants_.begin(); it != grants_.end();) {
+    GrantInfo& g = *it->second;
+    const bool match = g.owner == owner && (owner_buffer == 0 || g.owner_buffer == owner_buffer) &&
+                       (token == nullptr || std::memcmp(token, g.token.data(), g.token.size()) == 0);
+    if (match) {
+      g.revoked = true;  // clients that opened it keep the GrantInfo, and are refused
+      it = grants_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
 ClientState::~ClientState() {
   add_slot_waits(segment_, departed_slot_waits());
+  grants().revoke(id_, 0, nullptr);  // its grants end with it
+  for (const auto& [id, backend_id] : event_pools_) backend_->close_event_pool(backend_id);
   buffers_.clear();  // frees device memory no copy still holds
   if (registered_) backend_->unregister_host(segment_.slots_begin());
   live.fetch_sub(1);
@@ -56,22 +108,70 @@ int ClientState::alloc(uint64_t bytes, uint64_t limit, uint64_t* id) {
   void* p = nullptr;
   if (int r = backend_->alloc(bytes, &p); r != 0) return r;
   *id = ++next_buffer_;
-  buffers_[*id] = std::make_shared<Buffer>(backend_, p, bytes);
+  buffers_[*id].owned = std::make_shared<Buffer>(backend_, p, bytes);
   device_bytes_ += bytes;
+  return 0;
+}
+
+int ClientState::adopt(std::shared_ptr<Buffer> b, uint64_t* id) {
+  *id = ++next_buffer_;
+  buffers_[*id].owned = std::move(b);
+  return 0;
+}
+
+int ClientState::open(const std::shared_ptr<GrantInfo>& g, uint64_t* id, uint64_t* bytes) {
+  auto b = g->buffer.lock();
+  if (!b || g->revoked) return -EACCES;
+  *id = ++next_buffer_;
+  buffers_[*id].grant = g;
+  *bytes = b->bytes;
   return 0;
 }
 
 int ClientState::free(uint64_t id) {
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return -ENOENT;
-  device_bytes_ -= it->second->bytes;
+  if (it->second.owned) {
+    if (!it->second.owned->imported) device_bytes_ -= it->second.owned->bytes;
+    grants().revoke(id_, id, nullptr);  // a freed buffer takes its grants with it
+  }
   buffers_.erase(it);  // device memory goes once copies in flight to it end
   return 0;
 }
 
-std::shared_ptr<Buffer> ClientState::find(uint64_t id) const {
+std::shared_ptr<Buffer> ClientState::owned(uint64_t id) const {
   auto it = buffers_.find(id);
-  return it == buffers_.end() ? nullptr : it->second;
+  return it == buffers_.end() ? nullptr : it->second.owned;
+}
+
+std::shared_ptr<Buffer> ClientState::find(uint64_t id, uint32_t rights, int* err) const {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) {
+    *err = -ENOENT;
+    return nullptr;
+  }
+  if (it->second.owned) return it->second.owned;
+  const GrantInfo& g = *it->second.grant;
+  if (g.revoked || (g.rights & rights) != rights) {
+    *err = -EACCES;
+    return nullptr;
+  }
+  auto b = g.buffer.lock();
+  if (!b) *err = -ENOENT;
+  return b;
+}
+
+int ClientState::add_event_pool(uint64_t backend_id, uint64_t* id) {
+  *id = ++next_pool_;
+  event_pools_[*id] = backend_id;
+  return 0;
+}
+
+bool ClientState::event_pool(uint64_t id, uint64_t* backend_id) const {
+  auto it = event_pools_.find(id);
+  if (it == event_pools_.end()) return false;
+  *backend_id = it->second;
+  return true;
 }
 
 const char* ClientState::check_ticket(uint64_t ticket, uint32_t slot) const {
@@ -124,13 +224,13 @@ void TransferEngine::stop() {
 }
 
 int TransferEngine::submit(const std::shared_ptr<ClientState>& client, uint64_t ticket, bool download, void* dst,
-                           const void* src, uint64_t bytes, std::shared_ptr<Buffer> buffer) {
+                           const void* src, uint64_t bytes, std::shared_ptr<Buffer> buffer, const Signal* signal) {
   if (device_lost_) return -ENODEV;
   const uint64_t cookie = next_cookie_++;
   // Record first: the retire thread may report the copy before submit returns,
   // but its batch is handled on this thread, after we return.
   records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, now_ns()});
-  if (int r = backend_->submit(dst, src, bytes, cookie); r != 0) {
+  if (int r = backend_->submit(dst, src, bytes, cookie, signal); r != 0) {
     records_.pop_back();
     return r;
   }

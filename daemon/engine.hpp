@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -30,24 +31,57 @@ class Session;
 // Device memory owned by one client. Freed when the last reference goes:
 // the client's table, or a copy still in flight to or from it.
 struct Buffer {
-  Buffer(Backend* b, void* p, uint64_t n) : backend(b), ptr(p), bytes(n) {
+  Buffer(Backend* b, void* p, uint64_t n, bool imported_ = false) : backend(b), ptr(p), bytes(n), imported(imported_) {
     live_count.fetch_add(1);
     live_bytes.fetch_add(n);
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() {
-    backend->free(ptr);
+    if (imported) {
+      backend->release_import(ptr);
+    } else {
+      backend->free(ptr);
+    }
     live_count.fetch_sub(1);
     live_bytes.fetch_sub(bytes);
   }
   Backend* backend;
   void* ptr;
   uint64_t bytes;
+  bool imported;  // a client's own allocation, opened from its IPC handle
   // Device memory held by all clients, for status and for tests.
   static inline std::atomic<uint64_t> live_count{0};
   static inline std::atomic<uint64_t> live_bytes{0};
 };
+
+// A grant: whoever presents its token may use the owner's buffer. Held by
+// the registry and by every client that opened it; it does not keep the
+// buffer alive (the owner's table does).
+struct GrantInfo {
+  std::weak_ptr<Buffer> buffer;
+  uint64_t owner = 0;         // client id
+  uint64_t owner_buffer = 0;  // the buffer's id in the owner's table
+  uint32_t rights = 0;        // proto::Rights
+  bool revoked = false;
+  std::array<uint8_t, proto::kTokenBytes> token{};
+};
+
+// Every live grant, by token. io thread only.
+class GrantRegistry {
+ public:
+  std::shared_ptr<GrantInfo> add(const std::shared_ptr<Buffer>& b, uint64_t owner, uint64_t owner_buffer,
+                                 uint32_t rights);
+  std::shared_ptr<GrantInfo> find(const uint8_t* token) const;
+  // Revokes one grant (token) or, with token == nullptr, all of owner's grants
+  // on owner_buffer (or on every buffer when owner_buffer == 0). Returns how many.
+  size_t revoke(uint64_t owner, uint64_t owner_buffer, const uint8_t* token);
+  size_t size() const { return grants_.size(); }
+
+ private:
+  std::map<std::array<uint8_t, proto::kTokenBytes>, std::shared_ptr<GrantInfo>> grants_;
+};
+GrantRegistry& grants();
 
 struct ClientStats {
   uint64_t uploads = 0;
@@ -78,10 +112,20 @@ class ClientState {
   size_t buffer_count() const { return buffers_.size(); }
   ClientStats& stats() { return stats_; }
 
-  // Buffers
+  // Buffers: owned (allocated or imported) and opened through grants.
   int alloc(uint64_t bytes, uint64_t limit, uint64_t* id);
+  int adopt(std::shared_ptr<Buffer> b, uint64_t* id);  // an imported allocation
+  int open(const std::shared_ptr<GrantInfo>& g, uint64_t* id, uint64_t* bytes);
   int free(uint64_t id);
-  std::shared_ptr<Buffer> find(uint64_t id) const;
+  // The buffer `id` names for this client if it may use it for `rights`:
+  // nullptr with *err = -ENOENT (no such buffer, or its owner freed it) or
+  // -EACCES (revoked, or a right not granted).
+  std::shared_ptr<Buffer> find(uint64_t id, uint32_t rights, int* err) const;
+  std::shared_ptr<Buffer> owned(uint64_t id) const;
+
+  // IPC event pools this client registered: our id -> the backend's.
+  int add_event_pool(uint64_t backend_id, uint64_t* id);
+  bool event_pool(uint64_t id, uint64_t* backend_id) const;
 
   // Checks a transfer's ticket and slot against this client's window.
   // Returns nullptr or the reason it is refused.
@@ -114,7 +158,13 @@ class ClientState {
   uint64_t in_flight_bytes_ = 0;
   uint64_t device_bytes_ = 0;
   uint64_t next_buffer_ = 0;
-  std::map<uint64_t, std::shared_ptr<Buffer>> buffers_;
+  struct Entry {
+    std::shared_ptr<Buffer> owned;     // set for the owner
+    std::shared_ptr<GrantInfo> grant;  // set for a buffer opened through a grant
+  };
+  std::map<uint64_t, Entry> buffers_;
+  std::map<uint64_t, uint64_t> event_pools_;  // our id -> backend id
+  uint64_t next_pool_ = 0;
   ClientStats stats_;
 };
 
@@ -160,7 +210,7 @@ class TransferEngine {
   // Queues one transfer of `client`'s ticket. On a non-zero return nothing was
   // queued and the caller fails the ticket itself.
   int submit(const std::shared_ptr<ClientState>& client, uint64_t ticket, bool download, void* dst, const void* src,
-             uint64_t bytes, std::shared_ptr<Buffer> buffer);
+             uint64_t bytes, std::shared_ptr<Buffer> buffer, const Signal* signal = nullptr);
 
   // Fails a ticket without touching the device (a refused transfer).
   void fail(const std::shared_ptr<ClientState>& client, uint64_t ticket, int status);

@@ -1,5 +1,6 @@
 #include "session.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 
 #include <boost/asio/write.hpp>
@@ -32,6 +33,9 @@ void Session::start() { read(); }
 void Session::close() {
   if (closed_) return;
   closed_ = true;
+  close_fds();
+  for (auto& [off, fd] : fd_marks_) ::close(fd);
+  fd_marks_.clear();
   boost::system::error_code ec;
   socket_.close(ec);
   server_.closed(shared_from_this());
@@ -49,31 +53,70 @@ void Session::shut_down() {
 void Session::read() {
   if (in_.size() - in_used_ < kReadChunk / 2) in_.resize(in_used_ + kReadChunk);
   auto self = shared_from_this();
-  socket_.async_read_some(
-      boost::asio::buffer(in_.data() + in_used_, in_.size() - in_used_),
-      [this, self](const boost::system::error_code& ec, size_t n) {
-        if (closed_) return;
-        if (ec) {
-          close();  // the client went away (or its socket failed): it frees what it held
-          return;
-        }
-        in_used_ += n;
-        size_t off = 0;
-        while (!closed_) {
-          proto::Decoded d = proto::decode(in_.data() + off, in_used_ - off);
-          if (d.result == proto::Decode::need_more) break;
-          if (d.result == proto::Decode::bad) {
-            fatal(-EPROTO, d.why);
-            return;
-          }
-          handle(d.type, in_.data() + off);
-          off += d.consumed;
-        }
-        if (closed_ || closing_after_write_) return;
-        std::memmove(in_.data(), in_.data() + off, in_used_ - off);
-        in_used_ -= off;
-        read();
-      });
+  // recvmsg rather than read_some: Import and EventPool come with a file descriptor.
+  socket_.async_wait(socket_type::wait_read, [this, self](const boost::system::error_code& ec) {
+    if (closed_) return;
+    if (ec) {
+      close();
+      return;
+    }
+    iovec iov{in_.data() + in_used_, in_.size() - in_used_};
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * 4)];
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctrl;
+    mh.msg_controllen = sizeof ctrl;
+    ssize_t n = ::recvmsg(socket_.native_handle(), &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      read();
+      return;
+    }
+    if (n <= 0) {
+      close();  // the client went away (or its socket failed): it frees what it held
+      return;
+    }
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm)) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+        fds_in_.push_back(fd);
+      }
+    }
+    in_used_ += static_cast<size_t>(n);
+    size_t off = 0;
+    while (!closed_) {
+      proto::Decoded d = proto::decode(in_.data() + off, in_used_ - off);
+      if (d.result == proto::Decode::need_more) break;
+      if (d.result == proto::Decode::bad) {
+        fatal(-EPROTO, d.why);
+        return;
+      }
+      handle(d.type, in_.data() + off);
+      off += d.consumed;
+    }
+    if (closed_ || closing_after_write_) return;
+    std::memmove(in_.data(), in_.data() + off, in_used_ - off);
+    in_used_ -= off;
+    // Descriptors no message claimed were not expected: they are not kept.
+    // (One that came with a message still arriving waits for it.)
+    if (in_used_ == 0 || fds_in_.size() > 2) close_fds();
+    read();
+  });
+}
+
+int Session::take_fd() {
+  if (fds_in_.empty()) return -1;
+  int fd = fds_in_.front();
+  fds_in_.pop_front();
+  return fd;
+}
+
+void Session::close_fds() {
+  for (int fd : fds_in_) ::close(fd);
+  fds_in_.clear();
 }
 
 void Session::handle(proto::Type type, const uint8_t* msg) {
@@ -103,6 +146,48 @@ void Session::handle(proto::Type type, const uint8_t* msg) {
       proto::Transfer m;
       as(&m);
       on_transfer(m, type == proto::Type::download);
+      return;
+    }
+    case proto::Type::upload_signal: {
+      proto::UploadSignal m;
+      as(&m);
+      on_transfer(m.t, false, &m);
+      return;
+    }
+    case proto::Type::grant: {
+      proto::Grant m;
+      as(&m);
+      on_grant(m);
+      return;
+    }
+    case proto::Type::revoke: {
+      proto::Revoke m;
+      as(&m);
+      on_revoke(m);
+      return;
+    }
+    case proto::Type::open: {
+      proto::Open m;
+      as(&m);
+      on_open(m);
+      return;
+    }
+    case proto::Type::export_buffer: {
+      proto::Export m;
+      as(&m);
+      on_export(m);
+      return;
+    }
+    case proto::Type::import_buffer: {
+      proto::Import m;
+      as(&m);
+      on_import(m);
+      return;
+    }
+    case proto::Type::event_pool: {
+      proto::EventPool m;
+      as(&m);
+      on_event_pool(m);
       return;
     }
     case proto::Type::status_request: {
@@ -182,21 +267,123 @@ void Session::on_free(const proto::Free& m) {
   reply(m.request, client_->free(m.buffer), 0);
 }
 
-void Session::on_transfer(const proto::Transfer& m, bool download) {
+void Session::on_transfer(const proto::Transfer& m, bool download, const proto::UploadSignal* sig) {
   if (!client_) return fatal(-EPROTO, "transfer before Hello");
   // Breaking the slot protocol is a broken client: close it.
   if (const char* why = client_->check_ticket(m.ticket, m.slot)) return fatal(-EPROTO, why);
   if (m.length == 0 || m.length > client_->slot_bytes()) return fatal(-EPROTO, "transfer length outside one slot");
   TransferEngine& eng = server_.engine();
   // A wrong buffer or range is the caller's mistake: fail that ticket only.
-  std::shared_ptr<Buffer> buf = client_->find(m.buffer);
-  if (!buf) return eng.fail(client_, m.ticket, -ENOENT);
+  int err = 0;
+  std::shared_ptr<Buffer> buf = client_->find(m.buffer, download ? proto::kRightDownload : proto::kRightUpload, &err);
+  if (!buf) return eng.fail(client_, m.ticket, err);
   if (m.offset > buf->bytes || m.length > buf->bytes - m.offset) return eng.fail(client_, m.ticket, -EINVAL);
+  Signal signal;
+  if (sig != nullptr) {
+    if (!client_->event_pool(sig->pool, &signal.pool)) return eng.fail(client_, m.ticket, -ENOENT);
+    signal.index = sig->event;
+  }
   char* slot = client_->segment().slot(m.slot);
-  char* dev = static_cast<char*>(buf->ptr) + m.offset;
+  // CUDA device addresses are not host pointers: plain integer arithmetic.
+  auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + m.offset);
   int r = download ? eng.submit(client_, m.ticket, true, slot, dev, m.length, buf)
-                   : eng.submit(client_, m.ticket, false, dev, slot, m.length, buf);
+                   : eng.submit(client_, m.ticket, false, dev, slot, m.length, buf, sig != nullptr ? &signal : nullptr);
   if (r != 0) eng.fail(client_, m.ticket, r);
+}
+
+void Session::buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes) {
+  auto r = proto::make<proto::BufferReply>(proto::Type::buffer_reply);
+  r.request = request;
+  r.status = status;
+  r.rights = rights;
+  r.buffer = buffer;
+  r.bytes = bytes;
+  queue(&r, sizeof r);
+  flush();
+}
+
+void Session::on_grant(const proto::Grant& m) {
+  if (!client_) return fatal(-EPROTO, "Grant before Hello");
+  auto r = proto::make<proto::TokenReply>(proto::Type::token_reply);
+  r.request = m.request;
+  auto b = client_->owned(m.buffer);
+  const uint32_t all = proto::kRightUpload | proto::kRightDownload;
+  if (!b || b->imported) {
+    r.status = -ENOENT;  // only the owner of an allocation grants it
+  } else if (m.rights == 0 || (m.rights & ~all) != 0) {
+    r.status = -EINVAL;
+  } else {
+    auto g = grants().add(b, client_->id(), m.buffer, m.rights);
+    std::memcpy(r.token, g->token.data(), sizeof r.token);
+  }
+  queue(&r, sizeof r);
+  flush();
+}
+
+void Session::on_revoke(const proto::Revoke& m) {
+  if (!client_) return fatal(-EPROTO, "Revoke before Hello");
+  if (!client_->owned(m.buffer)) return reply(m.request, -ENOENT, 0);
+  static const uint8_t kZero[proto::kTokenBytes] = {};
+  const bool all = std::memcmp(m.token, kZero, sizeof kZero) == 0;
+  size_t n = grants().revoke(client_->id(), m.buffer, all ? nullptr : m.token);
+  reply(m.request, n == 0 && !all ? -ENOENT : 0, n);
+}
+
+void Session::on_open(const proto::Open& m) {
+  if (!client_) return fatal(-EPROTO, "Open before Hello");
+  auto g = grants().find(m.token);
+  if (!g) return buffer_reply(m.request, -EACCES, 0, 0, 0);  // a forged or revoked token: nothing
+  uint64_t id = 0, bytes = 0;
+  int r = client_->open(g, &id, &bytes);
+  buffer_reply(m.request, r, r == 0 ? g->rights : 0, id, bytes);
+}
+
+void Session::on_export(const proto::Export& m) {
+  if (!client_) return fatal(-EPROTO, "Export before Hello");
+  auto r = proto::make<proto::ExportReply>(proto::Type::export_reply);
+  r.request = m.request;
+  auto b = client_->owned(m.buffer);
+  IpcHandle h;
+  if (!b || b->imported) {
+    r.status = -ENOENT;
+  } else if (int e = server_.engine().backend().export_buffer(b->ptr, &h); e != 0) {
+    r.status = e;
+  } else {
+    r.kind = h.kind;
+    r.bytes = b->bytes;
+    std::memcpy(r.handle, h.data, sizeof r.handle);
+  }
+  // The fd travels with the reply; the client puts its own number in the handle.
+  int fd = r.status == 0 && h.fd >= 0 ? ::fcntl(h.fd, F_DUPFD_CLOEXEC, 3) : -1;
+  queue(&r, sizeof r, fd);
+  flush();
+}
+
+void Session::on_import(const proto::Import& m) {
+  if (!client_) return fatal(-EPROTO, "Import before Hello");
+  IpcHandle h;
+  h.kind = m.kind;
+  std::memcpy(h.data, m.handle, sizeof h.data);
+  h.fd = m.kind == proto::kIpcLevelZero ? take_fd() : -1;
+  void* p = nullptr;
+  int r = m.bytes == 0 ? -EINVAL : server_.engine().backend().import_buffer(h, m.bytes, &p);
+  if (h.fd >= 0) ::close(h.fd);  // the driver keeps its own mapping
+  uint64_t id = 0;
+  if (r == 0) client_->adopt(std::make_shared<Buffer>(&server_.engine().backend(), p, m.bytes, true), &id);
+  buffer_reply(m.request, r, r == 0 ? (proto::kRightUpload | proto::kRightDownload) : 0, id, r == 0 ? m.bytes : 0);
+}
+
+void Session::on_event_pool(const proto::EventPool& m) {
+  if (!client_) return fatal(-EPROTO, "EventPool before Hello");
+  IpcHandle h;
+  h.kind = m.kind;
+  std::memcpy(h.data, m.handle, sizeof h.data);
+  h.fd = m.kind == proto::kIpcLevelZero ? take_fd() : -1;
+  uint64_t backend_id = 0, id = 0;
+  int r = server_.engine().backend().open_event_pool(h, m.count, &backend_id);
+  if (h.fd >= 0) ::close(h.fd);
+  if (r == 0) client_->add_event_pool(backend_id, &id);
+  reply(m.request, r, id);
 }
 
 void Session::on_status(const proto::StatusRequest& m) {
@@ -257,25 +444,48 @@ void Session::reply(uint64_t request, int status, uint64_t value) {
   flush();
 }
 
-void Session::queue(const void* data, size_t bytes) {
-  if (closed_) return;
+void Session::queue(const void* data, size_t bytes, int fd) {
+  if (closed_) {
+    if (fd >= 0) ::close(fd);
+    return;
+  }
   if (pending_.size() + bytes > kMaxPending) {
+    if (fd >= 0) ::close(fd);
     FERRY_LOG(warn, "closing session of pid %d: it does not read its socket", pid_);
     close();
     return;
+  }
+  if (fd >= 0) {
+    fd_marks_.emplace_back(pending_.size(), fd);
+    completion_at_ = SIZE_MAX;  // nothing after this message may be coalesced into an earlier one
   }
   const auto* p = static_cast<const uint8_t*>(data);
   pending_.insert(pending_.end(), p, p + bytes);
 }
 
+namespace {
+// Drops the first n bytes of `v`, moving the offsets that point into it.
+void drop_front(std::vector<uint8_t>& v, size_t n, std::deque<std::pair<size_t, int>>& marks, size_t& completion_at) {
+  v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
+  for (auto& m : marks) m.first -= n;
+  completion_at = completion_at == SIZE_MAX || completion_at < n ? SIZE_MAX : completion_at - n;
+}
+}  // namespace
+
 void Session::flush() {
-  if (closed_ || !writing_.empty()) return;
+  if (closed_ || !writing_.empty() || sending_fd_) return;
   if (pending_.empty()) {
     if (closing_after_write_) close();
     return;
   }
-  writing_.swap(pending_);
-  completion_at_ = SIZE_MAX;
+  if (!fd_marks_.empty() && fd_marks_.front().first == 0) {
+    send_with_fd();
+    return;
+  }
+  // Everything up to the next message that carries an fd.
+  const size_t upto = fd_marks_.empty() ? pending_.size() : fd_marks_.front().first;
+  writing_.assign(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(upto));
+  drop_front(pending_, upto, fd_marks_, completion_at_);
   auto self = shared_from_this();
   boost::asio::async_write(socket_, boost::asio::buffer(writing_),
                            [this, self](const boost::system::error_code& ec, size_t) {
@@ -287,6 +497,48 @@ void Session::flush() {
                              }
                              flush();
                            });
+}
+
+// Sends the message at the front of pending_ with its fd, in one sendmsg.
+void Session::send_with_fd() {
+  sending_fd_ = true;
+  auto self = shared_from_this();
+  socket_.async_wait(socket_type::wait_write, [this, self](const boost::system::error_code& ec) {
+    sending_fd_ = false;
+    if (closed_) return;
+    if (ec) {
+      close();
+      return;
+    }
+    proto::Header h;
+    std::memcpy(&h, pending_.data(), sizeof h);
+    const int fd = fd_marks_.front().second;
+    iovec iov{pending_.data(), h.size};
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctrl;
+    mh.msg_controllen = sizeof ctrl;
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    ssize_t n = ::sendmsg(socket_.native_handle(), &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      flush();  // waits for room again
+      return;
+    }
+    if (n != static_cast<ssize_t>(h.size)) {
+      close();  // a small message only partly sent: the stream is broken
+      return;
+    }
+    ::close(fd);
+    fd_marks_.pop_front();
+    drop_front(pending_, h.size, fd_marks_, completion_at_);
+    flush();
+  });
 }
 
 }  // namespace ferry

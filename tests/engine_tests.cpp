@@ -86,7 +86,7 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
     CHECK(c->alloc(1 << 20, 4096, &id) == -EDQUOT);  // over the client's limit
     uint64_t calls = 0;
     eng.on_progress = [&](ClientState&, const Failed&) { ++calls; };
-    auto buf = c->find(1);
+    auto buf = c->owned(1);
     REQUIRE(buf);
     std::memset(c->segment().slot(0), 0x42, 4096);
     REQUIRE(eng.submit(c, 1, false, buf->ptr, c->segment().slot(0), 4096, buf) == 0);

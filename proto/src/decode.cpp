@@ -20,6 +20,16 @@ size_t fixed_size(Type t) {
     case Type::status_request: return sizeof(StatusRequest);
     case Type::status_reply: return sizeof(StatusReply);
     case Type::shutdown: return sizeof(Shutdown);
+    case Type::grant: return sizeof(Grant);
+    case Type::revoke: return sizeof(Revoke);
+    case Type::open: return sizeof(Open);
+    case Type::token_reply: return sizeof(TokenReply);
+    case Type::buffer_reply: return sizeof(BufferReply);
+    case Type::export_buffer: return sizeof(Export);
+    case Type::export_reply: return sizeof(ExportReply);
+    case Type::import_buffer: return sizeof(Import);
+    case Type::event_pool: return sizeof(EventPool);
+    case Type::upload_signal: return sizeof(UploadSignal);
   }
   return 0;
 }

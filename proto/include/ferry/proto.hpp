@@ -13,6 +13,12 @@
 //   client -> Upload (one-way)     daemon -> TicketFailed (only on failure), Completion
 //   client -> Download             daemon -> TicketFailed / Completion; bytes in the slot
 //   client -> StatusRequest        daemon -> StatusReply (JSON text follows the fixed part)
+//   client -> Grant / Revoke       daemon -> TokenReply / Reply   (sharing a buffer)
+//   client -> Open (a token)       daemon -> BufferReply          (a granted buffer, by local id)
+//   client -> Export               daemon -> ExportReply (+ the IPC handle's fd, Level Zero)
+//   client -> Import (+ fd)        daemon -> BufferReply          (the client's own allocation)
+//   client -> EventPool (+ fd)     daemon -> Reply (value = pool id)
+//   client -> UploadSignal         as Upload; the device also signals the pool's event after it
 //   daemon -> Error                a request was refused; `fatal` closes the session
 //   daemon -> Shutdown             the daemon is stopping; the session ends next
 #pragma once
@@ -49,6 +55,16 @@ enum class Type : uint16_t {
   status_request = 11,
   status_reply = 12,
   shutdown = 13,
+  grant = 14,
+  revoke = 15,
+  open = 16,
+  token_reply = 17,
+  buffer_reply = 18,
+  export_buffer = 19,
+  export_reply = 20,
+  import_buffer = 21,
+  event_pool = 22,
+  upload_signal = 23,
 };
 
 struct Header {
@@ -187,6 +203,115 @@ struct Shutdown {
   uint32_t reserved;
 };
 static_assert(sizeof(Shutdown) == 16);
+
+// ---------------------------------------------------------------- sharing
+inline constexpr size_t kTokenBytes = 32;  // 256 random bits
+inline constexpr size_t kIpcBytes = 64;    // ZE_MAX_IPC_HANDLE_SIZE, CU_IPC_HANDLE_SIZE
+
+enum Rights : uint32_t {
+  kRightUpload = 1u << 0,
+  kRightDownload = 1u << 1,
+};
+
+// The owner of `buffer` lets whoever presents the returned token use it.
+struct Grant {
+  Header h;
+  uint64_t request;
+  uint64_t buffer;
+  uint32_t rights;          // Rights
+  uint32_t reserved;
+};
+static_assert(sizeof(Grant) == 32);
+
+struct TokenReply {
+  Header h;
+  uint64_t request;
+  int32_t status;
+  uint32_t reserved;
+  uint8_t token[kTokenBytes];
+};
+static_assert(sizeof(TokenReply) == 56);
+
+// Ends one grant (that token) or, with an all-zero token, every grant of the buffer.
+struct Revoke {
+  Header h;
+  uint64_t request;
+  uint64_t buffer;
+  uint8_t token[kTokenBytes];
+};
+static_assert(sizeof(Revoke) == 56);
+
+struct Open {
+  Header h;
+  uint64_t request;
+  uint8_t token[kTokenBytes];
+};
+static_assert(sizeof(Open) == 48);
+
+// A buffer in the receiver's own namespace: opened through a grant, or imported.
+struct BufferReply {
+  Header h;
+  uint64_t request;
+  int32_t status;
+  uint32_t rights;
+  uint64_t buffer;
+  uint64_t bytes;
+};
+static_assert(sizeof(BufferReply) == 40);
+
+enum IpcKind : uint32_t {
+  kIpcNone = 0,
+  kIpcLevelZero = 1,        // ze_ipc_mem_handle_t; its first 4 bytes are an fd, sent with SCM_RIGHTS
+  kIpcCuda = 2,             // CUipcMemHandle; no fd
+};
+
+struct Export {
+  Header h;
+  uint64_t request;
+  uint64_t buffer;
+};
+static_assert(sizeof(Export) == 24);
+
+struct ExportReply {
+  Header h;
+  uint64_t request;
+  int32_t status;
+  uint32_t kind;            // IpcKind
+  uint64_t bytes;
+  uint8_t handle[kIpcBytes];
+};
+static_assert(sizeof(ExportReply) == 96);
+
+// The client's own device allocation, given to the daemon to upload into.
+// Level Zero: sent with the allocation's fd (SCM_RIGHTS).
+struct Import {
+  Header h;
+  uint64_t request;
+  uint64_t bytes;
+  uint32_t kind;            // IpcKind
+  uint32_t reserved;
+  uint8_t handle[kIpcBytes];
+};
+static_assert(sizeof(Import) == 96);
+
+// An IPC event pool of the client's context (ZE_EVENT_POOL_FLAG_IPC), sent with its fd.
+struct EventPool {
+  Header h;
+  uint64_t request;
+  uint32_t count;           // events in the pool
+  uint32_t kind;            // IpcKind
+  uint8_t handle[kIpcBytes];
+};
+static_assert(sizeof(EventPool) == 88);
+
+// An Upload after which the device signals event `event` of pool `pool`.
+struct UploadSignal {
+  Transfer t;               // t.h.type is upload_signal
+  uint64_t pool;
+  uint32_t event;
+  uint32_t reserved;
+};
+static_assert(sizeof(UploadSignal) == 64);
 
 // ---------------------------------------------------------------- segment
 // The staging segment: this header, then slot_count slots of slot_bytes at
