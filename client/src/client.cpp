@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -171,6 +172,9 @@ struct ferry_client {
   std::map<uint64_t, int> failed;                   // ticket -> error, until reported
   std::map<uint64_t, std::vector<uint64_t>> groups; // last ticket of an upload -> its other tickets
   std::map<uint64_t, proto::Reply> replies;
+  std::map<uint64_t, std::vector<uint8_t>> other_replies;  // TokenReply, BufferReply, ExportReply
+  std::map<uint64_t, int> reply_fds;                       // an ExportReply's descriptor
+  std::deque<int> fds_in;                                  // received, not yet claimed
   std::map<uint64_t, uint64_t> buffer_sizes;        // buffers this client allocated
   int dead = 0;                                     // why the connection ended
   std::unique_ptr<std::atomic<uint32_t>[]> hold;    // downloads still reading a slot
@@ -198,6 +202,28 @@ int send_all(ferry_client* c, const void* data, size_t n) {
   return 0;
 }
 
+// Sends one message with a file descriptor (SCM_RIGHTS).
+int send_with_fd(ferry_client* c, const void* data, size_t n, int fd) {
+  std::lock_guard lock(c->send_mu);
+  iovec iov{const_cast<void*>(data), n};
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = ctrl;
+  mh.msg_controllen = sizeof ctrl;
+  cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  ssize_t k;
+  do {
+    k = ::sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+  } while (k < 0 && errno == EINTR);
+  return k == static_cast<ssize_t>(n) ? 0 : -ECONNRESET;
+}
+
 // Folds the errors of an upload's earlier pieces into its last ticket, once
 // the last ticket is done. Caller holds mu.
 void settle_groups(ferry_client* c, uint64_t completed) {
@@ -219,9 +245,26 @@ void receive_loop(ferry_client* c) {
   size_t used = 0;
   int why = -ECONNRESET;
   for (;;) {
-    ssize_t n = ::recv(c->fd, buf.data() + used, buf.size() - used, 0);
+    iovec iov{buf.data() + used, buf.size() - used};
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * 4)];
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctrl;
+    mh.msg_controllen = sizeof ctrl;
+    ssize_t n = ::recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm)) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      std::lock_guard lock(c->mu);
+      for (size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+        c->fds_in.push_back(fd);
+      }
+    }
     used += static_cast<size_t>(n);
     size_t off = 0;
     bool stop = false;
@@ -273,6 +316,23 @@ void receive_loop(ferry_client* c) {
           why = -ESHUTDOWN;
           stop = true;
           break;
+        case proto::Type::token_reply:
+        case proto::Type::buffer_reply:
+        case proto::Type::export_reply: {
+          uint64_t request;
+          std::memcpy(&request, m + sizeof(proto::Header), sizeof request);
+          c->other_replies[request].assign(m, m + d.consumed);
+          if (d.type == proto::Type::export_reply) {
+            proto::ExportReply e;
+            std::memcpy(&e, m, sizeof e);
+            // Its descriptor came with these bytes, so it is the oldest unclaimed one.
+            if (e.status == 0 && e.kind == proto::kIpcLevelZero && !c->fds_in.empty()) {
+              c->reply_fds[request] = c->fds_in.front();
+              c->fds_in.pop_front();
+            }
+          }
+          break;
+        }
         default:
           break;  // nothing else is meant for a client; ignore it
       }
@@ -401,6 +461,38 @@ int request(ferry_client* c, void* msg, size_t n, uint64_t* request_field, proto
   if (it == c->replies.end()) return c->dead;
   *out = it->second;
   c->replies.erase(it);
+  return 0;
+}
+
+// Sends a request (with fd, if >= 0) and waits for its TokenReply,
+// BufferReply or ExportReply, copied into *out; *reply_fd gets an fd that
+// came with it.
+template <class Reply>
+int request_other(ferry_client* c, void* msg, size_t n, uint64_t* request_field, int fd, Reply* out,
+                  int* reply_fd = nullptr) {
+  uint64_t id;
+  {
+    std::lock_guard lock(c->mu);
+    if (c->dead != 0) return c->dead;
+    id = c->next_request++;
+  }
+  *request_field = id;
+  if (int r = fd >= 0 ? send_with_fd(c, msg, n, fd) : send_all(c, msg, n); r != 0) return r;
+  std::unique_lock lock(c->mu);
+  c->cv.wait(lock, [&] { return c->other_replies.count(id) != 0 || c->dead != 0; });
+  auto it = c->other_replies.find(id);
+  if (it == c->other_replies.end()) return c->dead;
+  if (it->second.size() != sizeof(Reply)) return -EPROTO;
+  std::memcpy(out, it->second.data(), sizeof(Reply));
+  c->other_replies.erase(it);
+  if (auto f = c->reply_fds.find(id); f != c->reply_fds.end()) {
+    if (reply_fd != nullptr) {
+      *reply_fd = f->second;
+    } else {
+      ::close(f->second);
+    }
+    c->reply_fds.erase(f);
+  }
   return 0;
 }
 
@@ -539,6 +631,8 @@ void ferry_disconnect(ferry_client* c) {
   ::shutdown(c->fd, SHUT_RDWR);
   if (c->receiver.joinable()) c->receiver.join();
   ::close(c->fd);
+  for (int fd : c->fds_in) ::close(fd);
+  for (auto& [r, fd] : c->reply_fds) ::close(fd);
   if (c->seg != nullptr) ::munmap(c->seg, c->seg_bytes);
   delete c;
 }
@@ -578,8 +672,9 @@ int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
   return 0;
 }
 
-int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
-                 ferry_ticket* out) {
+namespace {
+int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
+           const proto::UploadSignal* signal, ferry_ticket* out) {
   if (c == nullptr || src == nullptr) return -EINVAL;
   if (int r = check_range(c, dst, dst_offset, bytes); r != 0) return r;
   const uint64_t piece = piece_bytes(c->slot_bytes, bytes);
@@ -611,14 +706,152 @@ int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const v
     return send_transfer(c, proto::Type::upload, t, n, dst, dst_offset + off);
   };
   int r = 0;
-  if (pieces >= 4 && bytes >= kParallelFrom) {
-    r = c->stager.run(pieces, one);
+  // With a signal, the last piece goes last: it carries the event, and the
+  // in-order queue then signals it after every earlier piece.
+  const uint64_t parallel = signal != nullptr ? pieces - 1 : pieces;
+  if (parallel >= 4 && bytes >= kParallelFrom) {
+    r = c->stager.run(parallel, one);
   } else {
-    for (uint64_t i = 0; i < pieces && r == 0; ++i) r = one(i);
+    for (uint64_t i = 0; i < parallel && r == 0; ++i) r = one(i);
+  }
+  if (r == 0 && signal != nullptr) {
+    const uint64_t t = first + pieces - 1;
+    const uint64_t off = (pieces - 1) * piece;
+    const uint64_t n = bytes - off;
+    r = wait_slot(c, t);
+    if (r == 0) {
+      std::memcpy(slot_of(c, t), from + off, n);
+      FERRY_SLOT_HANDED_ON(slot_of(c, t));
+      proto::UploadSignal m = *signal;
+      m.t = proto::make<proto::Transfer>(proto::Type::upload_signal);
+      m.t.h.size = sizeof m;
+      m.t.ticket = t;
+      m.t.slot = static_cast<uint32_t>((t - 1) % c->slot_count);
+      m.t.length = n;
+      m.t.buffer = dst;
+      m.t.offset = dst_offset + off;
+      r = send_all(c, &m, sizeof m);
+    }
   }
   if (r != 0) return r;
   if (out != nullptr) *out = first + pieces - 1;
   return 0;
+}
+}  // namespace
+
+int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
+                 ferry_ticket* out) {
+  return upload(c, dst, dst_offset, src, bytes, nullptr, out);
+}
+
+int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
+                        uint64_t pool, uint32_t event, ferry_ticket* out) {
+  proto::UploadSignal s{};
+  s.pool = pool;
+  s.event = event;
+  return upload(c, dst, dst_offset, src, bytes, &s, out);
+}
+
+int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry_token* out) {
+  if (c == nullptr || out == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Grant>(proto::Type::grant);
+  m.buffer = buf;
+  m.rights = rights;
+  proto::TokenReply r{};
+  if (int e = request_other(c, &m, sizeof m, &m.request, -1, &r); e != 0) return e;
+  if (r.status == 0) std::memcpy(out->bytes, r.token, sizeof out->bytes);
+  return r.status;
+}
+
+int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* token) {
+  if (c == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Revoke>(proto::Type::revoke);
+  m.buffer = buf;
+  if (token != nullptr) std::memcpy(m.token, token->bytes, sizeof m.token);
+  proto::Reply r{};
+  if (int e = request(c, &m, sizeof m, &m.request, &r); e != 0) return e;
+  return r.status;
+}
+
+int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* out, uint64_t* bytes) {
+  if (c == nullptr || token == nullptr || out == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Open>(proto::Type::open);
+  std::memcpy(m.token, token->bytes, sizeof m.token);
+  proto::BufferReply r{};
+  if (int e = request_other(c, &m, sizeof m, &m.request, -1, &r); e != 0) return e;
+  if (r.status != 0) return r.status;
+  {
+    std::lock_guard lock(c->mu);
+    c->buffer_sizes[r.buffer] = r.bytes;
+  }
+  *out = r.buffer;
+  if (bytes != nullptr) *bytes = r.bytes;
+  return 0;
+}
+
+int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out) {
+  if (c == nullptr || out == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Export>(proto::Type::export_buffer);
+  m.buffer = buf;
+  proto::ExportReply r{};
+  int fd = -1;
+  if (int e = request_other(c, &m, sizeof m, &m.request, -1, &r, &fd); e != 0) return e;
+  if (r.status != 0) return r.status;
+  std::memset(out, 0, sizeof *out);
+  out->kind = r.kind;
+  out->bytes = r.bytes;
+  std::memcpy(out->data, r.handle, sizeof out->data);
+  out->fd = -1;
+  if (r.kind == proto::kIpcLevelZero) {
+    if (fd < 0) return -EPROTO;
+    out->fd = fd;
+    std::memcpy(out->data, &fd, sizeof fd);  // the handle names this process's descriptor
+  }
+  return 0;
+}
+
+int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer* out) {
+  if (c == nullptr || h == nullptr || out == nullptr || h->bytes == 0) return -EINVAL;
+  if (h->kind == proto::kIpcLevelZero && h->fd < 0) return -EINVAL;
+  auto m = proto::make<proto::Import>(proto::Type::import_buffer);
+  m.bytes = h->bytes;
+  m.kind = h->kind;
+  std::memcpy(m.handle, h->data, sizeof m.handle);
+  proto::BufferReply r{};
+  if (int e = request_other(c, &m, sizeof m, &m.request, h->kind == proto::kIpcLevelZero ? h->fd : -1, &r); e != 0)
+    return e;
+  if (r.status != 0) return r.status;
+  {
+    std::lock_guard lock(c->mu);
+    c->buffer_sizes[r.buffer] = r.bytes;
+  }
+  *out = r.buffer;
+  return 0;
+}
+
+int ferry_event_pool_register(ferry_client* c, const ferry_ipc_handle* h, uint32_t count, uint64_t* pool) {
+  if (c == nullptr || h == nullptr || pool == nullptr || count == 0) return -EINVAL;
+  if (h->kind != proto::kIpcLevelZero || h->fd < 0) return -EINVAL;
+  auto m = proto::make<proto::EventPool>(proto::Type::event_pool);
+  m.count = count;
+  m.kind = h->kind;
+  std::memcpy(m.handle, h->data, sizeof m.handle);
+  uint64_t id;
+  {
+    std::lock_guard lock(c->mu);
+    if (c->dead != 0) return c->dead;
+    id = c->next_request++;
+  }
+  m.request = id;
+  if (int e = send_with_fd(c, &m, sizeof m, h->fd); e != 0) return e;
+  std::unique_lock lock(c->mu);
+  c->cv.wait(lock, [&] { return c->replies.count(id) != 0 || c->dead != 0; });
+  auto it = c->replies.find(id);
+  if (it == c->replies.end()) return c->dead;
+  proto::Reply r = it->second;
+  c->replies.erase(it);
+  if (r.status == 0) *pool = r.value;
+  return r.status;
 }
 
 int ferry_wait(ferry_client* c, ferry_ticket t, int64_t timeout_ns) {

@@ -84,6 +84,70 @@ int ferry_flush(ferry_client *c, int64_t timeout_ns);
  * errors as ferry_upload, plus the device's. */
 int ferry_download(ferry_client *c, ferry_buffer src, uint64_t src_offset, void *dst, uint64_t bytes);
 
+/* ---------------------------------------------------------------- sharing
+ * Producers fill device buffers that a consumer computes on. The owner of a
+ * buffer grants rights on it with an unguessable token; whoever presents the
+ * token opens the buffer under a name of its own and may use it within those
+ * rights, until the owner revokes the grant or frees the buffer. */
+
+#define FERRY_RIGHT_UPLOAD 1u
+#define FERRY_RIGHT_DOWNLOAD 2u
+
+typedef struct ferry_token {
+  uint8_t bytes[32]; /* 256 random bits: pass it to the processes you trust */
+} ferry_token;
+
+/* Grants `rights` (FERRY_RIGHT_*) on a buffer this client allocated.
+ * -ENOENT: not this client's allocation. One round trip. */
+int ferry_buffer_grant(ferry_client *c, ferry_buffer buf, uint32_t rights, ferry_token *out);
+
+/* Ends the grant `token` (or, with token NULL, every grant of buf). Clients
+ * that opened it are refused from their next transfer on (-EACCES); a
+ * transfer already accepted completes. One round trip. */
+int ferry_buffer_revoke(ferry_client *c, ferry_buffer buf, const ferry_token *token);
+
+/* Opens a buffer granted to the holder of `token`: *out names it for this
+ * client, *bytes (may be NULL) is its size. -EACCES for an unknown, forged or
+ * revoked token. One round trip. */
+int ferry_buffer_open(ferry_client *c, const ferry_token *token, ferry_buffer *out, uint64_t *bytes);
+
+#define FERRY_IPC_LEVEL_ZERO 1u /* data is a ze_ipc_mem_handle_t / ze_ipc_event_pool_handle_t */
+#define FERRY_IPC_CUDA 2u       /* data is a CUipcMemHandle */
+
+typedef struct ferry_ipc_handle {
+  uint32_t kind;  /* FERRY_IPC_* */
+  int32_t fd;     /* Level Zero: the handle's file descriptor (in data's first bytes), else -1 */
+  uint64_t bytes; /* size of the allocation */
+  uint8_t data[64];
+} ferry_ipc_handle;
+
+/* An IPC handle of a buffer this client allocated, to open in the client's
+ * own context: zeMemOpenIpcHandle(ctx, dev, *(ze_ipc_mem_handle_t *)out->data,
+ * 0, &ptr), or cuIpcOpenMemHandle. Level Zero: out->fd is this process's own
+ * descriptor, already written into data; close it after opening. The buffer
+ * must stay allocated while the consumer uses the mapping. One round trip. */
+int ferry_buffer_export(ferry_client *c, ferry_buffer buf, ferry_ipc_handle *out);
+
+/* The reverse: hands the daemon an IPC handle of an allocation this process
+ * owns in its own context (zeMemGetIpcHandle: set kind, data, bytes, and fd to
+ * the descriptor in data's first bytes), so that uploads through ferry can
+ * target it. *out names it. The allocation must outlive the buffer (free it
+ * with ferry_buffer_free first). One round trip. */
+int ferry_buffer_import(ferry_client *c, const ferry_ipc_handle *h, ferry_buffer *out);
+
+/* Registers an IPC event pool of this process's context (created with
+ * ZE_EVENT_POOL_FLAG_IPC, `count` events; h from zeEventPoolGetIpcHandle with
+ * fd set), so that uploads can signal its events on the device (Level Zero).
+ * *pool names it. One round trip. */
+int ferry_event_pool_register(ferry_client *c, const ferry_ipc_handle *h, uint32_t count, uint64_t *pool);
+
+/* ferry_upload, after which the device signals event `event` of `pool`: a
+ * command list that waits on that event runs only once every byte of this
+ * upload is in place, without any host thread waiting. Reset the event
+ * before reusing it. */
+int ferry_upload_signal(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, const void *src, uint64_t bytes,
+                        uint64_t pool, uint32_t event, ferry_ticket *out);
+
 /* Geometry this client was given. Does not block. */
 typedef struct ferry_info {
   uint64_t client_id;

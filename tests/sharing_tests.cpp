@@ -1,0 +1,386 @@
+// Producers fill device buffers that a consumer computes on: grants, export
+// to the consumer's own Level Zero context, import of the consumer's own
+// allocations, and device-side ordering through IPC events. The consumer is
+// this test process (with its own context on the simulated device, through
+// the real loader); producers are separate processes without any context.
+#include <ferry/ferry.h>
+#include <level_zero/ze_api.h>
+#include <spawn.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "daemon_fixture.hpp"
+#include "ferry/sim.h"
+
+using namespace ferry::test;
+namespace proto = ferry::proto;
+
+namespace {
+
+#define ZE_OK(call) REQUIRE((call) == ZE_RESULT_SUCCESS)
+
+std::vector<uint8_t> frame(uint64_t bytes, unsigned seed) {
+  std::vector<uint8_t> v(bytes);
+  for (uint64_t i = 0; i < bytes; ++i) v[i] = static_cast<uint8_t>(i * 131 + seed);
+  return v;
+}
+
+std::string hex(const uint8_t* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += d[p[i] >> 4], s += d[p[i] & 15];
+  return s;
+}
+
+// Runs producer_client; returns its exit code (0, or the errno it failed with).
+int producer(const std::string& socket, const ferry_token& t, uint64_t off, uint64_t bytes, unsigned seed,
+             std::vector<std::string> extra = {}, int inherit_fd = -1) {
+  const std::string exe = build_path("tests/producer_client");
+  std::vector<std::string> args = {exe, socket, hex(t.bytes, sizeof t.bytes), std::to_string(off),
+                                   std::to_string(bytes), std::to_string(seed)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> av;
+  for (auto& a : args) av.push_back(a.data());
+  av.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (inherit_fd >= 0) posix_spawn_file_actions_adddup2(&fa, inherit_fd, inherit_fd);  // clears CLOEXEC
+  pid_t pid = -1;
+  REQUIRE(posix_spawn(&pid, exe.c_str(), &fa, nullptr, av.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+// The consumer's own Level Zero state on the simulated device.
+struct Consumer {
+  ze_driver_handle_t drv{};
+  ze_device_handle_t dev{};
+  ze_context_handle_t ctx{};
+  ze_command_list_handle_t list{};
+  ze_module_handle_t mod{};
+  ze_kernel_handle_t checksum{};
+  Consumer() {
+    ZE_OK(zeInit(0));
+    uint32_t n = 1;
+    ZE_OK(zeDriverGet(&n, &drv));
+    n = 1;
+    ZE_OK(zeDeviceGet(drv, &n, &dev));
+    ze_context_desc_t cd{ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
+    ZE_OK(zeContextCreate(drv, &cd, &ctx));
+    ze_command_queue_desc_t qd{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr, 0, 0, 0,
+                               ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+    ZE_OK(zeCommandListCreateImmediate(ctx, dev, &qd, &list));
+    ze_module_desc_t md{ZE_STRUCTURE_TYPE_MODULE_DESC, nullptr, ZE_MODULE_FORMAT_NATIVE,
+                        std::strlen(FERRY_SIM_BUILTIN_MODULE),
+                        reinterpret_cast<const uint8_t*>(FERRY_SIM_BUILTIN_MODULE), nullptr, nullptr};
+    ZE_OK(zeModuleCreate(ctx, dev, &md, &mod, nullptr));
+    ze_kernel_desc_t kd{ZE_STRUCTURE_TYPE_KERNEL_DESC, nullptr, 0, FERRY_SIM_KERNEL_CHECKSUM};
+    ZE_OK(zeKernelCreate(mod, &kd, &checksum));
+  }
+  ~Consumer() {
+    zeKernelDestroy(checksum);
+    zeModuleDestroy(mod);
+    zeCommandListDestroy(list);
+    zeContextDestroy(ctx);
+  }
+  // Appends the checksum kernel over [p, p+n) into *out (device memory),
+  // after `wait` (if any), signalling `done`.
+  void append_checksum(void* p, uint64_t n, void* out, ze_event_handle_t wait, ze_event_handle_t done) {
+    ZE_OK(zeKernelSetArgumentValue(checksum, 0, sizeof p, &p));
+    ZE_OK(zeKernelSetArgumentValue(checksum, 1, sizeof n, &n));
+    ZE_OK(zeKernelSetArgumentValue(checksum, 2, sizeof out, &out));
+    ze_group_count_t one{1, 1, 1};
+    ZE_OK(zeCommandListAppendLaunchKernel(list, checksum, &one, done, wait != nullptr ? 1 : 0,
+                                          wait != nullptr ? &wait : nullptr));
+  }
+  uint64_t read_u64(void* dev_ptr, ze_event_handle_t e) {
+    uint64_t v = 0;
+    ZE_OK(zeEventHostReset(e));
+    ZE_OK(zeCommandListAppendMemoryCopy(list, &v, dev_ptr, sizeof v, e, 0, nullptr));
+    ZE_OK(zeEventHostSynchronize(e, UINT64_MAX));
+    return v;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("grant, use, revoke: a producer uploads into the owner's buffer only while granted", "[sharing][grant]") {
+  Daemon d;
+  ferry_client* owner = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(owner, 65536, &b) == 0);
+  ferry_token tok{};
+  REQUIRE(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
+
+  // A producer process opens the token and uploads a frame at an offset.
+  CHECK(producer(d.socket, tok, 1000, 20000, 7) == 0);
+  std::vector<uint8_t> back(20000);
+  REQUIRE(ferry_download(owner, b, 1000, back.data(), back.size()) == 0);
+  CHECK(back == frame(20000, 7));
+
+  // Within bounds only, and upload only.
+  CHECK(producer(d.socket, tok, 60000, 10000, 1) == EINVAL);
+  ferry_client* p = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &p) == 0);
+  ferry_buffer pb = 0;
+  uint64_t size = 0;
+  REQUIRE(ferry_buffer_open(p, &tok, &pb, &size) == 0);
+  CHECK(size == 65536);
+  uint8_t x[16];
+  CHECK(ferry_download(p, pb, 0, x, sizeof x) == -EACCES);
+  CHECK(ferry_buffer_grant(p, pb, FERRY_RIGHT_UPLOAD, &tok) == -ENOENT);  // only the owner grants
+  CHECK(ferry_buffer_revoke(p, pb, nullptr) == -ENOENT);
+
+  // Revoked: the opened name stops working at once, and the token opens nothing.
+  REQUIRE(ferry_buffer_revoke(owner, b, &tok) == 0);
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(p, pb, 0, x, sizeof x, &t) == 0);
+  CHECK(ferry_wait(p, t, -1) == -EACCES);
+  CHECK(producer(d.socket, tok, 0, 100, 3) == EACCES);
+  REQUIRE(ferry_download(owner, b, 1000, back.data(), back.size()) == 0);
+  CHECK(back == frame(20000, 7));  // nothing after the revocation landed
+
+  // Freeing the buffer ends every grant on it.
+  ferry_token t2{};
+  REQUIRE(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD | FERRY_RIGHT_DOWNLOAD, &t2) == 0);
+  ferry_buffer pb2 = 0;
+  REQUIRE(ferry_buffer_open(p, &t2, &pb2, nullptr) == 0);
+  REQUIRE(ferry_download(p, pb2, 1000, x, sizeof x) == 0);  // download granted this time
+  REQUIRE(ferry_buffer_free(owner, b) == 0);
+  CHECK(ferry_upload(p, pb2, 0, x, sizeof x, &t) == 0);
+  int r = ferry_wait(p, t, -1);
+  CHECK((r == -EACCES || r == -ENOENT));
+  ferry_disconnect(p);
+  ferry_disconnect(owner);
+  CHECK(d.holds_nothing());
+}
+
+TEST_CASE("a forged token opens nothing", "[sharing][grant]") {
+  Daemon d;
+  ferry_client* owner = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(owner, 4096, &b) == 0);
+  ferry_token tok{};
+  REQUIRE(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
+  ferry_client* p = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &p) == 0);
+  ferry_buffer pb = 0;
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 200; ++i) {
+    ferry_token f = tok;
+    if (i < 100) {
+      f.bytes[i % 32] ^= static_cast<uint8_t>(1u << (i % 8));  // one bit off
+    } else {
+      for (auto& byte : f.bytes) byte = static_cast<uint8_t>(rng());
+    }
+    CHECK(ferry_buffer_open(p, &f, &pb, nullptr) == -EACCES);
+  }
+  ferry_token zero{};
+  CHECK(ferry_buffer_open(p, &zero, &pb, nullptr) == -EACCES);
+  CHECK(ferry_buffer_open(p, &tok, &pb, nullptr) == 0);
+  ferry_disconnect(p);
+  ferry_disconnect(owner);
+}
+
+TEST_CASE("export: the consumer opens a daemon buffer in its own context and checks what producers uploaded",
+          "[sharing][export]") {
+  Daemon d;
+  Consumer k;
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  const uint64_t bytes = 1 << 20;
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(c, bytes, &b) == 0);
+  ferry_token tok{};
+  REQUIRE(ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
+  // Two producers fill the two halves.
+  CHECK(producer(d.socket, tok, 0, bytes / 2, 11) == 0);
+  CHECK(producer(d.socket, tok, bytes / 2, bytes / 2, 12) == 0);
+
+  ferry_ipc_handle h{};
+  REQUIRE(ferry_buffer_export(c, b, &h) == 0);
+  CHECK(h.kind == FERRY_IPC_LEVEL_ZERO);
+  CHECK(h.bytes == bytes);
+  REQUIRE(h.fd >= 0);
+  ze_ipc_mem_handle_t zh{};
+  std::memcpy(zh.data, h.data, sizeof zh.data);
+  void* p = nullptr;
+  ZE_OK(zeMemOpenIpcHandle(k.ctx, k.dev, zh, 0, &p));
+  close(h.fd);
+
+  ze_device_mem_alloc_desc_t dd{ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, nullptr, 0, 0};
+  void* sum = nullptr;
+  ZE_OK(zeMemAllocDevice(k.ctx, &dd, 8, 8, k.dev, &sum));
+  ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr, ZE_EVENT_POOL_FLAG_HOST_VISIBLE, 2};
+  ze_event_pool_handle_t pool = nullptr;
+  ZE_OK(zeEventPoolCreate(k.ctx, &pd, 1, &k.dev, &pool));
+  ze_event_desc_t ed{ZE_STRUCTURE_TYPE_EVENT_DESC, nullptr, 0, 0, ZE_EVENT_SCOPE_FLAG_HOST};
+  ze_event_handle_t done = nullptr, rd = nullptr;
+  ZE_OK(zeEventCreate(pool, &ed, &done));
+  ed.index = 1;
+  ZE_OK(zeEventCreate(pool, &ed, &rd));
+  k.append_checksum(p, bytes, sum, nullptr, done);
+  ZE_OK(zeEventHostSynchronize(done, UINT64_MAX));
+  auto expect = frame(bytes / 2, 11);
+  auto second = frame(bytes / 2, 12);
+  expect.insert(expect.end(), second.begin(), second.end());
+  CHECK(k.read_u64(sum, rd) == ferry_sim_checksum(expect.data(), expect.size()));
+
+  CHECK(ferry_buffer_export(c, b + 1000, &h) == -ENOENT);
+  ZE_OK(zeMemCloseIpcHandle(k.ctx, p));
+  zeEventDestroy(done);
+  zeEventDestroy(rd);
+  zeEventPoolDestroy(pool);
+  zeMemFree(k.ctx, sum);
+  ferry_disconnect(c);
+}
+
+TEST_CASE("import: uploads through ferry land in an allocation of the consumer's own context", "[sharing][import]") {
+  Daemon d;
+  Consumer k;
+  const uint64_t bytes = 300000;
+  ze_device_mem_alloc_desc_t dd{ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, nullptr, 0, 0};
+  void* mine = nullptr;
+  ZE_OK(zeMemAllocDevice(k.ctx, &dd, bytes, 64, k.dev, &mine));
+  ze_ipc_mem_handle_t zh{};
+  ZE_OK(zeMemGetIpcHandle(k.ctx, mine, &zh));
+  ferry_ipc_handle h{};
+  h.kind = FERRY_IPC_LEVEL_ZERO;
+  h.bytes = bytes;
+  std::memcpy(h.data, zh.data, sizeof h.data);
+  std::memcpy(&h.fd, zh.data, sizeof h.fd);
+
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_import(c, &h, &b) == 0);
+  // It can be granted like any buffer this client owns... not: only allocations are granted.
+  ferry_token tok{};
+  CHECK(ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) == -ENOENT);
+  auto src = frame(bytes, 5);
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(c, b, 0, src.data(), bytes, &t) == 0);
+  REQUIRE(ferry_wait(c, t, -1) == 0);
+  // Read back through the consumer's own context, not through ferry.
+  std::vector<uint8_t> back(bytes);
+  ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr, ZE_EVENT_POOL_FLAG_HOST_VISIBLE, 1};
+  ze_event_pool_handle_t pool = nullptr;
+  ZE_OK(zeEventPoolCreate(k.ctx, &pd, 1, &k.dev, &pool));
+  ze_event_desc_t ed{ZE_STRUCTURE_TYPE_EVENT_DESC, nullptr, 0, 0, ZE_EVENT_SCOPE_FLAG_HOST};
+  ze_event_handle_t e = nullptr;
+  ZE_OK(zeEventCreate(pool, &ed, &e));
+  ZE_OK(zeCommandListAppendMemoryCopy(k.list, back.data(), mine, bytes, e, 0, nullptr));
+  ZE_OK(zeEventHostSynchronize(e, UINT64_MAX));
+  CHECK(back == src);
+  // A claim larger than the allocation is refused.
+  h.bytes = bytes * 2;
+  ferry_buffer big = 0;
+  CHECK(ferry_buffer_import(c, &h, &big) == -EINVAL);
+  CHECK(ferry_upload(c, b, bytes - 10, src.data(), 11, &t) == -EINVAL);
+  REQUIRE(ferry_buffer_free(c, b) == 0);
+  ferry_disconnect(c);
+  zeEventDestroy(e);
+  zeEventPoolDestroy(pool);
+  ZE_OK(zeMemFree(k.ctx, mine));
+}
+
+TEST_CASE("device-side ordering: the consumer's kernel waits for the upload's event, never sees a partial frame",
+          "[sharing][events]") {
+  // A slow link (0.2 GB/s): a 4 MiB frame takes ~20 ms on the daemon's engine.
+  Daemon d({"--slot-size", "262144"}, {{"FERRY_SIM_BANDWIDTH_GBPS", "0.2"}, {"FERRY_SIM_LATENCY_US", "0"}});
+  Consumer k;
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  const uint64_t bytes = 4 << 20;
+  const int frames = 3;
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(c, bytes * frames, &b) == 0);
+  ferry_token tok{};
+  REQUIRE(ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
+  ferry_ipc_handle h{};
+  REQUIRE(ferry_buffer_export(c, b, &h) == 0);
+  ze_ipc_mem_handle_t zh{};
+  std::memcpy(zh.data, h.data, sizeof zh.data);
+  void* ring = nullptr;
+  ZE_OK(zeMemOpenIpcHandle(k.ctx, k.dev, zh, 0, &ring));
+  close(h.fd);
+
+  // The consumer's IPC event pool: events 0..2 "frame k uploaded", 3..5 "checksum k done".
+  ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr,
+                          ZE_EVENT_POOL_FLAG_HOST_VISIBLE | ZE_EVENT_POOL_FLAG_IPC, 8};
+  ze_event_pool_handle_t pool = nullptr;
+  ZE_OK(zeEventPoolCreate(k.ctx, &pd, 1, &k.dev, &pool));
+  std::vector<ze_event_handle_t> ev(8);
+  for (uint32_t i = 0; i < 8; ++i) {
+    ze_event_desc_t ed{ZE_STRUCTURE_TYPE_EVENT_DESC, nullptr, i, 0, ZE_EVENT_SCOPE_FLAG_HOST};
+    ZE_OK(zeEventCreate(pool, &ed, &ev[i]));
+  }
+  ze_ipc_event_pool_handle_t ph{};
+  ZE_OK(zeEventPoolGetIpcHandle(pool, &ph));
+  int pool_fd = -1;
+  std::memcpy(&pool_fd, ph.data, sizeof pool_fd);
+
+  ze_device_mem_alloc_desc_t dd{ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, nullptr, 0, 0};
+  void* sums = nullptr;
+  ZE_OK(zeMemAllocDevice(k.ctx, &dd, 8 * frames, 8, k.dev, &sums));
+  // Queue every checksum first, each behind its frame's event: the host does
+  // not wait for any upload.
+  for (int f = 0; f < frames; ++f)
+    k.append_checksum(static_cast<char*>(ring) + f * bytes, bytes, static_cast<char*>(sums) + 8 * f, ev[f],
+                      ev[3 + f]);
+  for (int f = 0; f < frames; ++f) CHECK(zeEventQueryStatus(ev[3 + f]) == ZE_RESULT_NOT_READY);
+
+  // Producers upload the frames, each signalling its event after the last byte.
+  for (int f = 0; f < frames; ++f) {
+    CHECK(producer(d.socket, tok, f * bytes, bytes, 40 + f,
+                   {std::to_string(pool_fd), hex(reinterpret_cast<uint8_t*>(ph.data), 64), std::to_string(f)},
+                   pool_fd) == 0);
+  }
+  for (int f = 0; f < frames; ++f) {
+    ZE_OK(zeEventHostSynchronize(ev[3 + f], 10'000'000'000ull));
+    auto want = frame(bytes, 40 + f);
+    CHECK(k.read_u64(static_cast<char*>(sums) + 8 * f, ev[6]) == ferry_sim_checksum(want.data(), want.size()));
+  }
+  ferry_disconnect(c);
+  ZE_OK(zeMemCloseIpcHandle(k.ctx, ring));
+  for (auto* e : ev) zeEventDestroy(e);
+  zeEventPoolDestroy(pool);
+  zeMemFree(k.ctx, sums);
+  CHECK(d.holds_nothing());
+}
+
+TEST_CASE("a producer or the consumer killed at random leaves nothing held", "[sharing][faults]") {
+  Daemon d({"--slot-size", "65536"});
+  std::mt19937 rng(99);
+  for (int round = 0; round < 20; ++round) {
+    ferry_client* owner = nullptr;
+    REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
+    ferry_buffer b = 0;
+    REQUIRE(ferry_buffer_alloc(owner, 1 << 20, &b) == 0);
+    ferry_token tok{};
+    REQUIRE(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
+    // A producer streams into the granted buffer and is killed mid-stream.
+    const std::string exe = build_path("tests/producer_client");
+    pid_t pid = -1;
+    std::string hx = hex(tok.bytes, 32);
+    const char* argv[] = {exe.c_str(), d.socket.c_str(), hx.c_str(), "0", "1000000", "1", nullptr};
+    REQUIRE(posix_spawn(&pid, exe.c_str(), nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    if (round % 2 == 0) {
+      ferry_disconnect(owner);  // the consumer goes too: its grants end, its buffer is freed
+    } else {
+      // The owner stays; another producer still uploads through its grant.
+      CHECK(producer(d.socket, tok, 0, 4096, 2) == 0);
+      ferry_disconnect(owner);
+    }
+    CHECK(d.holds_nothing());
+  }
+}
