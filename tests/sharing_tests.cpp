@@ -384,3 +384,10 @@ TEST_CASE("a producer or the consumer killed at random leaves nothing held", "[s
     CHECK(d.holds_nothing());
   }
 }
+
+TEST_CASE("the producer/consumer example checks every frame on the device", "[sharing][example]") {
+  Daemon d({"--slot-size", "262144"});
+  const std::string cmd = build_path("examples/producer_consumer") + " -s " + d.socket + " -p 3 -n 15 -b 700000";
+  CHECK(std::system(cmd.c_str()) == 0);
+  CHECK(d.holds_nothing());
+}
