@@ -15,6 +15,19 @@ FERRY_TEST_BACKEND=cuda "$B/tests/upload_tests" "~[simonly]" >"$OUT/tests.log" 2
 echo "upload_tests exit: $?" | tee -a "$OUT/tests.log"
 tail -3 "$OUT/tests.log"
 
+echo "== sharing: grants on the CUDA backend, and a CUDA IPC export opened by a consumer"
+LD_LIBRARY_PATH=$B/lib FERRY_TEST_BACKEND=cuda "$B/tests/sharing_tests" "[grant]" >"$OUT/sharing.log" 2>&1
+echo "sharing_tests [grant] exit: $?" | tee -a "$OUT/sharing.log"
+tail -2 "$OUT/sharing.log"
+isock=/tmp/ferry-h200-ipc.sock
+"$B/daemon/ferryd" --backend cuda --socket "$isock" --log-level warn &
+i=$!
+for _ in $(seq 200); do [[ -S $isock ]] && break; sleep 0.05; done
+"$B/bench/cuda_ipc_check" "$isock" "$B/tests/producer_client" 2>&1 | tee "$OUT/cuda_ipc.txt"
+echo "cuda_ipc_check exit: ${PIPESTATUS[0]}" | tee -a "$OUT/cuda_ipc.txt"
+kill -TERM $i
+wait $i
+
 sock=/tmp/ferry-h200.sock
 "$B/daemon/ferryd" --backend cuda --socket "$sock" --slot-size 4194304 --slots 16 2>"$OUT/ferryd.log" &
 d=$!
@@ -26,6 +39,7 @@ sleep 0.5
 "$B/client/ferryctl" --socket "$sock" status | tee "$OUT/ferryctl.txt"
 wait %2 2>/dev/null
 echo "== cuda_bench"
+[[ ${SKIP_BENCH:-0} == 1 ]] && { kill -TERM $d; wait $d; exit 0; }
 FERRY_STAGING_THREADS=${FERRY_STAGING_THREADS:-8} "$B/bench/cuda_bench" --socket "$sock" ${BENCH_ARGS:-} \
   >"$OUT/cuda_bench.md" 2>"$OUT/cuda_bench.err"
 echo "cuda_bench exit: $?"
