@@ -65,6 +65,47 @@ class Client {
   void download(ferry_buffer src, uint64_t offset, void* dst, uint64_t bytes) {
     check(ferry_download(c_, src, offset, dst, bytes), "ferry_download");
   }
+  // Sharing (see ferry.h): grants, opened, exported and imported buffers.
+  ferry_token grant(ferry_buffer buf, uint32_t rights) {
+    ferry_token t{};
+    check(ferry_buffer_grant(c_, buf, rights, &t), "ferry_buffer_grant");
+    return t;
+  }
+  // Revokes one grant, or every grant of buf when token is null.
+  void revoke(ferry_buffer buf, const ferry_token* token = nullptr) {
+    check(ferry_buffer_revoke(c_, buf, token), "ferry_buffer_revoke");
+  }
+  // Opens a granted buffer: its id for this client, and its size.
+  std::pair<ferry_buffer, uint64_t> open(const ferry_token& token) {
+    ferry_buffer b = 0;
+    uint64_t bytes = 0;
+    check(ferry_buffer_open(c_, &token, &b, &bytes), "ferry_buffer_open");
+    return {b, bytes};
+  }
+  // An IPC handle to open in this process's own context. Level Zero: close
+  // its fd after opening.
+  ferry_ipc_handle export_buffer(ferry_buffer buf) {
+    ferry_ipc_handle h{};
+    check(ferry_buffer_export(c_, buf, &h), "ferry_buffer_export");
+    return h;
+  }
+  ferry_buffer import_buffer(const ferry_ipc_handle& h) {
+    ferry_buffer b = 0;
+    check(ferry_buffer_import(c_, &h, &b), "ferry_buffer_import");
+    return b;
+  }
+  uint64_t register_event_pool(const ferry_ipc_handle& h, uint32_t count) {
+    uint64_t pool = 0;
+    check(ferry_event_pool_register(c_, &h, count, &pool), "ferry_event_pool_register");
+    return pool;
+  }
+  ferry_ticket upload_signal(ferry_buffer dst, uint64_t offset, const void* src, uint64_t bytes, uint64_t pool,
+                             uint32_t event) {
+    ferry_ticket t = 0;
+    check(ferry_upload_signal(c_, dst, offset, src, bytes, pool, event, &t), "ferry_upload_signal");
+    return t;
+  }
+
   ferry_info info() const {
     ferry_info i{};
     check(ferry_get_info(c_, &i), "ferry_get_info");
