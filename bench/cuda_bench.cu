@@ -22,10 +22,11 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include "stats.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace ferry::bench;
 bool g_quick = false;
 std::string g_socket;
 
@@ -46,21 +47,6 @@ std::string g_socket;
     }                                                                                       \
   } while (0)
 
-double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
-
-struct Stats {
-  double median = 0, p10 = 0, p90 = 0;
-};
-Stats stats(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))]; };
-  return {at(0.5), at(0.1), at(0.9)};
-}
-std::string fmt(const Stats& s, const char* unit) {
-  char b[96];
-  std::snprintf(b, sizeof b, "%.2f %s (%.2f–%.2f)", s.median, unit, s.p10, s.p90);
-  return b;
-}
 
 // Occupies the GPU for `ns` nanoseconds (one thread spinning on the global timer).
 __global__ void busy(unsigned long long ns) {
@@ -305,11 +291,6 @@ void bandwidth(const std::string& data_dir, unsigned staging_threads) {
 }
 
 // ---------------------------------------------------------------- producers
-double jain(const std::vector<double>& x) {
-  double s1 = 0, s2 = 0;
-  for (double v : x) s1 += v, s2 += v * v;
-  return s2 == 0 ? 0 : s1 * s1 / (static_cast<double>(x.size()) * s2);
-}
 
 void producers() {
   const uint64_t bytes = 4ull << 20;

@@ -29,10 +29,11 @@
 #include <vector>
 
 #include "ferry/sim.h"
+#include "stats.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace ferry::bench;
 bool g_quick = false;
 std::string g_socket;
 
@@ -46,21 +47,6 @@ struct Goals {
   double large_share = 0;       // worst ferry rate at >= 64 MiB / link
 } g_goals;
 
-double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
-
-struct Stats {
-  double median = 0, p10 = 0, p90 = 0;
-};
-Stats stats(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))]; };
-  return {at(0.5), at(0.1), at(0.9)};
-}
-std::string fmt(const Stats& s, const char* unit) {
-  char b[96];
-  std::snprintf(b, sizeof b, "%.2f %s (%.2f–%.2f)", s.median, unit, s.p10, s.p90);
-  return b;
-}
 
 #define ZE(call)                                                                      \
   do {                                                                                \
@@ -325,11 +311,6 @@ struct ProcResult {
   double bytes_per_s;
 };
 
-double jain(const std::vector<double>& x) {
-  double s = 0, s2 = 0;
-  for (double v : x) s += v, s2 += v * v;
-  return s2 == 0 ? 0 : s * s / (static_cast<double>(x.size()) * s2);
-}
 
 void many_clients() {
   const uint64_t bytes = 64 * 1024;

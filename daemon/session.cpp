@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "ferry/fdpass.hpp"
 #include "log.hpp"
 #include "server.hpp"
 
@@ -60,14 +61,8 @@ void Session::read() {
       close();
       return;
     }
-    iovec iov{in_.data() + in_used_, in_.size() - in_used_};
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * 4)];
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctrl;
-    mh.msg_controllen = sizeof ctrl;
-    ssize_t n = ::recvmsg(socket_.native_handle(), &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    ssize_t n = proto::recv_fds(socket_.native_handle(), in_.data() + in_used_, in_.size() - in_used_, MSG_DONTWAIT,
+                                [&](int fd) { fds_in_.push_back(fd); });
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
       read();
       return;
@@ -75,15 +70,6 @@ void Session::read() {
     if (n <= 0) {
       close();  // the client went away (or its socket failed): it frees what it held
       return;
-    }
-    for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm)) {
-      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-      const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-        fds_in_.push_back(fd);
-      }
     }
     in_used_ += static_cast<size_t>(n);
     size_t off = 0;
@@ -119,87 +105,40 @@ void Session::close_fds() {
   fds_in_.clear();
 }
 
+namespace {
+// Copies a message out of the read buffer (which has no alignment promise)
+// and hands it to its handler.
+template <class Msg>
+void call(Session* s, const uint8_t* bytes, void (Session::*handler)(const Msg&)) {
+  Msg m;
+  std::memcpy(&m, bytes, sizeof m);
+  (s->*handler)(m);
+}
+}  // namespace
+
 void Session::handle(proto::Type type, const uint8_t* msg) {
-  // Messages are copied out: the read buffer has no alignment promise.
-  auto as = [msg]<class T>(T* out) { std::memcpy(out, msg, sizeof(T)); };
+  using T = proto::Type;
   switch (type) {
-    case proto::Type::hello: {
-      proto::Hello m;
-      as(&m);
-      on_hello(m);
-      return;
-    }
-    case proto::Type::alloc: {
-      proto::Alloc m;
-      as(&m);
-      on_alloc(m);
-      return;
-    }
-    case proto::Type::free: {
-      proto::Free m;
-      as(&m);
-      on_free(m);
-      return;
-    }
-    case proto::Type::upload:
-    case proto::Type::download: {
-      proto::Transfer m;
-      as(&m);
-      on_transfer(m, type == proto::Type::download);
-      return;
-    }
-    case proto::Type::upload_signal: {
-      proto::UploadSignal m;
-      as(&m);
-      on_transfer(m.t, false, &m);
-      return;
-    }
-    case proto::Type::grant: {
-      proto::Grant m;
-      as(&m);
-      on_grant(m);
-      return;
-    }
-    case proto::Type::revoke: {
-      proto::Revoke m;
-      as(&m);
-      on_revoke(m);
-      return;
-    }
-    case proto::Type::open: {
-      proto::Open m;
-      as(&m);
-      on_open(m);
-      return;
-    }
-    case proto::Type::export_buffer: {
-      proto::Export m;
-      as(&m);
-      on_export(m);
-      return;
-    }
-    case proto::Type::import_buffer: {
-      proto::Import m;
-      as(&m);
-      on_import(m);
-      return;
-    }
-    case proto::Type::event_pool: {
-      proto::EventPool m;
-      as(&m);
-      on_event_pool(m);
-      return;
-    }
-    case proto::Type::status_request: {
-      proto::StatusRequest m;
-      as(&m);
-      on_status(m);
-      return;
-    }
-    default:
-      fatal(-EPROTO, "message type a client may not send");
+    case T::hello: return call(this, msg, &Session::on_hello);
+    case T::alloc: return call(this, msg, &Session::on_alloc);
+    case T::free: return call(this, msg, &Session::on_free);
+    case T::status_request: return call(this, msg, &Session::on_status);
+    case T::grant: return call(this, msg, &Session::on_grant);
+    case T::revoke: return call(this, msg, &Session::on_revoke);
+    case T::open: return call(this, msg, &Session::on_open);
+    case T::export_buffer: return call(this, msg, &Session::on_export);
+    case T::import_buffer: return call(this, msg, &Session::on_import);
+    case T::event_pool: return call(this, msg, &Session::on_event_pool);
+    case T::upload: return call(this, msg, &Session::on_upload);
+    case T::download: return call(this, msg, &Session::on_download);
+    case T::upload_signal: return call(this, msg, &Session::on_upload_signal);
+    default: fatal(-EPROTO, "message type a client may not send");
   }
 }
+
+void Session::on_upload(const proto::Transfer& m) { on_transfer(m, false); }
+void Session::on_download(const proto::Transfer& m) { on_transfer(m, true); }
+void Session::on_upload_signal(const proto::UploadSignal& m) { on_transfer(m.t, false, &m); }
 
 void Session::on_hello(const proto::Hello& m) {
   if (client_) return fatal(-EPROTO, "second Hello");
@@ -231,20 +170,8 @@ void Session::on_hello(const proto::Hello& m) {
   // The Welcome is the first thing this session sends, so nothing is queued
   // ahead of it; it carries the segment's fd.
   if (!pending_.empty() || !writing_.empty()) return fatal(-EPROTO, "Hello after other requests");
-  iovec iov{&w, sizeof w};
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-  msghdr mh{};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = ctrl;
-  mh.msg_controllen = sizeof ctrl;
-  cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  const int fd = c->segment().fd();
-  std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-  if (sendmsg(socket_.native_handle(), &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof w)) {
+  if (proto::send_fd(socket_.native_handle(), &w, sizeof w, c->segment().fd(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+      static_cast<ssize_t>(sizeof w)) {
     close();
     return;
   }
@@ -513,19 +440,7 @@ void Session::send_with_fd() {
     proto::Header h;
     std::memcpy(&h, pending_.data(), sizeof h);
     const int fd = fd_marks_.front().second;
-    iovec iov{pending_.data(), h.size};
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctrl;
-    mh.msg_controllen = sizeof ctrl;
-    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-    ssize_t n = ::sendmsg(socket_.native_handle(), &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t n = proto::send_fd(socket_.native_handle(), pending_.data(), h.size, fd, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       flush();  // waits for room again
       return;

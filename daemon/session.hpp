@@ -43,7 +43,12 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void read();
   void handle(proto::Type type, const uint8_t* msg);
+  // Handlers, one per message type a client may send (public for the dispatcher).
+ public:
   void on_hello(const proto::Hello& m);
+  void on_upload(const proto::Transfer& m);
+  void on_download(const proto::Transfer& m);
+  void on_upload_signal(const proto::UploadSignal& m);
   void on_alloc(const proto::Alloc& m);
   void on_free(const proto::Free& m);
   void on_transfer(const proto::Transfer& m, bool download, const proto::UploadSignal* sig = nullptr);
@@ -54,6 +59,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_export(const proto::Export& m);
   void on_import(const proto::Import& m);
   void on_event_pool(const proto::EventPool& m);
+
+ private:
   void buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes);
   // A file descriptor that arrived with the message being handled, or -1.
   int take_fd();

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "ferry/fdpass.hpp"
 #include "ferry/proto.hpp"
 #include "paths.hpp"
 
@@ -191,18 +192,10 @@ class RawClient {
     h.magic = proto::kMagic;
     h.version = proto::kVersion;
     send(h);
-    iovec iov{&welcome, sizeof welcome};
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctrl;
-    mh.msg_controllen = sizeof ctrl;
-    REQUIRE(recvmsg(fd, &mh, MSG_WAITALL) == static_cast<ssize_t>(sizeof welcome));
-    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-    REQUIRE(cm != nullptr);
     int sfd = -1;
-    std::memcpy(&sfd, CMSG_DATA(cm), sizeof sfd);
+    REQUIRE(proto::recv_fds(fd, &welcome, sizeof welcome, MSG_WAITALL, [&](int f) { sfd = f; }) ==
+            static_cast<ssize_t>(sizeof welcome));
+    REQUIRE(sfd >= 0);
     seg = static_cast<char*>(mmap(nullptr, welcome.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0));
     ::close(sfd);
     REQUIRE(seg != MAP_FAILED);

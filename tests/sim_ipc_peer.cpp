@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/fdpass.hpp"
 #include "ferry/sim.h"
 
 #define ZE(call)                                                                 \
@@ -26,18 +27,8 @@
 
 namespace {
 int receive(char* data, size_t n) {
-  iovec iov{data, n};
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-  msghdr mh{};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = ctrl;
-  mh.msg_controllen = sizeof ctrl;
-  if (recvmsg(3, &mh, 0) != static_cast<ssize_t>(n)) return -1;
-  cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-  if (cm == nullptr || cm->cmsg_type != SCM_RIGHTS) return -1;
   int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+  if (ferry::proto::recv_fds(3, data, n, 0, [&](int f) { fd = f; }) != static_cast<ssize_t>(n) || fd < 0) return -1;
   std::memcpy(data, &fd, sizeof fd);  // the handle now names our copy of the fd
   return fd;
 }

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ferry/fdpass.hpp"
 #include "ferry/sim.h"
 #include "paths.hpp"
 
@@ -143,19 +144,7 @@ struct Peer {
     sock = sv[0];
   }
   void send_fd(int fd, const void* data, size_t n) {
-    iovec iov{const_cast<void*>(data), n};
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctrl;
-    mh.msg_controllen = sizeof ctrl;
-    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-    REQUIRE(sendmsg(sock, &mh, 0) == static_cast<ssize_t>(n));
+    REQUIRE(ferry::proto::send_fd(sock, data, n, fd, 0) == static_cast<ssize_t>(n));
   }
   uint64_t read_u64() {
     uint64_t v = 0;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ferry/ferry.h"
+#include "ferry/fdpass.hpp"
 #include "ferry/proto.hpp"
 
 namespace proto = ferry::proto;
@@ -205,21 +206,9 @@ int send_all(ferry_client* c, const void* data, size_t n) {
 // Sends one message with a file descriptor (SCM_RIGHTS).
 int send_with_fd(ferry_client* c, const void* data, size_t n, int fd) {
   std::lock_guard lock(c->send_mu);
-  iovec iov{const_cast<void*>(data), n};
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-  msghdr mh{};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = ctrl;
-  mh.msg_controllen = sizeof ctrl;
-  cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
   ssize_t k;
   do {
-    k = ::sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    k = proto::send_fd(c->fd, data, n, fd, MSG_NOSIGNAL);
   } while (k < 0 && errno == EINTR);
   return k == static_cast<ssize_t>(n) ? 0 : -ECONNRESET;
 }
@@ -245,26 +234,12 @@ void receive_loop(ferry_client* c) {
   size_t used = 0;
   int why = -ECONNRESET;
   for (;;) {
-    iovec iov{buf.data() + used, buf.size() - used};
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * 4)];
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctrl;
-    mh.msg_controllen = sizeof ctrl;
-    ssize_t n = ::recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+    ssize_t n = proto::recv_fds(c->fd, buf.data() + used, buf.size() - used, 0, [&](int fd) {
+      std::lock_guard lock(c->mu);
+      c->fds_in.push_back(fd);
+    });
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm)) {
-      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-      const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      std::lock_guard lock(c->mu);
-      for (size_t i = 0; i < count; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-        c->fds_in.push_back(fd);
-      }
-    }
     used += static_cast<size_t>(n);
     size_t off = 0;
     bool stop = false;
