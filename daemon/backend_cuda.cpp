@@ -11,6 +11,8 @@
 #if FERRY_HAVE_CUDA_HEADERS
 
 #include <cuda.h>
+
+#include "inflight.hpp"
 #include <dlfcn.h>
 
 #include <atomic>
@@ -184,13 +186,7 @@ class Cuda final : public Backend {
       give_event(ev);
       return to_errno(r);
     }
-    bool was_empty;
-    {
-      std::lock_guard lock(mu_);
-      was_empty = inflight_.empty();
-      inflight_.push_back({ev, cookie});
-    }
-    if (was_empty) cv_.notify_one();
+    inflight_.push(ev, cookie);
     return 0;
   }
 
@@ -236,38 +232,29 @@ class Cuda final : public Backend {
 
   size_t reap(std::vector<Done>& out, int64_t timeout_ns) override {
     current();
-    Pending oldest;
-    {
-      std::unique_lock lock(mu_);
-      if (!cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [&] { return !inflight_.empty(); })) return 0;
-      oldest = inflight_.front();
-    }
-    // Poll briefly (small copies end within microseconds), then sleep: a
-    // blocking-sync event wakes its waiter tens of microseconds late.
-    CUresult r = cu_.cuEventQuery(oldest.event);
-    const auto poll_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kPollUs);
-    while (r == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < poll_end) r = cu_.cuEventQuery(oldest.event);
-    if (r == CUDA_ERROR_NOT_READY) r = cu_.cuEventSynchronize(oldest.event);
-    size_t n = 0;
-    std::lock_guard lock(mu_);
-    while (!inflight_.empty()) {
-      Pending p = inflight_.front();
-      CUresult s = n == 0 ? r : cu_.cuEventQuery(p.event);
-      if (s == CUDA_ERROR_NOT_READY) break;
-      inflight_.pop_front();
-      out.push_back({p.cookie, to_errno(s)});
-      if (s != CUDA_SUCCESS) sticky_ = true;
-      free_events_.push_back(p.event);
-      ++n;
-    }
-    return n;
+    auto wait = [&](CUevent e) {
+      // Poll briefly (small copies end within microseconds), then sleep: a
+      // blocking-sync event wakes its waiter tens of microseconds late.
+      CUresult r = cu_.cuEventQuery(e);
+      const auto poll_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kPollUs);
+      while (r == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < poll_end) r = cu_.cuEventQuery(e);
+      return r == CUDA_ERROR_NOT_READY ? cu_.cuEventSynchronize(e) : r;
+    };
+    return inflight_.reap(
+        out, timeout_ns, wait, [&](CUevent e) { return cu_.cuEventQuery(e); },
+        [](CUresult r) { return r != CUDA_ERROR_NOT_READY; },
+        [&](CUresult r) {
+          if (r != CUDA_SUCCESS) sticky_ = true;
+          return to_errno(r);
+        },
+        [&](CUevent e) {
+          std::lock_guard lock(mu_);
+          free_events_.push_back(e);
+        });
   }
 
+
  private:
-  struct Pending {
-    CUevent event = nullptr;
-    uint64_t cookie = 0;
-  };
   static constexpr int kPollUs = 50;
 
   std::string error(CUresult r) const {
@@ -308,9 +295,8 @@ class Cuda final : public Backend {
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> inflight_;
+  std::mutex mu_;  // events
+  InFlight<CUevent> inflight_;
   std::atomic<bool> sticky_{false};
   std::vector<CUevent> free_events_;
   std::vector<CUevent> all_events_;

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "backend.hpp"
+#include "inflight.hpp"
 #include "log.hpp"
 
 namespace ferry {
@@ -179,14 +180,7 @@ class LevelZero final : public Backend {
       give_event(ev);
       return to_errno(r);
     }
-    bool was_empty;
-    {
-      std::lock_guard lock(mu_);
-      was_empty = inflight_.empty();
-      inflight_.push_back({ev, cookie});
-    }
-    // The retire thread sleeps on cv_ only while nothing is in flight.
-    if (was_empty) cv_.notify_one();
+    inflight_.push(ev, cookie);
     return 0;
   }
 
@@ -244,36 +238,19 @@ class LevelZero final : public Backend {
   bool lost() override { return ze_.zeDeviceGetStatus(device_) == ZE_RESULT_ERROR_DEVICE_LOST; }
 
   size_t reap(std::vector<Done>& out, int64_t timeout_ns) override {
-    Pending oldest;
-    {
-      std::unique_lock lock(mu_);
-      if (!cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [&] { return !inflight_.empty(); })) return 0;
-      oldest = inflight_.front();
-    }
-    // Only this thread pops, so `oldest` stays at the front while we wait.
-    ze_result_t r = ze_.zeEventHostSynchronize(oldest.event, static_cast<uint64_t>(timeout_ns));
-    if (r == ZE_RESULT_NOT_READY) return 0;
-    size_t n = 0;
-    std::unique_lock lock(mu_);
-    while (!inflight_.empty()) {
-      Pending p = inflight_.front();
-      ze_result_t s = n == 0 ? r : ze_.zeEventQueryStatus(p.event);
-      if (s == ZE_RESULT_NOT_READY) break;
-      inflight_.pop_front();
-      out.push_back({p.cookie, to_errno(s)});
-      ze_.zeEventHostReset(p.event);
-      free_events_.push_back(p.event);
-      ++n;
-    }
-    return n;
+    return inflight_.reap(
+        out, timeout_ns, [&](ze_event_handle_t e) { return ze_.zeEventHostSynchronize(e, static_cast<uint64_t>(timeout_ns)); },
+        [&](ze_event_handle_t e) { return ze_.zeEventQueryStatus(e); },
+        [](ze_result_t r) { return r != ZE_RESULT_NOT_READY; }, to_errno,
+        [&](ze_event_handle_t e) {
+          ze_.zeEventHostReset(e);
+          std::lock_guard lock(mu_);
+          free_events_.push_back(e);
+        });
   }
 
- private:
-  struct Pending {
-    ze_event_handle_t event = nullptr;
-    uint64_t cookie = 0;
-  };
 
+ private:
   bool setup(std::string& why) {
     ze_device_properties_t dp{};
     dp.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
@@ -402,9 +379,8 @@ class LevelZero final : public Backend {
   import_fn import_ = nullptr;
   release_fn release_ = nullptr;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> inflight_;
+  std::mutex mu_;  // events and client pools
+  InFlight<ze_event_handle_t> inflight_;
   std::vector<ze_event_handle_t> free_events_;
   std::vector<ze_event_handle_t> all_events_;
   std::vector<ze_event_pool_handle_t> pools_;
