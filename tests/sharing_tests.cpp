@@ -5,6 +5,7 @@
 // the real loader); producers are separate processes without any context.
 #include <ferry/ferry.h>
 #include <level_zero/ze_api.h>
+#include <fcntl.h>
 #include <spawn.h>
 
 #include <cerrno>
@@ -390,4 +391,55 @@ TEST_CASE("the producer/consumer example checks every frame on the device", "[sh
   const std::string cmd = build_path("examples/producer_consumer") + " -s " + d.socket + " -p 3 -n 15 -b 700000";
   CHECK(std::system(cmd.c_str()) == 0);
   CHECK(d.holds_nothing());
+}
+
+TEST_CASE("the consumer killed while producers upload through its grants: nothing held, producers told",
+          "[sharing][faults]") {
+  Daemon d({"--slot-size", "65536"});
+  std::mt19937 rng(5);
+  const std::string owner_exe = build_path("tests/stream_client");
+  const std::string producer_exe = build_path("tests/producer_client");
+  for (int round = 0; round < 10; ++round) {
+    // The owner: a separate process that allocates, grants, and streams into its own buffer.
+    int out[2];
+    REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    const char* oargv[] = {owner_exe.c_str(), d.socket.c_str(), "grant", nullptr};
+    pid_t owner = -1;
+    REQUIRE(posix_spawn(&owner, owner_exe.c_str(), &fa, nullptr, const_cast<char**>(oargv), environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    char msg[65] = {};
+    size_t got = 0;
+    while (got < sizeof msg) {
+      ssize_t k = read(out[0], msg + got, sizeof msg - got);
+      if (k <= 0) break;
+      got += static_cast<size_t>(k);
+    }
+    REQUIRE(got == sizeof msg);
+    close(out[0]);
+    REQUIRE(msg[0] == 'r');
+    const std::string token(msg + 1, 64);
+    // Producers upload through the grant while the owner is killed.
+    std::vector<pid_t> producers;
+    for (int p = 0; p < 2; ++p) {
+      const char* pargv[] = {producer_exe.c_str(), d.socket.c_str(), token.c_str(), "0", "1000000", "3", nullptr};
+      pid_t pid = -1;
+      REQUIRE(posix_spawn(&pid, producer_exe.c_str(), nullptr, nullptr, const_cast<char**>(pargv), environ) == 0);
+      producers.push_back(pid);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 4000));
+    kill(owner, SIGKILL);
+    waitpid(owner, nullptr, 0);
+    for (pid_t p : producers) {
+      int st = 0;
+      waitpid(p, &st, 0);
+      // Finished before the owner died (0), or was told its grant is gone.
+      const int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      CHECK((rc == 0 || rc == EACCES || rc == ENOENT));
+    }
+    CHECK(d.holds_nothing());
+  }
 }

@@ -1,6 +1,10 @@
 /* stream_client: connects to ferryd, takes a buffer, says "r" on stdout once
  * it holds them, then uploads without end until it is killed. The fault
- * tests start it as a real client process and kill it mid-stream. */
+ * tests start it as a real client process and kill it mid-stream.
+ *   stream_client SOCKET          as above
+ *   stream_client SOCKET grant    also grants upload rights on its buffer and
+ *                                 writes the token (64 hex digits) after the "r"
+ */
 #include <ferry/ferry.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,12 +12,18 @@
 #include <unistd.h>
 
 int main(int argc, char **argv) {
-  if (argc != 2) return 2;
+  if (argc != 2 && argc != 3) return 2;
   ferry_client *c = NULL;
   ferry_buffer b = 0;
   if (ferry_connect(argv[1], &c) != 0 || ferry_buffer_alloc(c, 1 << 20, &b) != 0) return 1;
+  char msg[1 + 64 + 1] = "r";
+  if (argc == 3 && strcmp(argv[2], "grant") == 0) {
+    ferry_token t;
+    if (ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &t) != 0) return 1;
+    for (int i = 0; i < 32; ++i) snprintf(msg + 1 + 2 * i, 3, "%02x", t.bytes[i]);
+  }
   static unsigned char src[300000];
   memset(src, 1, sizeof src);
-  if (write(1, "r", 1) != 1) return 1;
+  if (write(1, msg, strlen(msg)) != (ssize_t)strlen(msg)) return 1;
   for (;;) ferry_upload(c, b, 0, src, sizeof src, NULL);
 }
