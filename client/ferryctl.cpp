@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/fdpass.hpp"
 #include "ferry/proto.hpp"
 
 namespace proto = ferry::proto;
@@ -59,17 +60,7 @@ Root and the daemon's own user see every client; other users see their own.
 )";
 
 int connect_to(const std::string& path, int* fd) {
-  sockaddr_un a{};
-  if (path.size() >= sizeof a.sun_path) return -ENAMETOOLONG;
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
-  *fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (*fd < 0) return -errno;
-  if (::connect(*fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    int e = -errno;
-    ::close(*fd);
-    return e;
-  }
+  if (int r = proto::connect_unix(path, fd); r != 0) return r;
   timeval tv{5, 0};
   setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   return 0;

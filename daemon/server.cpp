@@ -13,6 +13,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "ferry/fdpass.hpp"
 #include "log.hpp"
 #include "session.hpp"
 #include "systemd.hpp"
@@ -50,14 +51,10 @@ namespace {
 
 // Whether some process accepts connections on `path`.
 bool someone_listens(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-  bool yes = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  int fd = -1;
+  if (proto::connect_unix(path, &fd) != 0) return false;
   ::close(fd);
-  return yes;
+  return true;
 }
 
 }  // namespace

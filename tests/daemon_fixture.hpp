@@ -36,16 +36,8 @@ inline std::string temp_socket() {
 }
 
 inline int connect_unix(const std::string& path) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
+  int fd = -1;
+  return proto::connect_unix(path, &fd) == 0 ? fd : -1;
 }
 
 inline bool read_exact(int fd, void* p, size_t n) {

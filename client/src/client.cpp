@@ -420,8 +420,8 @@ int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t byt
   return 0;
 }
 
-// Sends a request and waits for its Reply.
-int request(ferry_client* c, void* msg, size_t n, uint64_t* request_field, proto::Reply* out) {
+// Sends a request (with fd, if >= 0) and waits for its Reply.
+int request(ferry_client* c, void* msg, size_t n, uint64_t* request_field, proto::Reply* out, int fd = -1) {
   uint64_t id;
   {
     std::lock_guard lock(c->mu);
@@ -429,7 +429,7 @@ int request(ferry_client* c, void* msg, size_t n, uint64_t* request_field, proto
     id = c->next_request++;
   }
   *request_field = id;
-  if (int r = send_all(c, msg, n); r != 0) return r;
+  if (int r = fd >= 0 ? send_with_fd(c, msg, n, fd) : send_all(c, msg, n); r != 0) return r;
   std::unique_lock lock(c->mu);
   c->cv.wait(lock, [&] { return c->replies.count(id) != 0 || c->dead != 0; });
   auto it = c->replies.find(id);
@@ -490,21 +490,6 @@ std::string default_socket() {
   return env != nullptr && *env != '\0' ? env : "/run/ferry/ferryd-0.sock";
 }
 
-int connect_socket(const std::string& path, int* out) {
-  sockaddr_un a{};
-  if (path.size() >= sizeof a.sun_path) return -ENAMETOOLONG;
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    int e = -errno;
-    ::close(fd);
-    return e;
-  }
-  *out = fd;
-  return 0;
-}
 
 // Receives the Welcome and the segment's fd (or the daemon's refusal).
 int receive_welcome(int fd, proto::Welcome* w, int* seg_fd) {
@@ -518,18 +503,12 @@ int receive_welcome(int fd, proto::Welcome* w, int* seg_fd) {
   size_t got = 0;
   *seg_fd = -1;
   while (got < sizeof(proto::Header) || got < reinterpret_cast<proto::Header*>(u.raw)->size) {
-    iovec iov{u.raw + got, sizeof u.raw - got};
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctrl;
-    mh.msg_controllen = sizeof ctrl;
-    ssize_t n = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    ssize_t n = proto::recv_fds(fd, u.raw + got, sizeof u.raw - got, 0, [&](int f) {
+      if (*seg_fd >= 0) ::close(*seg_fd);  // only one is expected; keep the last
+      *seg_fd = f;
+    });
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return n == 0 ? -ECONNRESET : (errno == EAGAIN ? -ETIMEDOUT : -errno);
-    for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm))
-      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) std::memcpy(seg_fd, CMSG_DATA(cm), sizeof(int));
     got += static_cast<size_t>(n);
     if (got >= sizeof(proto::Header) && reinterpret_cast<proto::Header*>(u.raw)->size > sizeof u.raw) break;
   }
@@ -562,7 +541,7 @@ int ferry_connect(const char* socket_path, ferry_client** out) {
   *out = nullptr;
   const std::string path = socket_path != nullptr ? socket_path : default_socket();
   auto c = std::make_unique<ferry_client>();
-  if (int r = connect_socket(path, &c->fd); r != 0) return r;
+  if (int r = proto::connect_unix(path, &c->fd); r != 0) return r;
   auto fail = [&](int r) {
     ::close(c->fd);
     return r;
@@ -811,20 +790,8 @@ int ferry_event_pool_register(ferry_client* c, const ferry_ipc_handle* h, uint32
   m.count = count;
   m.kind = h->kind;
   std::memcpy(m.handle, h->data, sizeof m.handle);
-  uint64_t id;
-  {
-    std::lock_guard lock(c->mu);
-    if (c->dead != 0) return c->dead;
-    id = c->next_request++;
-  }
-  m.request = id;
-  if (int e = send_with_fd(c, &m, sizeof m, h->fd); e != 0) return e;
-  std::unique_lock lock(c->mu);
-  c->cv.wait(lock, [&] { return c->replies.count(id) != 0 || c->dead != 0; });
-  auto it = c->replies.find(id);
-  if (it == c->replies.end()) return c->dead;
-  proto::Reply r = it->second;
-  c->replies.erase(it);
+  proto::Reply r{};
+  if (int e = request(c, &m, sizeof m, &m.request, &r, h->fd); e != 0) return e;
   if (r.status == 0) *pool = r.value;
   return r.status;
 }

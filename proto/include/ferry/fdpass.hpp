@@ -1,14 +1,37 @@
-// Sending a message with one file descriptor over a Unix socket (SCM_RIGHTS),
-// and collecting the descriptors that arrive with received bytes. Used by
-// ferryd, libferry and the tests alike.
+// Unix-socket helpers shared by ferryd, libferry, ferryctl and the tests:
+// connecting to a path, sending a message with one file descriptor
+// (SCM_RIGHTS), and collecting the descriptors that arrive with bytes.
 #pragma once
 
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
 
 #include <cstddef>
 #include <cstring>
 
 namespace ferry::proto {
+
+// A connected stream socket to `path` in *out, or -errno (-ENAMETOOLONG for a
+// path that does not fit).
+inline int connect_unix(const std::string& path, int* out) {
+  sockaddr_un a{};
+  if (path.size() >= sizeof a.sun_path) return -ENAMETOOLONG;
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    int e = -errno;
+    ::close(fd);
+    return e;
+  }
+  *out = fd;
+  return 0;
+}
 
 // One sendmsg of `n` bytes carrying `fd`. Returns what sendmsg returns.
 inline ssize_t send_fd(int sock, const void* data, size_t n, int fd, int flags) {
