@@ -172,8 +172,7 @@ struct ferry_client {
   uint64_t failures_seen = 0;                       // TicketFailed messages received
   std::map<uint64_t, int> failed;                   // ticket -> error, until reported
   std::map<uint64_t, std::vector<uint64_t>> groups; // last ticket of an upload -> its other tickets
-  std::map<uint64_t, proto::Reply> replies;
-  std::map<uint64_t, std::vector<uint8_t>> other_replies;  // TokenReply, BufferReply, ExportReply
+  std::map<uint64_t, std::vector<uint8_t>> replies;  // answers to requests, by request id
   std::map<uint64_t, int> reply_fds;                       // an ExportReply's descriptor
   std::deque<int> fds_in;                                  // received, not yet claimed
   std::map<uint64_t, uint64_t> buffer_sizes;        // buffers this client allocated
@@ -254,10 +253,12 @@ void receive_loop(ferry_client* c) {
       const uint8_t* m = buf.data() + off;
       std::unique_lock lock(c->mu);
       switch (d.type) {
-        case proto::Type::reply: {
-          proto::Reply r;
-          std::memcpy(&r, m, sizeof r);
-          c->replies[r.request] = r;
+        case proto::Type::reply:
+        case proto::Type::token_reply:
+        case proto::Type::buffer_reply: {
+          uint64_t request;
+          std::memcpy(&request, m + sizeof(proto::Header), sizeof request);
+          c->replies[request].assign(m, m + d.consumed);
           break;
         }
         case proto::Type::ticket_failed: {
@@ -280,10 +281,12 @@ void receive_loop(ferry_client* c) {
             why = e.code != 0 ? e.code : -EPROTO;
             stop = true;
           } else if (e.request != 0) {
-            proto::Reply r{};
+            // A refused request: answered as a Reply with the error.
+            auto r = proto::make<proto::Reply>(proto::Type::reply);
             r.request = e.request;
             r.status = e.code;
-            c->replies[e.request] = r;
+            const auto* p = reinterpret_cast<const uint8_t*>(&r);
+            c->replies[e.request].assign(p, p + sizeof r);
           }
           break;
         }
@@ -291,12 +294,10 @@ void receive_loop(ferry_client* c) {
           why = -ESHUTDOWN;
           stop = true;
           break;
-        case proto::Type::token_reply:
-        case proto::Type::buffer_reply:
         case proto::Type::export_reply: {
           uint64_t request;
           std::memcpy(&request, m + sizeof(proto::Header), sizeof request);
-          c->other_replies[request].assign(m, m + d.consumed);
+          c->replies[request].assign(m, m + d.consumed);
           if (d.type == proto::Type::export_reply) {
             proto::ExportReply e;
             std::memcpy(&e, m, sizeof e);
@@ -420,8 +421,12 @@ int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t byt
   return 0;
 }
 
-// Sends a request (with fd, if >= 0) and waits for its Reply.
-int request(ferry_client* c, void* msg, size_t n, uint64_t* request_field, proto::Reply* out, int fd = -1) {
+// Sends a request (with fd, if >= 0) and waits for its answer (a Reply,
+// TokenReply, BufferReply or ExportReply), copied into *out; *reply_fd gets
+// an fd that came with it.
+template <class Reply>
+int request(ferry_client* c, void* msg, size_t n, uint64_t* request_field, Reply* out, int fd = -1,
+            int* reply_fd = nullptr) {
   uint64_t id;
   {
     std::lock_guard lock(c->mu);
@@ -434,32 +439,19 @@ int request(ferry_client* c, void* msg, size_t n, uint64_t* request_field, proto
   c->cv.wait(lock, [&] { return c->replies.count(id) != 0 || c->dead != 0; });
   auto it = c->replies.find(id);
   if (it == c->replies.end()) return c->dead;
-  *out = it->second;
-  c->replies.erase(it);
-  return 0;
-}
-
-// Sends a request (with fd, if >= 0) and waits for its TokenReply,
-// BufferReply or ExportReply, copied into *out; *reply_fd gets an fd that
-// came with it.
-template <class Reply>
-int request_other(ferry_client* c, void* msg, size_t n, uint64_t* request_field, int fd, Reply* out,
-                  int* reply_fd = nullptr) {
-  uint64_t id;
-  {
-    std::lock_guard lock(c->mu);
-    if (c->dead != 0) return c->dead;
-    id = c->next_request++;
+  if (it->second.size() != sizeof(Reply)) {
+    // A refusal comes as a plain Reply whatever was asked: report its error.
+    proto::Reply refused{};
+    int err = -EPROTO;
+    if (it->second.size() == sizeof refused) {
+      std::memcpy(&refused, it->second.data(), sizeof refused);
+      if (refused.status != 0) err = refused.status;
+    }
+    c->replies.erase(it);
+    return err;
   }
-  *request_field = id;
-  if (int r = fd >= 0 ? send_with_fd(c, msg, n, fd) : send_all(c, msg, n); r != 0) return r;
-  std::unique_lock lock(c->mu);
-  c->cv.wait(lock, [&] { return c->other_replies.count(id) != 0 || c->dead != 0; });
-  auto it = c->other_replies.find(id);
-  if (it == c->other_replies.end()) return c->dead;
-  if (it->second.size() != sizeof(Reply)) return -EPROTO;
   std::memcpy(out, it->second.data(), sizeof(Reply));
-  c->other_replies.erase(it);
+  c->replies.erase(it);
   if (auto f = c->reply_fds.find(id); f != c->reply_fds.end()) {
     if (reply_fd != nullptr) {
       *reply_fd = f->second;
@@ -712,7 +704,7 @@ int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry
   m.buffer = buf;
   m.rights = rights;
   proto::TokenReply r{};
-  if (int e = request_other(c, &m, sizeof m, &m.request, -1, &r); e != 0) return e;
+  if (int e = request(c, &m, sizeof m, &m.request, &r); e != 0) return e;
   if (r.status == 0) std::memcpy(out->bytes, r.token, sizeof out->bytes);
   return r.status;
 }
@@ -732,7 +724,7 @@ int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* o
   auto m = proto::make<proto::Open>(proto::Type::open);
   std::memcpy(m.token, token->bytes, sizeof m.token);
   proto::BufferReply r{};
-  if (int e = request_other(c, &m, sizeof m, &m.request, -1, &r); e != 0) return e;
+  if (int e = request(c, &m, sizeof m, &m.request, &r); e != 0) return e;
   if (r.status != 0) return r.status;
   {
     std::lock_guard lock(c->mu);
@@ -749,7 +741,7 @@ int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out
   m.buffer = buf;
   proto::ExportReply r{};
   int fd = -1;
-  if (int e = request_other(c, &m, sizeof m, &m.request, -1, &r, &fd); e != 0) return e;
+  if (int e = request(c, &m, sizeof m, &m.request, &r, -1, &fd); e != 0) return e;
   if (r.status != 0) return r.status;
   std::memset(out, 0, sizeof *out);
   out->kind = r.kind;
@@ -772,7 +764,7 @@ int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer
   m.kind = h->kind;
   std::memcpy(m.handle, h->data, sizeof m.handle);
   proto::BufferReply r{};
-  if (int e = request_other(c, &m, sizeof m, &m.request, h->kind == proto::kIpcLevelZero ? h->fd : -1, &r); e != 0)
+  if (int e = request(c, &m, sizeof m, &m.request, &r, h->kind == proto::kIpcLevelZero ? h->fd : -1); e != 0)
     return e;
   if (r.status != 0) return r.status;
   {
