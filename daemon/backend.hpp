@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace ferry {
+namespace ferry::ferryd {
 
 struct DeviceInfo {
   std::string backend;      // "level-zero", "cuda"
@@ -78,4 +78,4 @@ class Backend {
 std::unique_ptr<Backend> make_level_zero_backend(uint32_t device, std::string& why);
 std::unique_ptr<Backend> make_cuda_backend(uint32_t device, std::string& why);
 
-}  // namespace ferry
+}  // namespace ferry::ferryd

@@ -24,7 +24,7 @@
 #include <deque>
 #include <mutex>
 
-namespace ferry {
+namespace ferry::ferryd {
 namespace {
 
 // Each entry: the name cuGetProcAddress knows, and the type cuda.h gives
@@ -310,17 +310,17 @@ std::unique_ptr<Backend> make_cuda_backend(uint32_t device, std::string& why) {
   return b;
 }
 
-}  // namespace ferry
+}  // namespace ferry::ferryd
 
 #else  // no CUDA headers at build time
 
-namespace ferry {
+namespace ferry::ferryd {
 
 std::unique_ptr<Backend> make_cuda_backend(uint32_t, std::string& why) {
   why = "CUDA backend unavailable: this ferryd was built without the CUDA toolkit's headers";
   return nullptr;
 }
 
-}  // namespace ferry
+}  // namespace ferry::ferryd
 
 #endif

@@ -18,7 +18,7 @@
 #include "inflight.hpp"
 #include "log.hpp"
 
-namespace ferry {
+namespace ferry::ferryd {
 namespace {
 
 #define FERRY_ZE_FUNCS(X)                    \
@@ -396,4 +396,4 @@ std::unique_ptr<Backend> make_level_zero_backend(uint32_t device, std::string& w
   return b;
 }
 
-}  // namespace ferry
+}  // namespace ferry::ferryd

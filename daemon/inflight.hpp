@@ -11,7 +11,7 @@
 
 #include "backend.hpp"
 
-namespace ferry {
+namespace ferry::ferryd {
 
 template <class Event>
 class InFlight {
@@ -68,4 +68,4 @@ class InFlight {
   std::deque<Entry> queue_;
 };
 
-}  // namespace ferry
+}  // namespace ferry::ferryd

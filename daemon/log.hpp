@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <utility>
 
-namespace ferry::log {
+namespace ferry::ferryd::log {
 
 enum Level { error = 0, warn = 1, info = 2, debug = 3 };
 inline Level& threshold() {
@@ -25,6 +25,6 @@ void write(Level l, const char* fmt, Args&&... args) {
   std::fputc('\n', stderr);
 }
 
-}  // namespace ferry::log
+}  // namespace ferry::ferryd::log
 
-#define FERRY_LOG(level, ...) ::ferry::log::write(::ferry::log::level, __VA_ARGS__)
+#define FERRY_LOG(level, ...) ::ferry::ferryd::log::write(::ferry::ferryd::log::level, __VA_ARGS__)

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "ferry/wire.hpp"
 #include "log.hpp"
 #include "options.hpp"
 #include "server.hpp"
@@ -67,7 +68,7 @@ std::string locate_sim() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ferry::Options o;
+  ferry::ferryd::Options o;
   std::string socket_mode = "0660";
   std::string log_level = "info";
   std::string config = "/etc/ferry/ferryd.conf";
@@ -143,7 +144,7 @@ int main(int argc, char** argv) {
   static const char* const kLevels[] = {"error", "warn", "info", "debug"};
   bool level_ok = false;
   for (int i = 0; i < 4; ++i)
-    if (log_level == kLevels[i]) ferry::log::threshold() = static_cast<ferry::log::Level>(i), level_ok = true;
+    if (log_level == kLevels[i]) ferry::ferryd::log::threshold() = static_cast<ferry::ferryd::log::Level>(i), level_ok = true;
   if (!level_ok) {
     std::cerr << "ferryd: --log-level must be error, warn, info or debug\n";
     return 2;
@@ -152,10 +153,7 @@ int main(int argc, char** argv) {
     std::cerr << "ferryd: --sim is a Level Zero device; it cannot be combined with --backend " << o.backend << "\n";
     return 2;
   }
-  if (o.socket.empty()) {
-    const char* env = std::getenv("FERRY_SOCKET");
-    o.socket = env != nullptr && *env != '\0' ? env : "/run/ferry/ferryd-" + std::to_string(o.device) + ".sock";
-  }
+  if (o.socket.empty()) o.socket = ferry::proto::socket_path_from_env(o.device);
   if (o.socket.rfind("/run/ferry/", 0) == 0) ::mkdir("/run/ferry", 0755);
 
   if (o.sim) {
@@ -167,11 +165,11 @@ int main(int argc, char** argv) {
   }
 
   std::string why;
-  std::unique_ptr<ferry::Backend> backend;
+  std::unique_ptr<ferry::ferryd::Backend> backend;
   if (o.backend == "level-zero" || o.backend == "ze") {
-    backend = ferry::make_level_zero_backend(o.device, why);
+    backend = ferry::ferryd::make_level_zero_backend(o.device, why);
   } else if (o.backend == "cuda") {
-    backend = ferry::make_cuda_backend(o.device, why);
+    backend = ferry::ferryd::make_cuda_backend(o.device, why);
   } else {
     std::cerr << "ferryd: unknown backend \"" << o.backend << "\" (level-zero or cuda)\n";
     return 2;
@@ -181,15 +179,15 @@ int main(int argc, char** argv) {
     if (!o.sim && o.backend != "cuda") FERRY_LOG(error, "no GPU here? `ferryd --sim` runs on the simulated device");
     return 1;
   }
-  const ferry::DeviceInfo& info = backend->info();
+  const ferry::ferryd::DeviceInfo& info = backend->info();
   FERRY_LOG(info, "device %u: %s (%s), copy engine: %s, host import: %s", o.device, info.name.c_str(),
             info.backend.c_str(), info.copy_engine ? "yes" : "no", info.host_import ? "yes" : "no");
 
   std::signal(SIGPIPE, SIG_IGN);
   boost::asio::io_context io(1);
-  ferry::Server server(io, o, std::move(backend));
+  ferry::ferryd::Server server(io, o, std::move(backend));
   // Under socket activation systemd hands over the listening socket (fd 3).
-  const int passed = ferry::systemd::listen_fd();
+  const int passed = ferry::ferryd::systemd::listen_fd();
   if (passed >= 0) FERRY_LOG(info, "using the socket passed by systemd (socket activation)");
   if (server.listen(o.socket, passed, why) != 0) {
     FERRY_LOG(error, "%s", why.c_str());

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-namespace ferry {
+namespace ferry::ferryd {
 
 struct Options {
   uint32_t device = 0;
@@ -24,4 +24,4 @@ struct Options {
   double drain_seconds = 5.0;    // on SIGTERM, how long in-flight copies may take
 };
 
-}  // namespace ferry
+}  // namespace ferry::ferryd

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <new>
 
-namespace ferry {
+namespace ferry::ferryd {
 
 StagingSegment::~StagingSegment() {
   if (base_ != nullptr) munmap(base_, bytes_);
@@ -43,4 +43,4 @@ char* StagingSegment::slot(uint32_t i) const { return slots_begin() + uint64_t{i
 
 char* StagingSegment::slots_begin() const { return static_cast<char*>(base_) + proto::kSegmentHeaderBytes; }
 
-}  // namespace ferry
+}  // namespace ferry::ferryd

@@ -7,7 +7,7 @@
 
 #include "ferry/proto.hpp"
 
-namespace ferry {
+namespace ferry::ferryd {
 
 class StagingSegment {
  public:
@@ -33,4 +33,4 @@ class StagingSegment {
   uint64_t slot_bytes_ = 0;
 };
 
-}  // namespace ferry
+}  // namespace ferry::ferryd

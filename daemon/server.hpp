@@ -1,5 +1,6 @@
-// The server: the listening socket, the signals, the sessions and the
-// transfer engine, all on one io_context thread.
+// The server: the listening socket, the signals and the orderly stop. It
+// owns the engine (through the Context it hands to sessions) and the
+// session manager; everything runs on one io_context thread.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -8,15 +9,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
-#include <set>
 #include <string>
 
+#include "context.hpp"
 #include "engine.hpp"
 #include "options.hpp"
+#include "session_manager.hpp"
 
-namespace ferry {
-
-class Session;
+namespace ferry::ferryd {
 
 class Server {
  public:
@@ -27,20 +27,7 @@ class Server {
   int listen(const std::string& path, int fd, std::string& why);
   void run();
 
-  const Options& options() const { return opts_; }
   TransferEngine& engine() { return engine_; }
-  bool stopping() const { return stopping_; }
-
-  // Session bookkeeping.
-  uint64_t next_client_id() { return ++client_ids_; }
-  size_t client_count() const;
-  void closed(const std::shared_ptr<Session>& s);
-
-  // The status document for a viewer: every client for root and the daemon's
-  // own user, the viewer's own clients otherwise.
-  std::string status_json(uid_t viewer, gid_t viewer_gid) const;
-  // Root, the daemon's own user, and members of --admin-group.
-  bool is_admin(uid_t uid, gid_t gid) const;
 
   // Starts the orderly stop: no new connections, in-flight copies drain
   // (bounded by Options::drain_seconds), clients are told, run() returns.
@@ -50,23 +37,19 @@ class Server {
   void accept();
   void drain_tick();
   void status_tick();
-  std::string status_line() const;
 
   boost::asio::io_context& io_;
   Options opts_;
   TransferEngine engine_;
+  Context ctx_;
+  SessionManager sessions_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer timer_;
   boost::asio::steady_timer status_timer_;  // STATUS= for systemd
-  std::set<std::shared_ptr<Session>> sessions_;
   std::string path_;
   bool owns_path_ = false;
-  bool stopping_ = false;
   std::chrono::steady_clock::time_point drain_deadline_;
-  std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();
-  uint64_t client_ids_ = 0;
-  uint64_t connections_ = 0;
 };
 
-}  // namespace ferry
+}  // namespace ferry::ferryd

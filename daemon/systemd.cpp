@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace ferry::systemd {
+namespace ferry::ferryd::systemd {
 
 bool notify(const std::string& state) {
   const char* path = std::getenv("NOTIFY_SOCKET");
@@ -49,4 +49,4 @@ int listen_fd() {
   return fd;
 }
 
-}  // namespace ferry::systemd
+}  // namespace ferry::ferryd::systemd

@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace ferry::systemd {
+namespace ferry::ferryd::systemd {
 
 // Sends `state` (e.g. "READY=1\nSTATUS=...") to $NOTIFY_SOCKET, if set.
 // Returns false when there is no such socket or the send failed.
@@ -15,4 +15,4 @@ bool notify(const std::string& state);
 // Clears those variables so children do not inherit them.
 int listen_fd();
 
-}  // namespace ferry::systemd
+}  // namespace ferry::ferryd::systemd

@@ -9,7 +9,7 @@
 #include "backend.hpp"
 #include "engine.hpp"
 
-using namespace ferry;
+using namespace ferry::ferryd;
 
 namespace {
 std::unique_ptr<Backend> backend() {
@@ -19,7 +19,11 @@ std::unique_ptr<Backend> backend() {
   REQUIRE(b);
   return b;
 }
-using Failed = std::vector<std::pair<uint64_t, int>>;
+// Counts the engine's progress reports for one client.
+struct CountingSink : ProgressSink {
+  uint64_t calls = 0;
+  void progress(const ClientState&, const Failed&) override { ++calls; }
+};
 }  // namespace
 
 TEST_CASE("the backend reports the simulated device with a copy engine and host import", "[engine]") {
@@ -31,8 +35,7 @@ TEST_CASE("the backend reports the simulated device with a copy engine and host 
 }
 
 TEST_CASE("tickets: the window, slot agreement and no double use", "[engine][slots]") {
-  auto b = backend();
-  ClientState c(b.get(), 1);
+  ClientState c(1);
   REQUIRE(c.create_segment(4, 4096) == 0);
   CHECK(c.check_ticket(0, 0) != nullptr);   // tickets start at 1
   CHECK(c.check_ticket(1, 0) == nullptr);
@@ -51,8 +54,7 @@ TEST_CASE("tickets: the window, slot agreement and no double use", "[engine][slo
 }
 
 TEST_CASE("completion moves only over a contiguous run; failures come in ticket order", "[engine][slots]") {
-  auto b = backend();
-  ClientState c(b.get(), 1);
+  ClientState c(1);
   REQUIRE(c.create_segment(8, 4096) == 0);
   for (uint64_t t = 1; t <= 4; ++t) c.mark_in_flight(t, 1);
   Failed f;
@@ -75,17 +77,17 @@ TEST_CASE("completion moves only over a contiguous run; failures come in ticket 
 TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with the last reference", "[engine]") {
   boost::asio::io_context io;
   auto guard = boost::asio::make_work_guard(io);  // run_one() waits for the retire thread's posts
-  const uint64_t buffers_before = Buffer::live_count.load();
   {
     TransferEngine eng(io, backend());
-    auto c = std::make_shared<ClientState>(&eng.backend(), 7);
-    REQUIRE(c->create_segment(4, 4096) == 0);
+    const uint64_t buffers_before = eng.holdings().buffers;
+    ClientRef c;
+    REQUIRE(eng.add_client(4, 4096, &c) == 0);
     uint64_t id = 0;
-    REQUIRE(c->alloc(4096, 0, &id) == 0);
-    CHECK(Buffer::live_count.load() == buffers_before + 1);
-    CHECK(c->alloc(1 << 20, 4096, &id) == -EDQUOT);  // over the client's limit
-    uint64_t calls = 0;
-    eng.on_progress = [&](ClientState&, const Failed&) { ++calls; };
+    REQUIRE(eng.alloc(*c, 4096, 0, &id) == 0);
+    CHECK(eng.holdings().buffers == buffers_before + 1);
+    CHECK(eng.alloc(*c, 1 << 20, 4096, &id) == -EDQUOT);  // over the client's limit
+    auto sink = std::make_shared<CountingSink>();
+    c->sink = sink;
     auto buf = c->owned(1);
     REQUIRE(buf);
     std::memset(c->segment().slot(0), 0x42, 4096);
@@ -93,15 +95,15 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
     while (c->completed() < 1) io.run_one();
     REQUIRE(eng.submit(c, 2, true, c->segment().slot(1), buf->ptr, 4096, buf) == 0);
     // Freed by the client while a copy holds it: the memory stays until the copy ends.
-    CHECK(c->free(1) == 0);
-    CHECK(c->free(1) == -ENOENT);
+    CHECK(eng.free(*c, 1) == 0);
+    CHECK(eng.free(*c, 1) == -ENOENT);
     buf.reset();
     while (c->completed() < 2) io.run_one();
     CHECK(static_cast<unsigned char>(c->segment().slot(1)[4095]) == 0x42);
-    CHECK(calls >= 2);
+    CHECK(sink->calls >= 2);
     CHECK(eng.stats().uploads == 1);
     CHECK(eng.stats().downloads == 1);
     CHECK(eng.stats().in_flight == 0);
-    CHECK(Buffer::live_count.load() == buffers_before);
+    CHECK(eng.holdings().buffers == buffers_before);
   }
 }

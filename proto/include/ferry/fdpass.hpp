@@ -51,7 +51,10 @@ inline ssize_t send_fd(int sock, const void* data, size_t n, int fd, int flags) 
 }
 
 // One recvmsg into [data, data+n); every descriptor that came with the bytes
-// is passed to on_fd (which takes ownership). Returns what recvmsg returns.
+// is passed to on_fd (which takes ownership). Returns what recvmsg returns,
+// or -1 with errno EPROTO when the kernel cut descriptors off (MSG_CTRUNC:
+// more than fit here were sent); those that did arrive are closed then, and
+// the stream is no longer in step with its sender.
 template <class OnFd>
 ssize_t recv_fds(int sock, void* data, size_t n, int flags, OnFd on_fd) {
   iovec iov{data, n};
@@ -63,14 +66,23 @@ ssize_t recv_fds(int sock, void* data, size_t n, int flags, OnFd on_fd) {
   mh.msg_controllen = sizeof ctrl;
   ssize_t got = ::recvmsg(sock, &mh, flags | MSG_CMSG_CLOEXEC);
   if (got < 0) return got;
+  const bool cut = (mh.msg_flags & MSG_CTRUNC) != 0;
   for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
     const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; ++i) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-      on_fd(fd);
+      if (cut) {
+        ::close(fd);
+      } else {
+        on_fd(fd);
+      }
     }
+  }
+  if (cut) {
+    errno = EPROTO;
+    return -1;
   }
   return got;
 }

@@ -1,0 +1,19 @@
+// Device memory as the engine lends it to clients: a buffer lives while its
+// owner's table or a copy in flight holds a reference; the engine's deleter
+// gives the memory back to the backend when the last one goes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace ferry::ferryd {
+
+struct Buffer {
+  void* ptr = nullptr;  // a device address (CUDA's is an integer, not a host pointer)
+  uint64_t bytes = 0;
+  bool imported = false;  // a client's own allocation, opened from its IPC handle
+};
+
+using BufferRef = std::shared_ptr<Buffer>;
+
+}  // namespace ferry::ferryd

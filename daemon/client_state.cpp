@@ -1,0 +1,136 @@
+#include "client_state.hpp"
+
+#include <cerrno>
+
+namespace ferry::ferryd {
+
+int ClientState::create_segment(uint32_t slots, uint64_t slot_bytes) {
+  if (int r = segment_.create(slots, slot_bytes); r != 0) return r;
+  slot_count_ = slots;
+  slot_bytes_ = slot_bytes;
+  slot_state_.assign(slots, kFree);
+  slot_status_.assign(slots, 0);
+  return 0;
+}
+
+uint64_t ClientState::adopt(BufferRef b) {
+  const uint64_t id = ++next_buffer_;
+  if (!b->imported) device_bytes_ += b->bytes;
+  buffers_[id].owned = std::move(b);
+  return id;
+}
+
+int ClientState::open(const std::shared_ptr<GrantInfo>& g, uint64_t* id, uint64_t* bytes) {
+  auto b = g->buffer.lock();
+  if (!b || g->revoked) return -EACCES;
+  *id = ++next_buffer_;
+  buffers_[*id].grant = g;
+  *bytes = b->bytes;
+  return 0;
+}
+
+int ClientState::remove(uint64_t id, bool* was_owned) {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return -ENOENT;
+  *was_owned = it->second.owned != nullptr;
+  if (*was_owned && !it->second.owned->imported) device_bytes_ -= it->second.owned->bytes;
+  buffers_.erase(it);  // device memory goes once copies in flight to it end
+  return 0;
+}
+
+BufferRef ClientState::owned(uint64_t id) const {
+  auto it = buffers_.find(id);
+  return it == buffers_.end() ? nullptr : it->second.owned;
+}
+
+BufferRef ClientState::find(uint64_t id, uint32_t rights, int* err) const {
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) {
+    *err = -ENOENT;
+    return nullptr;
+  }
+  if (it->second.owned) return it->second.owned;
+  const GrantInfo& g = *it->second.grant;
+  if (g.revoked || (g.rights & rights) != rights) {
+    *err = -EACCES;
+    return nullptr;
+  }
+  auto b = g.buffer.lock();
+  if (!b) *err = -ENOENT;
+  return b;
+}
+
+uint64_t ClientState::add_event_pool(uint64_t backend_id) {
+  const uint64_t id = ++next_pool_;
+  event_pools_[id] = backend_id;
+  return id;
+}
+
+bool ClientState::event_pool(uint64_t id, uint64_t* backend_id) const {
+  auto it = event_pools_.find(id);
+  if (it == event_pools_.end()) return false;
+  *backend_id = it->second;
+  return true;
+}
+
+const char* ClientState::check_ticket(uint64_t ticket, uint32_t slot) const {
+  if (slot_count_ == 0) return "no staging segment: send Hello first";
+  if (ticket <= completed_ || ticket - completed_ > slot_count_) return "ticket outside the client's window";
+  if (slot != (ticket - 1) % slot_count_) return "slot does not match the ticket";
+  if (slot_state_[slot] != kFree) return "ticket already in flight";
+  return nullptr;
+}
+
+void ClientState::mark_in_flight(uint64_t ticket, uint64_t bytes) {
+  slot_state_[(ticket - 1) % slot_count_] = kBusy;
+  ++in_flight_;
+  in_flight_bytes_ += bytes;
+}
+
+bool ClientState::finish(uint64_t ticket, uint64_t bytes, int status, Failed& failed) {
+  const uint32_t s = static_cast<uint32_t>((ticket - 1) % slot_count_);
+  slot_state_[s] = kDone;
+  slot_status_[s] = status;
+  --in_flight_;
+  in_flight_bytes_ -= bytes;
+  // Tickets complete in order: `completed` moves only over a contiguous run.
+  bool moved = false;
+  for (;;) {
+    const uint32_t next = static_cast<uint32_t>(completed_ % slot_count_);
+    if (slot_state_[next] != kDone) break;
+    if (slot_status_[next] != 0) {
+      failed.emplace_back(completed_ + 1, slot_status_[next]);
+      ++stats_.errors;
+    }
+    slot_state_[next] = kFree;
+    slot_status_[next] = 0;
+    ++completed_;
+    moved = true;
+  }
+  return moved;
+}
+
+void ClientState::publish(size_t new_failures) {
+  proto::Segment* seg = segment_.header();
+  if (seg == nullptr) return;
+  // Stored, never read back: the client may scribble on these words, and
+  // fools only itself if it does.
+  failures_ += new_failures;
+  if (new_failures != 0) seg->failures.store(failures_, std::memory_order_release);
+  seg->completed.store(completed_, std::memory_order_release);
+}
+
+void ClientState::add_slot_waits(Histogram& h) const {
+  if (segment_.header() == nullptr) return;
+  const auto* m = reinterpret_cast<const proto::ClientMetrics*>(reinterpret_cast<const char*>(segment_.header()) +
+                                                                proto::kClientMetricsOffset);
+  h.count += m->slot_waits.load(std::memory_order_relaxed);
+  h.sum_ns += m->slot_wait_ns.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < proto::kLatencyBuckets; ++i) h.buckets[i] += m->buckets[i].load(std::memory_order_relaxed);
+}
+
+void ClientState::set_daemon_state(uint32_t s) {
+  if (proto::Segment* seg = segment_.header()) seg->daemon_state.store(s, std::memory_order_release);
+}
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,134 @@
+// What one client holds: its staging segment and ticket window, its table of
+// buffers and event pools, its statistics. Created and released by the
+// engine (TransferEngine::add_client); lives while its session is open or any
+// of its copies is in flight, whichever is longer. io thread only.
+//
+// The segment's timeline words (`completed`, `failures`) are written here and
+// nowhere else (publish()); the daemon's own bookkeeping lives in this
+// object's memory, which no client can touch.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "buffer.hpp"
+#include "grants.hpp"
+#include "segment.hpp"
+#include "stats.hpp"
+
+namespace ferry::ferryd {
+
+class ClientState;
+
+// Failed tickets, in ticket order: {ticket, negative errno}.
+using Failed = std::vector<std::pair<uint64_t, int>>;
+
+// Told when a client's timeline moved (after the segment shows it), to send
+// the client its messages. The session implements it.
+class ProgressSink {
+ public:
+  virtual ~ProgressSink() = default;
+  virtual void progress(const ClientState& c, const Failed& failed) = 0;
+};
+
+class ClientState {
+ public:
+  explicit ClientState(uint64_t id) : id_(id) {}
+  ClientState(const ClientState&) = delete;
+  ClientState& operator=(const ClientState&) = delete;
+
+  // Creates the staging segment: slots of slot_bytes, zero-filled. 0 or -errno.
+  int create_segment(uint32_t slots, uint64_t slot_bytes);
+
+  uint64_t id() const { return id_; }
+  StagingSegment& segment() { return segment_; }
+  const StagingSegment& segment() const { return segment_; }
+  uint32_t slot_count() const { return slot_count_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint64_t completed() const { return completed_; }
+  uint32_t in_flight() const { return in_flight_; }
+  uint64_t in_flight_bytes() const { return in_flight_bytes_; }
+  uint64_t device_bytes() const { return device_bytes_; }
+  size_t buffer_count() const { return buffers_.size(); }
+  ClientStats& stats() { return stats_; }
+  const ClientStats& stats() const { return stats_; }
+
+  // ---- buffers: owned (allocated or imported) and opened through grants
+  // Adds an owned buffer; allocations (not imports) count against device_bytes.
+  uint64_t adopt(BufferRef b);
+  // Adds a buffer opened through `g`: 0, or -EACCES when the grant was
+  // revoked or its owner freed the buffer.
+  int open(const std::shared_ptr<GrantInfo>& g, uint64_t* id, uint64_t* bytes);
+  // Drops `id` from the table: 0, or -ENOENT. *was_owned tells whether it
+  // was this client's own (its grants then end too).
+  int remove(uint64_t id, bool* was_owned);
+  // The buffer `id` names for this client if it may use it for `rights`:
+  // nullptr with *err = -ENOENT (no such buffer, or its owner freed it) or
+  // -EACCES (revoked, or a right not granted).
+  BufferRef find(uint64_t id, uint32_t rights, int* err) const;
+  BufferRef owned(uint64_t id) const;
+
+  // ---- IPC event pools this client registered: our id -> the backend's
+  uint64_t add_event_pool(uint64_t backend_id);
+  bool event_pool(uint64_t id, uint64_t* backend_id) const;
+  const std::map<uint64_t, uint64_t>& event_pools() const { return event_pools_; }
+
+  // ---- the ticket window
+  // Checks a transfer's ticket and slot against this client's window.
+  // Returns nullptr or the reason it is refused.
+  const char* check_ticket(uint64_t ticket, uint32_t slot) const;
+  void mark_in_flight(uint64_t ticket, uint64_t bytes);
+  // Records the outcome of one ticket; returns true when `completed` moved.
+  // Failed tickets that became contiguous are appended to `failed`.
+  bool finish(uint64_t ticket, uint64_t bytes, int status, Failed& failed);
+  // Writes the timeline into the segment: failures first, then `completed`
+  // (the order proto::Segment documents).
+  void publish(size_t new_failures);
+
+  // Adds the slot waits the client published in its segment to h.
+  void add_slot_waits(Histogram& h) const;
+
+  // 1 while the daemon serves this client, 2 once it is stopping.
+  void set_daemon_state(uint32_t s);
+
+  // Who the client is, for status and logs.
+  pid_t pid = 0;
+  uid_t uid = 0;
+  std::string name;
+  std::chrono::system_clock::time_point since = std::chrono::system_clock::now();
+  bool connected = true;  // false once its session closed (copies may still drain)
+  bool registered = false;  // the segment's slots are registered with the device
+  std::weak_ptr<ProgressSink> sink;
+
+ private:
+  enum SlotState : uint8_t { kFree, kBusy, kDone };
+  uint64_t id_;
+  StagingSegment segment_;
+  uint32_t slot_count_ = 0;
+  uint64_t slot_bytes_ = 0;
+  std::vector<uint8_t> slot_state_;
+  std::vector<int> slot_status_;
+  uint64_t completed_ = 0;
+  uint64_t failures_ = 0;  // failures published so far
+  uint32_t in_flight_ = 0;
+  uint64_t in_flight_bytes_ = 0;
+  uint64_t device_bytes_ = 0;
+  uint64_t next_buffer_ = 0;
+  struct Entry {
+    BufferRef owned;                   // set for the owner
+    std::shared_ptr<GrantInfo> grant;  // set for a buffer opened through a grant
+  };
+  std::map<uint64_t, Entry> buffers_;
+  std::map<uint64_t, uint64_t> event_pools_;
+  uint64_t next_pool_ = 0;
+  ClientStats stats_;
+};
+
+}  // namespace ferry::ferryd

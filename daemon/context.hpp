@@ -1,0 +1,18 @@
+// What every session is given: the engine, the settings, and the server's
+// counters and state. Owned by the server; io thread only.
+#pragma once
+
+#include "engine.hpp"
+#include "options.hpp"
+#include "stats.hpp"
+
+namespace ferry::ferryd {
+
+struct Context {
+  TransferEngine& engine;
+  const Options& options;
+  ServerStats stats;
+  bool stopping = false;  // no new clients; copies drain, then the sessions end
+};
+
+}  // namespace ferry::ferryd

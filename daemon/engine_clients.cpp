@@ -1,0 +1,132 @@
+// The engine's resources: clients, the device memory lent to them, their
+// event pools and grants. Every call into the backend for them is here.
+#include <cerrno>
+#include <cstring>
+
+#include "engine.hpp"
+
+namespace ferry::ferryd {
+
+int TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* out) {
+  auto* raw = new ClientState(++next_client_);
+  // The deleter gives everything back: the last reference may be the
+  // session's, or a copy that finishes after the client left.
+  ClientRef c(raw, [this](ClientState* p) {
+    release(p);
+    delete p;
+  });
+  clients_[raw->id()] = raw;
+  ++holdings_.clients;
+  if (int r = c->create_segment(slots, slot_bytes); r != 0) return r;
+  // Registered once, for the client's whole life: copies from it then skip
+  // the per-call import a pageable source costs.
+  c->registered = backend_->register_host(c->segment().slots_begin(), c->segment().slots_bytes()) == 0;
+  *out = std::move(c);
+  return 0;
+}
+
+void TransferEngine::release(ClientState* c) {
+  c->add_slot_waits(departed_slot_waits_);
+  grants_.revoke(c->id(), 0, nullptr);  // its grants end with it
+  for (const auto& [id, backend_id] : c->event_pools()) backend_->close_event_pool(backend_id);
+  // Its buffers go with the object itself, right after this: each one's
+  // memory returns once no copy in flight holds it.
+  if (c->registered) backend_->unregister_host(c->segment().slots_begin());
+  clients_.erase(c->id());
+  --holdings_.clients;
+}
+
+size_t TransferEngine::connected_clients() const {
+  size_t n = 0;
+  for (const auto& [id, c] : clients_)
+    if (c->connected && c->slot_count() != 0) ++n;
+  return n;
+}
+
+Histogram TransferEngine::slot_waits() const {
+  Histogram h = departed_slot_waits_;
+  for (const auto& [id, c] : clients_)
+    if (c->connected) c->add_slot_waits(h);
+  return h;
+}
+
+BufferRef TransferEngine::lend(void* ptr, uint64_t bytes, bool imported) {
+  ++holdings_.buffers;
+  holdings_.device_bytes += bytes;
+  return BufferRef(new Buffer{ptr, bytes, imported}, [this](Buffer* b) {
+    if (b->imported) {
+      backend_->release_import(b->ptr);
+    } else {
+      backend_->free(b->ptr);
+    }
+    --holdings_.buffers;
+    holdings_.device_bytes -= b->bytes;
+    delete b;
+  });
+}
+
+int TransferEngine::alloc(ClientState& c, uint64_t bytes, uint64_t limit, uint64_t* id) {
+  if (device_lost_) return -ENODEV;
+  if (bytes == 0) return -EINVAL;
+  if (limit != 0 && (bytes > limit || c.device_bytes() > limit - bytes)) return -EDQUOT;
+  void* p = nullptr;
+  if (int r = backend_->alloc(bytes, &p); r != 0) return r;
+  *id = c.adopt(lend(p, bytes, false));
+  return 0;
+}
+
+int TransferEngine::free(ClientState& c, uint64_t id) {
+  bool owned = false;
+  if (int r = c.remove(id, &owned); r != 0) return r;
+  if (owned) grants_.revoke(c.id(), id, nullptr);  // a freed buffer takes its grants with it
+  return 0;
+}
+
+int TransferEngine::import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id) {
+  if (bytes == 0) return -EINVAL;
+  void* p = nullptr;
+  if (int r = backend_->import_buffer(h, bytes, &p); r != 0) return r;
+  *id = c.adopt(lend(p, bytes, true));
+  return 0;
+}
+
+int TransferEngine::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes) {
+  auto b = c.owned(id);
+  if (!b || b->imported) return -ENOENT;
+  if (int r = backend_->export_buffer(b->ptr, h); r != 0) return r;
+  *bytes = b->bytes;
+  return 0;
+}
+
+int TransferEngine::open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id) {
+  uint64_t backend_id = 0;
+  if (int r = backend_->open_event_pool(h, count, &backend_id); r != 0) return r;
+  *id = c.add_event_pool(backend_id);
+  return 0;
+}
+
+int TransferEngine::grant(ClientState& c, uint64_t buffer, uint32_t rights, Token* token) {
+  auto b = c.owned(buffer);
+  const uint32_t all = proto::kRightUpload | proto::kRightDownload;
+  if (!b || b->imported) return -ENOENT;  // only the owner of an allocation grants it
+  if (rights == 0 || (rights & ~all) != 0) return -EINVAL;
+  *token = grants_.add(b, c.id(), buffer, rights)->token;
+  return 0;
+}
+
+int TransferEngine::revoke(ClientState& c, uint64_t buffer, const uint8_t* token, size_t* n) {
+  *n = 0;
+  if (!c.owned(buffer)) return -ENOENT;
+  *n = grants_.revoke(c.id(), buffer, token);
+  return *n == 0 && token != nullptr ? -ENOENT : 0;
+}
+
+int TransferEngine::open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t* bytes, uint32_t* rights) {
+  auto g = grants_.find(token);
+  if (!g) return -EACCES;  // a forged or revoked token: nothing
+  if (int r = c.open(g, id, bytes); r != 0) return r;
+  *rights = g->rights;
+  return 0;
+}
+
+}  // namespace ferry::ferryd

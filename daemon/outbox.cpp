@@ -1,0 +1,112 @@
+#include "outbox.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "ferry/fdpass.hpp"
+#include "ferry/proto.hpp"
+
+namespace ferry::ferryd {
+
+Outbox::Outbox(socket_type& socket, size_t limit, Hooks hooks)
+    : socket_(socket), limit_(limit), hooks_(std::move(hooks)) {}
+
+Outbox::~Outbox() { drop(); }
+
+void Outbox::drop() {
+  dropped_ = true;
+  for (auto& [off, fd] : fd_marks_) ::close(fd);
+  fd_marks_.clear();
+}
+
+void Outbox::queue(const void* data, size_t bytes, int fd) {
+  touched_ = true;
+  if (dropped_) {
+    if (fd >= 0) ::close(fd);
+    return;
+  }
+  if (pending_.size() + bytes > limit_) {
+    if (fd >= 0) ::close(fd);
+    hooks_.failed("it does not read its socket");
+    return;
+  }
+  if (fd >= 0) fd_marks_.emplace_back(pending_.size(), fd);
+  completion_at_ = SIZE_MAX;  // nothing after this message may be folded into an earlier one
+  const auto* p = static_cast<const uint8_t*>(data);
+  pending_.insert(pending_.end(), p, p + bytes);
+}
+
+void Outbox::completion(uint64_t completed) {
+  if (completion_at_ != SIZE_MAX) {
+    std::memcpy(pending_.data() + completion_at_ + offsetof(proto::Completion, completed), &completed,
+                sizeof completed);
+    return;
+  }
+  auto c = proto::make<proto::Completion>(proto::Type::completion);
+  c.completed = completed;
+  const size_t at = pending_.size();
+  queue(&c, sizeof c);
+  if (pending_.size() == at + sizeof c) completion_at_ = at;
+}
+
+void Outbox::close_after_write() {
+  closing_ = true;
+  flush();
+}
+
+// Drops the first n bytes of pending_, moving the offsets that point into it.
+void Outbox::drop_front(size_t n) {
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+  for (auto& m : fd_marks_) m.first -= n;
+  completion_at_ = completion_at_ == SIZE_MAX || completion_at_ < n ? SIZE_MAX : completion_at_ - n;
+}
+
+void Outbox::flush() {
+  if (dropped_ || !writing_.empty() || sending_fd_) return;
+  if (pending_.empty()) {
+    if (closing_) hooks_.drained();
+    return;
+  }
+  if (!fd_marks_.empty() && fd_marks_.front().first == 0) {
+    send_with_fd();
+    return;
+  }
+  // Everything up to the next message that carries an fd.
+  const size_t upto = fd_marks_.empty() ? pending_.size() : fd_marks_.front().first;
+  writing_.assign(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(upto));
+  drop_front(upto);
+  boost::asio::async_write(socket_, boost::asio::buffer(writing_),
+                           [this, keep = hooks_.keep_alive()](const boost::system::error_code& ec, size_t) {
+                             writing_.clear();
+                             if (dropped_) return;
+                             if (ec) return hooks_.failed(nullptr);
+                             flush();
+                           });
+}
+
+// Sends the message at the front of pending_ with its fd, in one sendmsg.
+void Outbox::send_with_fd() {
+  sending_fd_ = true;
+  socket_.async_wait(socket_type::wait_write, [this, keep = hooks_.keep_alive()](const boost::system::error_code& ec) {
+    sending_fd_ = false;
+    if (dropped_) return;
+    if (ec) return hooks_.failed(nullptr);
+    proto::Header h;
+    std::memcpy(&h, pending_.data(), sizeof h);
+    const int fd = fd_marks_.front().second;
+    ssize_t n = proto::send_fd(socket_.native_handle(), pending_.data(), h.size, fd, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return flush();  // waits for room again
+    // A small message only partly sent: the stream is broken.
+    if (n != static_cast<ssize_t>(h.size)) return hooks_.failed(nullptr);
+    ::close(fd);
+    fd_marks_.pop_front();
+    drop_front(h.size);
+    flush();
+  });
+}
+
+}  // namespace ferry::ferryd

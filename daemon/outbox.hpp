@@ -1,0 +1,67 @@
+// A session's outgoing bytes: queued in order, written one batch at a time,
+// a message that carries a descriptor sent alone with it (SCM_RIGHTS).
+// Bounded: a peer that stops reading is reported (`on_failed`) instead of
+// holding the daemon's memory. io thread only.
+#pragma once
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace ferry::ferryd {
+
+class Outbox {
+ public:
+  using socket_type = boost::asio::local::stream_protocol::socket;
+
+  // What the owner (the session) is told, and what it lends.
+  struct Hooks {
+    std::function<std::shared_ptr<void>()> keep_alive;  // held by pending writes (the socket's owner)
+    std::function<void(const char* why)> failed;         // a write failed, or the peer does not read
+    std::function<void()> drained;                       // all written after close_after_write()
+  };
+
+  Outbox(socket_type& socket, size_t limit, Hooks hooks);
+  ~Outbox();
+  Outbox(const Outbox&) = delete;
+  Outbox& operator=(const Outbox&) = delete;
+
+  // Appends a message; `fd` (>= 0) goes with it and is the outbox's to close.
+  // Over the limit nothing is queued and `failed` is called.
+  void queue(const void* data, size_t bytes, int fd = -1);
+  // Queues a Completion, or updates the one still queued at the tail: the
+  // client needs only the newest value.
+  void completion(uint64_t completed);
+  // Starts writing, if not already.
+  void flush();
+  // Calls `drained` once everything queued so far is written.
+  void close_after_write();
+  bool closing() const { return closing_; }
+  // Nothing was ever queued.
+  bool untouched() const { return !touched_; }
+  // Stops: closes the descriptors not sent and writes nothing more.
+  void drop();
+
+ private:
+  void send_with_fd();
+  void drop_front(size_t n);
+
+  socket_type& socket_;
+  size_t limit_;
+  Hooks hooks_;
+  std::vector<uint8_t> pending_;  // not yet handed to the socket
+  std::vector<uint8_t> writing_;  // being written
+  size_t completion_at_ = SIZE_MAX;  // offset of a Completion in pending_ that may be updated
+  std::deque<std::pair<size_t, int>> fd_marks_;  // offsets in pending_ of messages that carry an fd
+  bool sending_fd_ = false;
+  bool closing_ = false;
+  bool dropped_ = false;
+  bool touched_ = false;
+};
+
+}  // namespace ferry::ferryd

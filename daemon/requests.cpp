@@ -1,0 +1,201 @@
+#include "requests.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "log.hpp"
+#include "status.hpp"
+
+namespace ferry::ferryd {
+
+namespace {
+// Copies a message out of the read buffer (which has no alignment promise)
+// and hands it to its handler.
+template <class Msg>
+void call(Requests* r, const uint8_t* bytes, void (Requests::*handler)(const Msg&)) {
+  Msg m;
+  std::memcpy(&m, bytes, sizeof m);
+  (r->*handler)(m);
+}
+}  // namespace
+
+void Requests::handle(proto::Type type, const uint8_t* msg) {
+  using T = proto::Type;
+  switch (type) {
+    case T::hello: return call(this, msg, &Requests::on_hello);
+    case T::status_request: return call(this, msg, &Requests::on_status);
+    case T::alloc: case T::free: case T::grant: case T::revoke: case T::open: case T::export_buffer:
+    case T::import_buffer: case T::event_pool: case T::upload: case T::download: case T::upload_signal:
+      break;
+    default: return peer_.fatal(-EPROTO, "message type a client may not send");
+  }
+  // Everything else works on the client's own resources.
+  if (!client_) return peer_.fatal(-EPROTO, "request before Hello");
+  switch (type) {
+    case T::alloc: return call(this, msg, &Requests::on_alloc);
+    case T::free: return call(this, msg, &Requests::on_free);
+    case T::grant: return call(this, msg, &Requests::on_grant);
+    case T::revoke: return call(this, msg, &Requests::on_revoke);
+    case T::open: return call(this, msg, &Requests::on_open);
+    case T::export_buffer: return call(this, msg, &Requests::on_export);
+    case T::import_buffer: return call(this, msg, &Requests::on_import);
+    case T::event_pool: return call(this, msg, &Requests::on_event_pool);
+    case T::upload: return call(this, msg, &Requests::on_upload);
+    case T::download: return call(this, msg, &Requests::on_download);
+    default: return call(this, msg, &Requests::on_upload_signal);
+  }
+}
+
+void Requests::on_hello(const proto::Hello& m) {
+  if (client_) return peer_.fatal(-EPROTO, "second Hello");
+  if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
+  const Options& o = ctx_.options;
+  TransferEngine& engine = ctx_.engine;
+  if (engine.connected_clients() >= o.max_clients) return peer_.fatal(-EUSERS, "too many clients (--max-clients)");
+  // The Welcome is the first thing this session sends: it carries the segment.
+  if (!peer_.untouched()) return peer_.fatal(-EPROTO, "Hello after other requests");
+  const uint32_t slots = m.slots_wanted == 0 ? o.slots : std::min(m.slots_wanted, o.slots);
+  ClientRef c;
+  if (int r = engine.add_client(slots, o.slot_bytes, &c); r != 0)
+    return peer_.fatal(r, "cannot create the staging segment");
+  c->pid = peer_.pid;
+  c->uid = peer_.uid;
+  c->name = proto::get_text(m.name);
+  c->sink = peer_.sink();
+
+  const DeviceInfo& info = engine.device();
+  auto w = proto::make<proto::Welcome>(proto::Type::welcome);
+  w.magic = proto::kMagic;
+  w.version = proto::kVersion;
+  w.features = m.features & proto::kFeaturesV1;
+  w.client_id = c->id();
+  w.segment_bytes = c->segment().bytes();
+  w.slot_bytes = c->slot_bytes();
+  w.slot_count = c->slot_count();
+  w.slots_offset = proto::kSegmentHeaderBytes;
+  w.max_buffer_bytes = o.client_memory != 0 ? o.client_memory : info.memory_bytes;
+  proto::set_text(w.device, info.name);
+  proto::set_text(w.backend, info.backend);
+  const int fd = ::fcntl(c->segment().fd(), F_DUPFD_CLOEXEC, 3);
+  if (fd < 0) return peer_.fatal(-errno, "cannot pass the staging segment");
+  client_ = std::move(c);
+  peer_.send(&w, sizeof w, fd);
+  FERRY_LOG(info, "client %llu connected: pid %d uid %u \"%s\", %u slots of %llu bytes",
+            static_cast<unsigned long long>(client_->id()), peer_.pid, peer_.uid, client_->name.c_str(), slots,
+            static_cast<unsigned long long>(o.slot_bytes));
+}
+
+void Requests::on_alloc(const proto::Alloc& m) {
+  uint64_t id = 0;
+  int r = ctx_.engine.alloc(*client_, m.bytes, ctx_.options.client_memory, &id);
+  reply(m.request, r, id);
+}
+
+void Requests::on_free(const proto::Free& m) { reply(m.request, ctx_.engine.free(*client_, m.buffer), 0); }
+
+void Requests::on_upload(const proto::Transfer& m) { transfer(m, false, nullptr); }
+void Requests::on_download(const proto::Transfer& m) { transfer(m, true, nullptr); }
+void Requests::on_upload_signal(const proto::UploadSignal& m) { transfer(m.t, false, &m); }
+
+void Requests::transfer(const proto::Transfer& m, bool download, const proto::UploadSignal* sig) {
+  if (const char* why = ctx_.engine.transfer(client_, m, download, sig)) peer_.fatal(-EPROTO, why);
+}
+
+void Requests::on_grant(const proto::Grant& m) {
+  auto r = proto::make<proto::TokenReply>(proto::Type::token_reply);
+  r.request = m.request;
+  Token token{};
+  r.status = ctx_.engine.grant(*client_, m.buffer, m.rights, &token);
+  std::memcpy(r.token, token.data(), sizeof r.token);
+  peer_.send(&r, sizeof r);
+}
+
+void Requests::on_revoke(const proto::Revoke& m) {
+  static const uint8_t kZero[proto::kTokenBytes] = {};
+  const bool all = std::memcmp(m.token, kZero, sizeof kZero) == 0;
+  size_t n = 0;
+  int r = ctx_.engine.revoke(*client_, m.buffer, all ? nullptr : m.token, &n);
+  reply(m.request, r, n);
+}
+
+void Requests::on_open(const proto::Open& m) {
+  uint64_t id = 0, bytes = 0;
+  uint32_t rights = 0;
+  int r = ctx_.engine.open(*client_, m.token, &id, &bytes, &rights);
+  buffer_reply(m.request, r, rights, id, bytes);
+}
+
+void Requests::on_export(const proto::Export& m) {
+  auto r = proto::make<proto::ExportReply>(proto::Type::export_reply);
+  r.request = m.request;
+  IpcHandle h;
+  uint64_t bytes = 0;
+  r.status = ctx_.engine.export_buffer(*client_, m.buffer, &h, &bytes);
+  if (r.status == 0) {
+    r.kind = h.kind;
+    r.bytes = bytes;
+    std::memcpy(r.handle, h.data, sizeof r.handle);
+  }
+  // The fd travels with the reply; the client puts its own number in the handle.
+  int fd = r.status == 0 && h.fd >= 0 ? ::fcntl(h.fd, F_DUPFD_CLOEXEC, 3) : -1;
+  peer_.send(&r, sizeof r, fd);
+}
+
+IpcHandle Requests::ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcBytes]) {
+  IpcHandle h;
+  h.kind = kind;
+  std::memcpy(h.data, data, sizeof h.data);
+  h.fd = kind == proto::kIpcLevelZero ? peer_.take_fd() : -1;
+  return h;
+}
+
+void Requests::on_import(const proto::Import& m) {
+  IpcHandle h = ipc_handle(m.kind, m.handle);
+  uint64_t id = 0;
+  int r = ctx_.engine.import_buffer(*client_, h, m.bytes, &id);
+  if (h.fd >= 0) ::close(h.fd);  // the driver keeps its own mapping
+  buffer_reply(m.request, r, r == 0 ? (proto::kRightUpload | proto::kRightDownload) : 0, id, r == 0 ? m.bytes : 0);
+}
+
+void Requests::on_event_pool(const proto::EventPool& m) {
+  IpcHandle h = ipc_handle(m.kind, m.handle);
+  uint64_t id = 0;
+  int r = ctx_.engine.open_event_pool(*client_, h, m.count, &id);
+  if (h.fd >= 0) ::close(h.fd);
+  reply(m.request, r, id);
+}
+
+void Requests::on_status(const proto::StatusRequest& m) {
+  std::string json = status_json(ctx_, peer_.uid, peer_.gid);
+  if (json.size() > proto::kMaxStatusJson) json = "{\"error\":\"status too large\"}";
+  auto h = proto::make<proto::StatusReply>(proto::Type::status_reply);
+  h.request = m.request;
+  h.json_bytes = static_cast<uint32_t>(json.size());
+  h.h.size = static_cast<uint32_t>(sizeof h + json.size());
+  std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
+  msg += json;
+  peer_.send(msg.data(), msg.size());
+}
+
+void Requests::reply(uint64_t request, int status, uint64_t value) {
+  auto r = proto::make<proto::Reply>(proto::Type::reply);
+  r.request = request;
+  r.status = status;
+  r.value = value;
+  peer_.send(&r, sizeof r);
+}
+
+void Requests::buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes) {
+  auto r = proto::make<proto::BufferReply>(proto::Type::buffer_reply);
+  r.request = request;
+  r.status = status;
+  r.rights = rights;
+  r.buffer = buffer;
+  r.bytes = bytes;
+  peer_.send(&r, sizeof r);
+}
+
+}  // namespace ferry::ferryd

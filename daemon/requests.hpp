@@ -1,0 +1,70 @@
+// The request handler: what ferryd does with each message a client may send.
+// One per session; it holds the session's client state (after Hello) and
+// answers through the Peer, which the session implements. io thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "context.hpp"
+#include "ferry/proto.hpp"
+
+namespace ferry::ferryd {
+
+// The session as the handler sees it.
+class Peer {
+ public:
+  virtual ~Peer() = default;
+  // Queues a message (with `fd`, >= 0, which the peer then owns) and starts writing.
+  virtual void send(const void* data, size_t bytes, int fd = -1) = 0;
+  // Refuses the session: an Error marked fatal, then the connection closes.
+  virtual void fatal(int code, const char* why) = 0;
+  // A descriptor that arrived with the message being handled, or -1.
+  virtual int take_fd() = 0;
+  // Nothing was sent to this peer yet (the Welcome must come first).
+  virtual bool untouched() const = 0;
+  // Where the engine reports this client's progress.
+  virtual std::weak_ptr<ProgressSink> sink() = 0;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+class Requests {
+ public:
+  Requests(Context& ctx, Peer& peer) : ctx_(ctx), peer_(peer) {}
+
+  // Handles one decoded message of `type` (its bytes at `msg`, unaligned).
+  void handle(proto::Type type, const uint8_t* msg);
+  // Set once Hello succeeded.
+  const ClientRef& client() const { return client_; }
+
+  void on_hello(const proto::Hello& m);
+  void on_alloc(const proto::Alloc& m);
+  void on_free(const proto::Free& m);
+  void on_upload(const proto::Transfer& m);
+  void on_download(const proto::Transfer& m);
+  void on_upload_signal(const proto::UploadSignal& m);
+  void on_status(const proto::StatusRequest& m);
+  void on_grant(const proto::Grant& m);
+  void on_revoke(const proto::Revoke& m);
+  void on_open(const proto::Open& m);
+  void on_export(const proto::Export& m);
+  void on_import(const proto::Import& m);
+  void on_event_pool(const proto::EventPool& m);
+
+ private:
+  void transfer(const proto::Transfer& m, bool download, const proto::UploadSignal* sig);
+  void reply(uint64_t request, int status, uint64_t value);
+  void buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes);
+  // Fills h from a message's kind and handle; a Level Zero handle's fd came with it.
+  IpcHandle ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcBytes]);
+
+  Context& ctx_;
+  Peer& peer_;
+  ClientRef client_;
+};
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,56 @@
+// Counters and histograms the daemon keeps for status and metrics. Plain
+// data, owned by whoever counts (the engine, a client's state); io thread only.
+#pragma once
+
+#include <cstdint>
+
+#include "ferry/proto.hpp"
+
+namespace ferry::ferryd {
+
+// A latency histogram in proto::kLatencyBoundsNs buckets.
+struct Histogram {
+  uint64_t count = 0;
+  uint64_t sum_ns = 0;
+  uint64_t buckets[proto::kLatencyBuckets] = {};
+  void add(uint64_t ns) {
+    ++count;
+    sum_ns += ns;
+    ++buckets[proto::latency_bucket(ns)];
+  }
+};
+
+// What one client did.
+struct ClientStats {
+  uint64_t uploads = 0;
+  uint64_t upload_bytes = 0;
+  uint64_t downloads = 0;
+  uint64_t errors = 0;
+};
+
+// What the engine did, for every client.
+struct EngineStats {
+  uint64_t uploads = 0;
+  uint64_t upload_bytes = 0;
+  uint64_t downloads = 0;
+  uint64_t failed = 0;
+  uint32_t in_flight = 0;
+  uint64_t in_flight_bytes = 0;
+  Histogram upload_latency;  // from the daemon's receipt of an upload to its retirement
+};
+
+// What the engine holds on behalf of clients right now, connected or gone
+// with copies still in flight.
+struct Holdings {
+  uint64_t clients = 0;
+  uint64_t buffers = 0;
+  uint64_t device_bytes = 0;
+};
+
+// Counted by the server, shown in status.
+struct ServerStats {
+  int64_t started_unix = 0;  // seconds
+  uint64_t connections = 0;  // accepted since start
+};
+
+}  // namespace ferry::ferryd
