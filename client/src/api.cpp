@@ -1,0 +1,268 @@
+// The C ABI (ferry/ferry.h): argument checks, then the connection, the
+// timeline and the transfer paths do the work.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "client.hpp"
+#include "ferry/wire.hpp"
+
+namespace proto = ferry::proto;
+namespace fc = ferry::client;
+
+namespace {
+
+proto::Hello hello_message() {
+  auto hello = proto::make<proto::Hello>(proto::Type::hello);
+  hello.magic = proto::kMagic;
+  hello.version = proto::kVersion;
+  hello.features = proto::kFeaturesV1;
+  char comm[proto::kNameBytes + 1] = {};
+  if (FILE* f = std::fopen("/proc/self/comm", "r")) {
+    if (std::fgets(comm, sizeof comm, f) != nullptr) comm[std::strcspn(comm, "\n")] = '\0';
+    std::fclose(f);
+  }
+  proto::set_text(hello.name, comm);
+  return hello;
+}
+
+// Maps the segment the Welcome describes. 0 or -errno.
+int map_segment(ferry_client* c, int seg_fd) {
+  const proto::Welcome& w = c->welcome;
+  // Populated now, so the first uploads do not pay a page fault per 4 KiB.
+  void* p = ::mmap(nullptr, w.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, seg_fd, 0);
+  if (p == MAP_FAILED) return -ENOMEM;
+  auto* seg = static_cast<proto::Segment*>(p);
+  if (seg->magic != proto::kMagic || w.slot_count == 0 ||
+      w.slots_offset + w.slot_count * w.slot_bytes > w.segment_bytes) {
+    ::munmap(p, w.segment_bytes);
+    return -EPROTO;
+  }
+  c->seg = seg;
+  c->seg_bytes = w.segment_bytes;
+  c->slot_count = w.slot_count;
+  c->slot_bytes = w.slot_bytes;
+  c->timeline.attach(seg, static_cast<char*>(p) + w.slots_offset, w.slot_count, w.slot_bytes);
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int ferry_connect(const char* socket_path, ferry_client** out) {
+  if (out == nullptr) return -EINVAL;
+  *out = nullptr;
+  const std::string path = socket_path != nullptr ? socket_path : proto::socket_path_from_env();
+  auto c = std::make_unique<ferry_client>();
+  int seg_fd = -1;
+  if (int r = c->conn.open(path, hello_message(), &c->welcome, &seg_fd); r != 0) return r;
+  int r = map_segment(c.get(), seg_fd);
+  ::close(seg_fd);
+  if (r != 0) return r;
+  c->conn.start();
+  *out = c.release();
+  return 0;
+}
+
+void ferry_disconnect(ferry_client* c) {
+  if (c == nullptr) return;
+  c->conn.close();
+  if (c->seg != nullptr) ::munmap(c->seg, c->seg_bytes);
+  delete c;
+}
+
+int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {
+  if (c == nullptr || out == nullptr || bytes == 0) return -EINVAL;
+  auto m = proto::make<proto::Alloc>(proto::Type::alloc);
+  m.bytes = bytes;
+  proto::Reply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  if (r.status != 0) return r.status;
+  fc::remember_buffer(c, r.value, bytes);
+  *out = r.value;
+  return 0;
+}
+
+int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
+  if (c == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Free>(proto::Type::free);
+  m.buffer = buf;
+  proto::Reply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  if (r.status == 0) {
+    std::lock_guard lock(c->buffers_mu);
+    c->buffer_sizes.erase(buf);
+  }
+  return r.status;
+}
+
+int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
+  if (c == nullptr || bytes == nullptr) return -EINVAL;
+  std::lock_guard lock(c->buffers_mu);
+  auto it = c->buffer_sizes.find(buf);
+  if (it == c->buffer_sizes.end()) return -ENOENT;
+  *bytes = it->second;
+  return 0;
+}
+
+int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
+                 ferry_ticket* out) {
+  return fc::upload(c, dst, dst_offset, src, bytes, nullptr, out);
+}
+
+int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
+                        uint64_t pool, uint32_t event, ferry_ticket* out) {
+  proto::UploadSignal s{};
+  s.pool = pool;
+  s.event = event;
+  return fc::upload(c, dst, dst_offset, src, bytes, &s, out);
+}
+
+int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {
+  return fc::download(c, src, src_offset, dst, bytes);
+}
+
+int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry_token* out) {
+  if (c == nullptr || out == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Grant>(proto::Type::grant);
+  m.buffer = buf;
+  m.rights = rights;
+  proto::TokenReply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  if (r.status == 0) std::memcpy(out->bytes, r.token, sizeof out->bytes);
+  return r.status;
+}
+
+int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* token) {
+  if (c == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Revoke>(proto::Type::revoke);
+  m.buffer = buf;
+  if (token != nullptr) std::memcpy(m.token, token->bytes, sizeof m.token);
+  proto::Reply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  return r.status;
+}
+
+int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* out, uint64_t* bytes) {
+  if (c == nullptr || token == nullptr || out == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Open>(proto::Type::open);
+  std::memcpy(m.token, token->bytes, sizeof m.token);
+  proto::BufferReply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  if (r.status != 0) return r.status;
+  fc::remember_buffer(c, r.buffer, r.bytes);
+  *out = r.buffer;
+  if (bytes != nullptr) *bytes = r.bytes;
+  return 0;
+}
+
+int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out) {
+  if (c == nullptr || out == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Export>(proto::Type::export_buffer);
+  m.buffer = buf;
+  proto::ExportReply r{};
+  int fd = -1;
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, -1, &fd); e != 0) return e;
+  if (r.status != 0) {
+    if (fd >= 0) ::close(fd);
+    return r.status;
+  }
+  std::memset(out, 0, sizeof *out);
+  out->kind = r.kind;
+  out->bytes = r.bytes;
+  std::memcpy(out->data, r.handle, sizeof out->data);
+  out->fd = -1;
+  if (r.kind == proto::kIpcLevelZero) {
+    if (fd < 0) return -EPROTO;
+    out->fd = fd;
+    std::memcpy(out->data, &fd, sizeof fd);  // the handle names this process's descriptor
+  } else if (fd >= 0) {
+    ::close(fd);
+  }
+  return 0;
+}
+
+int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer* out) {
+  if (c == nullptr || h == nullptr || out == nullptr || h->bytes == 0) return -EINVAL;
+  if (h->kind == proto::kIpcLevelZero && h->fd < 0) return -EINVAL;
+  auto m = proto::make<proto::Import>(proto::Type::import_buffer);
+  m.bytes = h->bytes;
+  m.kind = h->kind;
+  std::memcpy(m.handle, h->data, sizeof m.handle);
+  proto::BufferReply r{};
+  const int fd = h->kind == proto::kIpcLevelZero ? h->fd : -1;
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, fd); e != 0) return e;
+  if (r.status != 0) return r.status;
+  fc::remember_buffer(c, r.buffer, r.bytes);
+  *out = r.buffer;
+  return 0;
+}
+
+int ferry_event_pool_register(ferry_client* c, const ferry_ipc_handle* h, uint32_t count, uint64_t* pool) {
+  if (c == nullptr || h == nullptr || pool == nullptr || count == 0) return -EINVAL;
+  if (h->kind != proto::kIpcLevelZero || h->fd < 0) return -EINVAL;
+  auto m = proto::make<proto::EventPool>(proto::Type::event_pool);
+  m.count = count;
+  m.kind = h->kind;
+  std::memcpy(m.handle, h->data, sizeof m.handle);
+  proto::Reply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, h->fd); e != 0) return e;
+  if (r.status == 0) *pool = r.value;
+  return r.status;
+}
+
+int ferry_wait(ferry_client* c, ferry_ticket t, int64_t timeout_ns) {
+  if (c == nullptr || t == 0) return -EINVAL;
+  if (t > c->timeline.issued()) return -EINVAL;  // not issued yet
+  return c->timeline.wait(t, timeout_ns);
+}
+
+int ferry_flush(ferry_client* c, int64_t timeout_ns) {
+  if (c == nullptr) return -EINVAL;
+  return c->timeline.flush(timeout_ns);
+}
+
+int ferry_get_info(ferry_client* c, ferry_info* out) {
+  if (c == nullptr || out == nullptr) return -EINVAL;
+  std::memset(out, 0, sizeof *out);
+  out->client_id = c->welcome.client_id;
+  out->slot_bytes = c->slot_bytes;
+  out->slot_count = c->slot_count;
+  std::snprintf(out->device, sizeof out->device, "%s", proto::get_text(c->welcome.device).c_str());
+  std::snprintf(out->backend, sizeof out->backend, "%s", proto::get_text(c->welcome.backend).c_str());
+  return 0;
+}
+
+ferry_ticket ferry_completed(ferry_client* c) { return c == nullptr ? 0 : c->timeline.completed(); }
+
+const char* ferry_strerror(int err) {
+  switch (err) {
+    case 0: return "success";
+    case -ENOENT: return "no such buffer, or no daemon socket at that path";
+    case -ECONNREFUSED: return "no daemon accepts on that socket (stale socket file?)";
+    case -ECONNRESET: return "the daemon closed the connection";
+    case -ESHUTDOWN: return "the daemon is shutting down";
+    case -EUSERS: return "the daemon serves its maximum number of clients";
+    case -EPROTO: return "protocol error: client and daemon do not agree";
+    case -EDQUOT: return "over this client's device-memory quota";
+    case -EIO: return "the device failed the transfer";
+    case -ETIMEDOUT: return "timed out";
+    case -EINVAL: return "invalid argument (offset or length out of range?)";
+    default: break;
+  }
+  if (err < 0) {
+    const char* s = strerrordesc_np(-err);
+    if (s != nullptr) return s;
+  }
+  return "unknown error";
+}
+
+const char* ferry_version(void) { return FERRY_VERSION_STRING; }
+
+}  // extern "C"

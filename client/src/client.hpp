@@ -1,0 +1,46 @@
+// What a ferry_client is: the connection, the timeline, the mapped staging
+// segment, the buffers this client may name, and the staging pool.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "connection.hpp"
+#include "ferry/ferry.h"
+#include "ferry/proto.hpp"
+#include "stager.hpp"
+#include "timeline.hpp"
+
+struct ferry_client {
+  ferry_client() : conn(timeline) {}
+
+  // Declared first, so the connection (whose receiver feeds the timeline)
+  // goes before it.
+  ferry::client::Timeline timeline;
+  ferry::client::Connection conn;
+  ferry::proto::Welcome welcome{};
+  ferry::proto::Segment* seg = nullptr;
+  uint64_t seg_bytes = 0;
+  uint32_t slot_count = 0;
+  uint64_t slot_bytes = 0;
+  ferry::client::Stager stager;
+
+  // Buffers this client allocated, opened or imported: id -> bytes.
+  std::mutex buffers_mu;
+  std::map<uint64_t, uint64_t> buffer_sizes;
+};
+
+namespace ferry::client {
+
+// Checks [offset, offset + bytes) against a buffer this client knows. 0 or -errno.
+int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t bytes);
+void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes);
+
+// The transfer paths (transfers.cpp). `signal`: an UploadSignal whose pool
+// and event the last piece carries, or nullptr.
+int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
+           const proto::UploadSignal* signal, ferry_ticket* out);
+int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes);
+
+}  // namespace ferry::client

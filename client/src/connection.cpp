@@ -1,0 +1,187 @@
+#include "connection.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "ferry/wire.hpp"
+
+namespace ferry::client {
+
+Connection::~Connection() { close(); }
+
+int Connection::open(const std::string& path, const proto::Hello& hello, proto::Welcome* welcome, int* segment_fd) {
+  *segment_fd = -1;
+  if (int r = proto::connect_unix(path, &fd_); r != 0) return r;
+  if (proto::send_all(fd_, &hello, sizeof hello) != 0) return -ECONNRESET;
+  // The daemon answers at once; a bound keeps a stalled one from hanging us.
+  timeval tv{10, 0};
+  setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::vector<uint8_t> msg;
+  std::vector<int> fds;
+  int r = proto::read_message(fd_, msg, &fds);
+  if (r == -EAGAIN) r = -ETIMEDOUT;
+  timeval zero{0, 0};
+  setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &zero, sizeof zero);
+  proto::Error e{};
+  if (r == 0 && proto::type_of(msg) == proto::Type::error && proto::as(msg, &e)) {
+    r = e.code != 0 ? e.code : -EPROTO;
+  } else if (r == 0 && (proto::type_of(msg) != proto::Type::welcome || fds.size() != 1 || !proto::as(msg, welcome))) {
+    r = -EPROTO;
+  }
+  if (r == 0) {
+    *segment_fd = fds.front();
+    fds.clear();
+  }
+  for (int f : fds) ::close(f);
+  return r;
+}
+
+void Connection::start() {
+  receiver_ = std::thread([this] { receive_loop(); });
+}
+
+void Connection::close() {
+  if (fd_ < 0) return;
+  ::shutdown(fd_, SHUT_RDWR);
+  if (receiver_.joinable()) receiver_.join();
+  ::close(fd_);
+  fd_ = -1;
+  for (int f : fds_in_) ::close(f);
+  fds_in_.clear();
+  for (auto& [id, a] : answers_)
+    if (a.fd >= 0) ::close(a.fd);
+  answers_.clear();
+}
+
+int Connection::send(const void* data, size_t n, int fd) {
+  std::lock_guard lock(send_mu_);
+  if (fd < 0) return proto::send_all(fd_, data, n) == 0 ? 0 : -ECONNRESET;
+  ssize_t k;
+  do {
+    k = proto::send_fd(fd_, data, n, fd, MSG_NOSIGNAL);
+  } while (k < 0 && errno == EINTR);
+  return k == static_cast<ssize_t>(n) ? 0 : -ECONNRESET;
+}
+
+int Connection::exchange(void* msg, size_t n, uint64_t* request_field, int fd, Answer* out) {
+  uint64_t id;
+  {
+    std::lock_guard lock(mu_);
+    if (dead_ != 0) return dead_;
+    id = next_request_++;
+  }
+  *request_field = id;
+  if (int r = send(msg, n, fd); r != 0) return r;
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return answers_.count(id) != 0 || dead_ != 0; });
+  auto it = answers_.find(id);
+  if (it == answers_.end()) return dead_;
+  *out = std::move(it->second);
+  answers_.erase(it);
+  return 0;
+}
+
+bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why) {
+  using T = proto::Type;
+  switch (type) {
+    case T::ticket_failed: {
+      proto::TicketFailed f;
+      std::memcpy(&f, m, sizeof f);
+      timeline_.failed(f.ticket, f.error);
+      return true;
+    }
+    case T::completion: {
+      proto::Completion k;
+      std::memcpy(&k, m, sizeof k);
+      timeline_.completion(k.completed);
+      return true;
+    }
+    case T::shutdown:
+      *why = -ESHUTDOWN;
+      return false;
+    case T::reply:
+    case T::token_reply:
+    case T::buffer_reply:
+    case T::export_reply: {
+      uint64_t request;
+      std::memcpy(&request, m + sizeof(proto::Header), sizeof request);
+      Answer a{type, std::vector<uint8_t>(m, m + n), -1};
+      std::lock_guard lock(mu_);
+      if (type == T::export_reply) {
+        proto::ExportReply e;
+        std::memcpy(&e, m, sizeof e);
+        // Its descriptor came with these bytes, so it is the oldest unclaimed one.
+        if (e.status == 0 && e.kind == proto::kIpcLevelZero && !fds_in_.empty()) {
+          a.fd = fds_in_.front();
+          fds_in_.pop_front();
+        }
+      }
+      answers_[request] = std::move(a);
+      break;
+    }
+    case T::error: {
+      proto::Error e;
+      std::memcpy(&e, m, sizeof e);
+      if (e.h.flags & proto::kErrorFatal) {
+        *why = e.code != 0 ? e.code : -EPROTO;
+        return false;
+      }
+      if (e.request == 0) return true;
+      // A refused request: answered as a Reply with the error.
+      auto r = proto::make<proto::Reply>(proto::Type::reply);
+      r.request = e.request;
+      r.status = e.code;
+      const auto* p = reinterpret_cast<const uint8_t*>(&r);
+      std::lock_guard lock(mu_);
+      answers_[e.request] = Answer{T::reply, std::vector<uint8_t>(p, p + sizeof r), -1};
+      break;
+    }
+    default:
+      return true;  // nothing else is meant for a client; ignore it
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void Connection::receive_loop() {
+  std::vector<uint8_t> buf(64 * 1024);
+  size_t used = 0;
+  int why = -ECONNRESET;
+  for (bool stop = false; !stop;) {
+    ssize_t n = proto::recv_fds(fd_, buf.data() + used, buf.size() - used, 0, [&](int fd) {
+      std::lock_guard lock(mu_);
+      fds_in_.push_back(fd);
+    });
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n < 0 && errno == EPROTO) why = -EPROTO;
+      break;
+    }
+    used += static_cast<size_t>(n);
+    size_t off = 0;
+    while (!stop) {
+      proto::Decoded d = proto::decode(buf.data() + off, used - off);
+      if (d.result == proto::Decode::need_more) break;
+      if (d.result == proto::Decode::bad) {
+        why = -EPROTO;
+        stop = true;
+        break;
+      }
+      stop = !dispatch(d.type, buf.data() + off, d.consumed, &why);
+      off += d.consumed;
+    }
+    std::memmove(buf.data(), buf.data() + off, used - off);
+    used -= off;
+    if (used == buf.size()) break;  // cannot happen with fixed-size messages
+  }
+  {
+    std::lock_guard lock(mu_);
+    dead_ = why;
+  }
+  cv_.notify_all();
+  timeline_.ended(why);
+}
+
+}  // namespace ferry::client

@@ -1,0 +1,100 @@
+// The client's connection to ferryd: the socket, the Hello/Welcome exchange,
+// the receiver thread, and requests answered by replies told apart by type.
+// Timeline messages (TicketFailed, Completion) go to the Timeline.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ferry/proto.hpp"
+#include "timeline.hpp"
+
+namespace ferry::client {
+
+// Which answer each request type waits for.
+template <class Reply>
+constexpr proto::Type answer_type();
+template <>
+constexpr proto::Type answer_type<proto::Reply>() { return proto::Type::reply; }
+template <>
+constexpr proto::Type answer_type<proto::TokenReply>() { return proto::Type::token_reply; }
+template <>
+constexpr proto::Type answer_type<proto::BufferReply>() { return proto::Type::buffer_reply; }
+template <>
+constexpr proto::Type answer_type<proto::ExportReply>() { return proto::Type::export_reply; }
+
+class Connection {
+ public:
+  explicit Connection(Timeline& timeline) : timeline_(timeline) {}
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Connects, says Hello, and receives the Welcome with the segment's fd
+  // (*segment_fd, the caller's to close). 0 or -errno; the daemon's refusal
+  // comes as its error code.
+  int open(const std::string& path, const proto::Hello& hello, proto::Welcome* welcome, int* segment_fd);
+  // Starts the receiver thread.
+  void start();
+  // Ends the connection and joins the receiver.
+  void close();
+
+  // One whole message on the socket (with `fd` when >= 0). 0 or -ECONNRESET.
+  int send(const void* data, size_t n, int fd = -1);
+
+  // Sends a request and waits for its answer, copied into *out; the request
+  // id is written to *request_field first. *reply_fd gets a descriptor that
+  // came with the answer. A refusal (a Reply or Error with a status, whatever
+  // was asked) returns that status.
+  template <class Reply>
+  int request(void* msg, size_t n, uint64_t* request_field, Reply* out, int fd = -1, int* reply_fd = nullptr) {
+    Answer a;
+    if (int r = exchange(msg, n, request_field, fd, &a); r != 0) return r;
+    if (a.type != answer_type<Reply>() || a.bytes.size() != sizeof(Reply)) {
+      if (a.fd >= 0) ::close(a.fd);
+      proto::Reply refused{};
+      if (a.type != proto::Type::reply || a.bytes.size() != sizeof refused) return -EPROTO;
+      std::memcpy(&refused, a.bytes.data(), sizeof refused);
+      return refused.status != 0 ? refused.status : -EPROTO;
+    }
+    std::memcpy(out, a.bytes.data(), sizeof(Reply));
+    if (reply_fd != nullptr) {
+      *reply_fd = a.fd;
+    } else if (a.fd >= 0) {
+      ::close(a.fd);
+    }
+    return 0;
+  }
+
+ private:
+  struct Answer {
+    proto::Type type{};
+    std::vector<uint8_t> bytes;
+    int fd = -1;  // came with it (ExportReply)
+  };
+  int exchange(void* msg, size_t n, uint64_t* request_field, int fd, Answer* out);
+  void receive_loop();
+  // Handles one message; false when the connection must end (*why set).
+  bool dispatch(proto::Type type, const uint8_t* m, size_t n, int* why);
+
+  Timeline& timeline_;
+  int fd_ = -1;
+  std::thread receiver_;
+  std::mutex send_mu_;  // one message at a time on the socket
+
+  std::mutex mu_;  // everything below
+  std::condition_variable cv_;
+  uint64_t next_request_ = 1;
+  std::map<uint64_t, Answer> answers_;  // by request id
+  std::deque<int> fds_in_;              // received, not yet claimed
+  int dead_ = 0;                        // why the connection ended
+};
+
+}  // namespace ferry::client

@@ -1,0 +1,161 @@
+#include "timeline.hpp"
+
+#include <cerrno>
+
+#include "tsan.hpp"
+
+namespace ferry::client {
+
+namespace {
+constexpr auto kSpin = std::chrono::microseconds(50);
+}  // namespace
+
+void Timeline::attach(proto::Segment* seg, char* slots, uint32_t slot_count, uint64_t slot_bytes) {
+  seg_ = seg;
+  slots_ = slots;
+  slot_count_ = slot_count;
+  slot_bytes_ = slot_bytes;
+  hold_ = std::make_unique<std::atomic<uint32_t>[]>(slot_count);
+}
+
+int Timeline::take(uint64_t count, uint64_t* first) {
+  std::lock_guard lock(mu_);
+  if (dead_ != 0) return dead_;
+  *first = next_ticket_;
+  next_ticket_ += count;
+  if (count > 1) {
+    std::vector<uint64_t> earlier(count - 1);
+    for (uint64_t i = 0; i + 1 < count; ++i) earlier[i] = *first + i;
+    groups_.emplace(*first + count - 1, std::move(earlier));
+  }
+  return 0;
+}
+
+uint64_t Timeline::issued() {
+  std::lock_guard lock(mu_);
+  return next_ticket_ - 1;
+}
+
+void Timeline::failed(uint64_t ticket, int error) {
+  {
+    std::lock_guard lock(mu_);
+    failed_[ticket] = error;
+    ++failures_seen_;
+  }
+  cv_.notify_all();
+}
+
+void Timeline::completion(uint64_t completed) {
+  {
+    std::lock_guard lock(mu_);
+    settle_groups(completed);
+  }
+  cv_.notify_all();
+}
+
+void Timeline::ended(int why) {
+  {
+    std::lock_guard lock(mu_);
+    dead_ = why;
+  }
+  cv_.notify_all();
+}
+
+// Folds the errors of an upload's earlier pieces into its last ticket, once
+// the last ticket is done.
+void Timeline::settle_groups(uint64_t completed) {
+  while (!groups_.empty() && groups_.begin()->first <= completed) {
+    auto node = groups_.extract(groups_.begin());
+    int err = 0;
+    for (uint64_t t : node.mapped()) {
+      auto it = failed_.find(t);
+      if (it == failed_.end()) continue;
+      if (err == 0) err = it->second;
+      failed_.erase(it);
+    }
+    if (err != 0) failed_.emplace(node.key(), err);  // keeps the last piece's own error if it has one
+  }
+}
+
+// Waits until `ready()` holds, or the deadline passes, or the connection dies.
+// Spins a little first: completions usually arrive within microseconds.
+template <class Ready>
+int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready) {
+  const auto spin_end = Clock::now() + kSpin;
+  while (Clock::now() < spin_end) {
+    if (ready()) return 0;
+    if (!forever && Clock::now() >= deadline) break;
+  }
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (ready()) return 0;
+    if (dead_ != 0) return dead_;
+    if (forever) {
+      // The daemon updates the counter before sending the Completion that
+      // wakes us; the timed wait only guards against a lost wake-up.
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+    } else {
+      if (Clock::now() >= deadline) return -ETIMEDOUT;
+      cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    }
+  }
+}
+
+int Timeline::wait_slot(uint64_t t) {
+  const uint32_t s = static_cast<uint32_t>((t - 1) % slot_count_);
+  const uint64_t need = t > slot_count_ ? t - slot_count_ : 0;
+  const auto t0 = Clock::now();
+  int r = wait_for({}, true, [&] { return completed() >= need && hold_[s].load() == 0; });
+  // Published for the daemon's metrics (histogram of slot wait time).
+  const auto ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  auto* m = reinterpret_cast<proto::ClientMetrics*>(reinterpret_cast<char*>(seg_) + proto::kClientMetricsOffset);
+  m->slot_waits.fetch_add(1, std::memory_order_relaxed);
+  m->slot_wait_ns.fetch_add(ns, std::memory_order_relaxed);
+  m->buckets[proto::latency_bucket(ns)].fetch_add(1, std::memory_order_relaxed);
+  FERRY_SLOT_TAKEN(slot_of(t));
+  return r;
+}
+
+void Timeline::release_slot(uint64_t t) {
+  FERRY_SLOT_HANDED_ON(slot_of(t));
+  hold_[(t - 1) % slot_count_].fetch_sub(1);
+  cv_.notify_all();
+}
+
+int Timeline::wait(uint64_t t, int64_t timeout_ns) {
+  const bool forever = timeout_ns < 0;
+  const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
+  if (int r = wait_for(deadline, forever, [&] { return completed() >= t; }); r != 0) return r;
+  return outcome(t);
+}
+
+int Timeline::flush(int64_t timeout_ns) {
+  const uint64_t last = issued();
+  if (last == 0) return 0;
+  const bool forever = timeout_ns < 0;
+  const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
+  if (int r = wait_for(deadline, forever, [&] { return completed() >= last; }); r != 0) return r;
+  outcome(last);  // brings failure bookkeeping up to date
+  std::lock_guard lock(mu_);
+  auto it = failed_.begin();
+  if (it == failed_.end() || it->first > last) return 0;
+  int err = it->second;
+  // Report the oldest; the flush covers the rest.
+  failed_.erase(failed_.begin(), failed_.upper_bound(last));
+  return err;
+}
+
+int Timeline::outcome(uint64_t t) {
+  std::unique_lock lock(mu_);
+  // Failure messages are counted in the segment before `completed` passes
+  // them: wait until we hold as many as the daemon sent.
+  cv_.wait(lock, [&] { return failures_seen_ >= seg_->failures.load(std::memory_order_acquire) || dead_ != 0; });
+  settle_groups(completed());
+  auto it = failed_.find(t);
+  if (it == failed_.end()) return 0;
+  int err = it->second;
+  failed_.erase(it);
+  return err;
+}
+
+}  // namespace ferry::client
