@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/fdpass.hpp"
+#include "ferry/wire.hpp"
 #include "ferry/proto.hpp"
 
 namespace proto = ferry::proto;
@@ -76,18 +76,6 @@ const char* cause(int err) {
   }
 }
 
-bool read_exact(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t k = ::recv(fd, c, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
 // Fetches the status document; returns an Exit code.
 int fetch_status(const std::string& path, std::string* json, double* rtt_us) {
   int fd = -1;
@@ -98,30 +86,20 @@ int fetch_status(const std::string& path, std::string* json, double* rtt_us) {
   auto req = proto::make<proto::StatusRequest>(proto::Type::status_request);
   req.request = 1;
   auto t0 = std::chrono::steady_clock::now();
-  proto::StatusReply rep{};
-  bool ok = ::send(fd, &req, sizeof req, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof req) &&
-            read_exact(fd, &rep.h, sizeof rep.h);
-  if (ok && rep.h.type == static_cast<uint16_t>(proto::Type::error)) {
-    proto::Error e{};
-    e.h = rep.h;
-    read_exact(fd, reinterpret_cast<char*>(&e) + sizeof e.h, sizeof e - sizeof e.h);
-    std::fprintf(stderr, "ferryctl: the daemon refused: %s\n", proto::get_text(e.text).c_str());
-    ::close(fd);
-    return kDaemonError;
-  }
-  ok = ok && rep.h.type == static_cast<uint16_t>(proto::Type::status_reply) &&
-       read_exact(fd, reinterpret_cast<char*>(&rep) + sizeof rep.h, sizeof rep - sizeof rep.h) &&
-       rep.json_bytes <= proto::kMaxStatusJson;
-  if (ok) {
-    json->resize(rep.json_bytes);
-    ok = read_exact(fd, json->data(), json->size());
-  }
+  std::vector<uint8_t> msg;
+  bool ok = proto::send_all(fd, &req, sizeof req) == 0 && proto::read_message(fd, msg) == 0;
   auto t1 = std::chrono::steady_clock::now();
   ::close(fd);
-  if (!ok) {
+  proto::Error e{};
+  if (ok && proto::type_of(msg) == proto::Type::error && proto::as(msg, &e)) {
+    std::fprintf(stderr, "ferryctl: the daemon refused: %s\n", proto::get_text(e.text).c_str());
+    return kDaemonError;
+  }
+  if (!ok || proto::type_of(msg) != proto::Type::status_reply) {
     std::fprintf(stderr, "ferryctl: no valid answer from %s\n", path.c_str());
     return kDaemonError;
   }
+  json->assign(msg.begin() + sizeof(proto::StatusReply), msg.end());
   if (rtt_us != nullptr) *rtt_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
   return kOk;
 }
@@ -366,8 +344,7 @@ int main(int argc, char** argv) {
     }
   }
   if (socket.empty()) {
-    const char* env = std::getenv("FERRY_SOCKET");
-    socket = env != nullptr && *env != '\0' ? env : "/run/ferry/ferryd-0.sock";
+    socket = proto::socket_path_from_env();
   }
   if (command.empty()) {
     std::fputs(kHelp, stderr);

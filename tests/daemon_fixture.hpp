@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "ferry/fdpass.hpp"
 #include "ferry/proto.hpp"
+#include "ferry/wire.hpp"
 #include "paths.hpp"
 
 extern char** environ;
@@ -40,15 +40,40 @@ inline int connect_unix(const std::string& path) {
   return proto::connect_unix(path, &fd) == 0 ? fd : -1;
 }
 
-inline bool read_exact(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t k = ::recv(fd, c, n, 0);
-    if (k <= 0) return false;
-    c += k;
-    n -= static_cast<size_t>(k);
+// Polls `ready` until it holds or `timeout` passes; returns its last answer.
+// For what the daemon does on its own time (closing, freeing), in place of sleeps.
+template <class Ready>
+bool eventually(Ready ready, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (ready()) return true;
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  return true;
+}
+
+// Runs fn() in a forked child, which exits with its result. A failed
+// REQUIRE there (an exception) ends the child with 101: the rest of the
+// suite never runs in the child. Returns the child's pid.
+template <class F>
+pid_t fork_child(F fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int rc = 101;
+    try {
+      rc = fn();
+    } catch (...) {
+    }
+    _exit(rc);
+  }
+  return pid;
+}
+
+// Waits for a child; its exit code, or 128 + the signal that ended it.
+inline int reap(pid_t pid) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 // The daemon's status document, fetched over a raw connection.
@@ -57,13 +82,12 @@ inline boost::property_tree::ptree status(const std::string& socket) {
   REQUIRE(fd >= 0);
   auto req = proto::make<proto::StatusRequest>(proto::Type::status_request);
   req.request = 1;
-  REQUIRE(::send(fd, &req, sizeof req, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof req));
-  proto::StatusReply rep{};
-  REQUIRE(read_exact(fd, &rep, sizeof rep));
-  REQUIRE(rep.h.type == static_cast<uint16_t>(proto::Type::status_reply));
-  std::string json(rep.json_bytes, '\0');
-  REQUIRE(read_exact(fd, json.data(), json.size()));
+  REQUIRE(proto::send_all(fd, &req, sizeof req) == 0);
+  std::vector<uint8_t> msg;
+  REQUIRE(proto::read_message(fd, msg) == 0);
   ::close(fd);
+  REQUIRE(proto::type_of(msg) == proto::Type::status_reply);
+  std::string json(msg.begin() + sizeof(proto::StatusReply), msg.end());
   boost::property_tree::ptree t;
   std::istringstream in(json);
   boost::property_tree::read_json(in, t);
@@ -146,14 +170,11 @@ class Daemon {
   boost::property_tree::ptree status() const { return test::status(socket); }
   // Polls until the daemon holds no client, buffer or copy, or 5 s pass.
   bool holds_nothing() const {
-    for (int i = 0; i < 500; ++i) {
+    return eventually([&] {
       auto t = status();
-      if (t.get<uint64_t>("held.clients") == 0 && t.get<uint64_t>("held.buffers") == 0 &&
-          t.get<uint64_t>("held.device_bytes") == 0 && t.get<uint64_t>("held.copies_in_flight") == 0)
-        return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+      return t.get<uint64_t>("held.clients") == 0 && t.get<uint64_t>("held.buffers") == 0 &&
+             t.get<uint64_t>("held.device_bytes") == 0 && t.get<uint64_t>("held.copies_in_flight") == 0;
+    });
   }
 
   pid_t pid = -1;
@@ -173,7 +194,7 @@ class RawClient {
     if (seg != nullptr) munmap(seg, welcome.segment_bytes);
     if (fd >= 0) ::close(fd);
   }
-  void send_bytes(const void* p, size_t n) { REQUIRE(::send(fd, p, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n)); }
+  void send_bytes(const void* p, size_t n) { REQUIRE(proto::send_all(fd, p, n) == 0); }
   template <class T>
   void send(const T& m) {
     send_bytes(&m, sizeof m);
@@ -184,10 +205,12 @@ class RawClient {
     h.magic = proto::kMagic;
     h.version = proto::kVersion;
     send(h);
-    int sfd = -1;
-    REQUIRE(proto::recv_fds(fd, &welcome, sizeof welcome, MSG_WAITALL, [&](int f) { sfd = f; }) ==
-            static_cast<ssize_t>(sizeof welcome));
-    REQUIRE(sfd >= 0);
+    std::vector<uint8_t> msg;
+    std::vector<int> fds;
+    REQUIRE(proto::read_message(fd, msg, &fds) == 0);
+    REQUIRE(proto::as(msg, &welcome));
+    REQUIRE(fds.size() == 1);
+    const int sfd = fds.front();
     seg = static_cast<char*>(mmap(nullptr, welcome.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0));
     ::close(sfd);
     REQUIRE(seg != MAP_FAILED);
@@ -195,12 +218,8 @@ class RawClient {
   char* slot(uint32_t i) { return seg + welcome.slots_offset + uint64_t{i} * welcome.slot_bytes; }
   // Reads one message; returns its type, with its bytes in `last`. 0 on EOF.
   uint16_t read_message() {
-    proto::Header h{};
-    if (!read_exact(fd, &h, sizeof h)) return 0;
-    last.assign(reinterpret_cast<char*>(&h), reinterpret_cast<char*>(&h) + sizeof h);
-    last.resize(h.size);
-    if (h.size > sizeof h && !read_exact(fd, last.data() + sizeof h, h.size - sizeof h)) return 0;
-    return h.type;
+    if (proto::read_message(fd, last) != 0) return 0;
+    return static_cast<uint16_t>(proto::type_of(last));
   }
   // Reads messages until one of type t (returned true) or EOF.
   template <class T>
@@ -245,7 +264,7 @@ class RawClient {
   int fd = -1;
   proto::Welcome welcome{};
   char* seg = nullptr;
-  std::vector<char> last;
+  std::vector<uint8_t> last;
 };
 
 }  // namespace ferry::test

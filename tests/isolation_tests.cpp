@@ -33,14 +33,10 @@ Other other_user() {
 template <class F>
 int as_other(F fn) {
   Other o = other_user();
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setgid(o.gid) != 0 || setuid(o.uid) != 0) _exit(100);
-    _exit(fn());
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return reap(fork_child([&] {
+    if (setgroups(0, nullptr) != 0 || setgid(o.gid) != 0 || setuid(o.uid) != 0) return 100;
+    return fn();
+  }));
 }
 
 // The daemon's fds that are staging segments (memfd "ferry-staging").

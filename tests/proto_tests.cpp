@@ -1,9 +1,15 @@
 // The decoder: every message, truncated, oversized and wrong-version input.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <set>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "ferry/proto.hpp"
+#include "ferry/wire.hpp"
 
 using namespace ferry::proto;
 
@@ -42,7 +48,34 @@ TEST_CASE("every message type decodes whole, and need-more for each prefix", "[p
       bytes_of(make<StatusRequest>(Type::status_request)),
       bytes_of(make<StatusReply>(Type::status_reply)),
       bytes_of(make<Shutdown>(Type::shutdown)),
+      bytes_of(make<Grant>(Type::grant)),
+      bytes_of(make<Revoke>(Type::revoke)),
+      bytes_of(make<Open>(Type::open)),
+      bytes_of(make<TokenReply>(Type::token_reply)),
+      bytes_of(make<BufferReply>(Type::buffer_reply)),
+      bytes_of(make<Export>(Type::export_buffer)),
+      bytes_of(make<ExportReply>(Type::export_reply)),
+      bytes_of(make<Import>(Type::import_buffer)),
+      bytes_of(make<EventPool>(Type::event_pool)),
+      [] {
+        UploadSignal u{};
+        u.t.h.type = static_cast<uint16_t>(Type::upload_signal);
+        u.t.h.size = sizeof u;
+        return bytes_of(u);
+      }(),
   };
+  // The list names every type there is, each once.
+  std::set<uint16_t> seen;
+  for (const auto& m : all) {
+    Header h;
+    std::memcpy(&h, m.data(), sizeof h);
+    seen.insert(h.type);
+  }
+  CHECK(seen.size() == all.size());
+  CHECK(seen.size() == static_cast<size_t>(kLastType));
+  CHECK(*seen.begin() == 1);
+  CHECK(*seen.rbegin() == static_cast<uint16_t>(kLastType));
+  CHECK(fixed_size(static_cast<Type>(static_cast<uint16_t>(kLastType) + 1)) == 0);
   for (const auto& m : all) {
     Decoded d = decode(m.data(), m.size());
     CHECK(d.result == Decode::good);
@@ -112,4 +145,109 @@ TEST_CASE("fixed text fields are always terminated", "[proto]") {
   CHECK(std::string(buf) == "a very ");
   char raw[4] = {'a', 'b', 'c', 'd'};
   CHECK(get_text(raw) == "abcd");
+}
+
+namespace {
+// A connected pair of Unix stream sockets, closed at scope exit.
+struct Pair {
+  int fd[2] = {-1, -1};
+  Pair() { REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fd) == 0); }
+  ~Pair() {
+    for (int f : fd)
+      if (f >= 0) ::close(f);
+  }
+};
+
+// Descriptors this process has open.
+int open_fds() {
+  int n = 0;
+  for (int f = 0; f < 1024; ++f)
+    if (::fcntl(f, F_GETFD) >= 0) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("wire: whole messages, with their descriptors, through read_message", "[proto][wire]") {
+  Pair p;
+  auto w = make<Welcome>(Type::welcome);
+  w.magic = kMagic;
+  w.version = kVersion;
+  w.slot_count = 5;
+  int dn = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(dn >= 0);
+  REQUIRE(send_fd(p.fd[0], &w, sizeof w, dn, 0) == static_cast<ssize_t>(sizeof w));
+  ::close(dn);
+  auto c = make<Completion>(Type::completion);
+  c.completed = 42;
+  // Byte by byte: the reader must assemble it.
+  for (size_t i = 0; i < sizeof c; ++i) REQUIRE(send_all(p.fd[0], reinterpret_cast<char*>(&c) + i, 1) == 0);
+
+  std::vector<uint8_t> msg;
+  std::vector<int> fds;
+  REQUIRE(read_message(p.fd[1], msg, &fds) == 0);
+  CHECK(type_of(msg) == Type::welcome);
+  Welcome got{};
+  REQUIRE(as(msg, &got));
+  CHECK(got.slot_count == 5);
+  REQUIRE(fds.size() == 1);
+  CHECK(::fcntl(fds[0], F_GETFD) >= 0);
+  ::close(fds[0]);
+  REQUIRE(read_message(p.fd[1], msg) == 0);
+  Completion k{};
+  REQUIRE(as(msg, &k));
+  CHECK(k.completed == 42);
+  CHECK_FALSE(as(msg, &got));  // too short to be a Welcome
+}
+
+TEST_CASE("wire: bad bytes, a cut-off stream and too many descriptors are errors", "[proto][wire]") {
+  std::vector<uint8_t> msg;
+  SECTION("a header no message has") {
+    Pair p;
+    Header h{99, 0, 8};
+    REQUIRE(send_all(p.fd[0], &h, sizeof h) == 0);
+    CHECK(read_message(p.fd[1], msg) == -EPROTO);
+  }
+  SECTION("the stream ends inside a message") {
+    Pair p;
+    auto t = make<Transfer>(Type::upload);
+    REQUIRE(send_all(p.fd[0], &t, sizeof t - 1) == 0);
+    ::shutdown(p.fd[0], SHUT_WR);
+    CHECK(read_message(p.fd[1], msg) == -ECONNRESET);
+  }
+  SECTION("more descriptors than a message can carry: cut off (MSG_CTRUNC), none leaked") {
+    Pair p;
+    const int before = open_fds();
+    int many[8];
+    for (int& f : many) f = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    auto s = make<StatusRequest>(Type::status_request);
+    iovec iov{&s, sizeof s};
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof many)] = {};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctrl;
+    mh.msg_controllen = sizeof ctrl;
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof many);
+    std::memcpy(CMSG_DATA(cm), many, sizeof many);
+    REQUIRE(::sendmsg(p.fd[0], &mh, 0) == static_cast<ssize_t>(sizeof s));
+    for (int f : many) ::close(f);
+    std::vector<int> fds;
+    CHECK(read_message(p.fd[1], msg, &fds) == -EPROTO);
+    CHECK(fds.empty());
+    CHECK(open_fds() == before);
+  }
+}
+
+TEST_CASE("wire: the default socket path, and $FERRY_SOCKET over it", "[proto][wire]") {
+  CHECK(default_socket_path(3) == "/run/ferry/ferryd-3.sock");
+  ::unsetenv("FERRY_SOCKET");
+  CHECK(socket_path_from_env(1) == "/run/ferry/ferryd-1.sock");
+  ::setenv("FERRY_SOCKET", "", 1);
+  CHECK(socket_path_from_env() == "/run/ferry/ferryd-0.sock");
+  ::setenv("FERRY_SOCKET", "/tmp/x.sock", 1);
+  CHECK(socket_path_from_env(1) == "/tmp/x.sock");
+  ::unsetenv("FERRY_SOCKET");
 }

@@ -43,27 +43,6 @@ std::vector<uint8_t> pattern(uint64_t n, uint64_t seed) {
   return v;
 }
 
-// Runs fn in a child process; returns its exit code.
-template <class F>
-pid_t spawn_child(F fn) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int rc = 1;
-    try {
-      rc = fn();
-    } catch (...) {
-    }
-    _exit(rc);
-  }
-  return pid;
-}
-
-int reap(pid_t pid) {
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 }  // namespace
 
 TEST_CASE("uploads from 1 byte to 64 MiB at odd offsets arrive intact", "[upload]") {
@@ -124,7 +103,7 @@ TEST_CASE("8 processes x 2000 uploads, each verified by checksum: nothing lost o
   const uint64_t rec = 512;
   std::vector<pid_t> kids;
   for (int p = 0; p < procs; ++p) {
-    kids.push_back(spawn_child([&, p] {
+    kids.push_back(fork_child([&, p] {
       ferry_client* c = nullptr;
       if (ferry_connect(d.socket.c_str(), &c) != 0) return 10;
       ferry_buffer b = 0;
@@ -226,7 +205,7 @@ TEST_CASE("a failure inside a large upload fails that upload's ticket", "[upload
 TEST_CASE("a client that exits without freeing leaves nothing held", "[upload][cleanup]") {
   Daemon d({"--slot-size", "65536"}, {{"FERRY_SIM_BANDWIDTH_GBPS", "0.5"}, {"FERRY_SIM_LATENCY_US", "0"}});
   for (int round = 0; round < 3; ++round) {
-    pid_t kid = spawn_child([&] {
+    pid_t kid = fork_child([&] {
       ferry_client* c = nullptr;
       if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;
       std::vector<uint8_t> src(1 << 20, 3);

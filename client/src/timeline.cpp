@@ -135,8 +135,8 @@ int Timeline::flush(int64_t timeout_ns) {
   const bool forever = timeout_ns < 0;
   const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
   if (int r = wait_for(deadline, forever, [&] { return completed() >= last; }); r != 0) return r;
-  outcome(last);  // brings failure bookkeeping up to date
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  catch_up(lock);
   auto it = failed_.begin();
   if (it == failed_.end() || it->first > last) return 0;
   int err = it->second;
@@ -145,12 +145,16 @@ int Timeline::flush(int64_t timeout_ns) {
   return err;
 }
 
-int Timeline::outcome(uint64_t t) {
-  std::unique_lock lock(mu_);
+void Timeline::catch_up(std::unique_lock<std::mutex>& lock) {
   // Failure messages are counted in the segment before `completed` passes
   // them: wait until we hold as many as the daemon sent.
   cv_.wait(lock, [&] { return failures_seen_ >= seg_->failures.load(std::memory_order_acquire) || dead_ != 0; });
   settle_groups(completed());
+}
+
+int Timeline::outcome(uint64_t t) {
+  std::unique_lock lock(mu_);
+  catch_up(lock);
   auto it = failed_.find(t);
   if (it == failed_.end()) return 0;
   int err = it->second;

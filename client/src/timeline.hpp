@@ -64,6 +64,8 @@ class Timeline {
   template <class Ready>
   int wait_for(Clock::time_point deadline, bool forever, Ready ready);
   void settle_groups(uint64_t completed);  // mu_ held
+  // Brings failures and groups up to what the segment shows done.
+  void catch_up(std::unique_lock<std::mutex>& lock);
 
   proto::Segment* seg_ = nullptr;
   char* slots_ = nullptr;

@@ -66,6 +66,8 @@ enum class Type : uint16_t {
   event_pool = 22,
   upload_signal = 23,
 };
+// The highest type number; every number from 1 to it is a message (tests check).
+inline constexpr Type kLastType = Type::upload_signal;
 
 struct Header {
   uint16_t type;   // Type
