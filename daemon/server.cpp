@@ -12,7 +12,6 @@
 
 #include "ferry/fdpass.hpp"
 #include "log.hpp"
-#include "session.hpp"
 #include "status.hpp"
 #include "systemd.hpp"
 
@@ -111,7 +110,7 @@ void Server::accept() {
     if (ec == asio::error::operation_aborted || ctx_.stopping) return;
     if (!ec) {
       ++ctx_.stats.connections;
-      sessions_.start(std::make_shared<Session>(std::move(sock), ctx_, sessions_));
+      sessions_.start(std::move(sock), ctx_);
     } else if (ec == asio::error::no_descriptors) {
       FERRY_LOG(warn, "accept: out of file descriptors");
     }

@@ -8,7 +8,6 @@
 
 #include "ferry/fdpass.hpp"
 #include "log.hpp"
-#include "session_manager.hpp"
 
 namespace ferry::ferryd {
 
@@ -17,10 +16,10 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxPending = 1 << 20;  // bytes queued for a client before it is dropped
 }  // namespace
 
-Session::Session(socket_type socket, Context& ctx, SessionManager& manager)
+Session::Session(socket_type socket, Context& ctx, std::function<void(const std::shared_ptr<Session>&)> closed)
     : socket_(std::move(socket)),
       ctx_(ctx),
-      manager_(manager),
+      closed_hook_(std::move(closed)),
       outbox_(socket_, kMaxPending,
               {[this] { return std::static_pointer_cast<void>(shared_from_this()); },
                [this](const char* why) {
@@ -53,7 +52,7 @@ void Session::close() {
     FERRY_LOG(info, "client %llu (pid %d) gone; %u copies still in flight", static_cast<unsigned long long>(c->id()),
               pid, c->in_flight());
   }
-  manager_.closed(shared_from_this());
+  if (closed_hook_) closed_hook_(shared_from_this());
 }
 
 void Session::shut_down() {

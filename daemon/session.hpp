@@ -8,6 +8,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -17,13 +18,12 @@
 
 namespace ferry::ferryd {
 
-class SessionManager;
-
 class Session final : public std::enable_shared_from_this<Session>, public Peer, public ProgressSink {
  public:
   using socket_type = boost::asio::local::stream_protocol::socket;
 
-  Session(socket_type socket, Context& ctx, SessionManager& manager);
+  // `closed` is told once the session closed (the session manager forgets it).
+  Session(socket_type socket, Context& ctx, std::function<void(const std::shared_ptr<Session>&)> closed);
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
@@ -52,7 +52,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
 
   socket_type socket_;
   Context& ctx_;
-  SessionManager& manager_;
+  std::function<void(const std::shared_ptr<Session>&)> closed_hook_;
   Outbox outbox_;
   Requests requests_;
   std::vector<uint8_t> in_;

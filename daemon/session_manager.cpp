@@ -1,15 +1,14 @@
 #include "session_manager.hpp"
 
-#include "session.hpp"
 
 namespace ferry::ferryd {
 
-void SessionManager::start(const std::shared_ptr<Session>& s) {
+void SessionManager::start(Session::socket_type socket, Context& ctx) {
+  auto s = std::make_shared<Session>(std::move(socket), ctx,
+                                     [this](const std::shared_ptr<Session>& gone) { sessions_.erase(gone); });
   sessions_.insert(s);
   s->start();
 }
-
-void SessionManager::closed(const std::shared_ptr<Session>& s) { sessions_.erase(s); }
 
 void SessionManager::shut_down_all() {
   auto all = sessions_;  // a session may close, and leave the set, while we go

@@ -5,15 +5,14 @@
 #include <memory>
 #include <set>
 
-namespace ferry::ferryd {
+#include "session.hpp"
 
-class Session;
+namespace ferry::ferryd {
 
 class SessionManager {
  public:
-  void start(const std::shared_ptr<Session>& s);
-  // Called by a session once it closed.
-  void closed(const std::shared_ptr<Session>& s);
+  // A session for a new connection, started and kept until it closes.
+  void start(Session::socket_type socket, Context& ctx);
   // Tells every session the daemon stops (Shutdown), then each closes once it is written.
   void shut_down_all();
   // Closes every session now.
