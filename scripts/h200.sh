@@ -15,6 +15,11 @@ FERRY_TEST_BACKEND=cuda "$B/tests/upload_tests" "~[simonly]" >"$OUT/tests.log" 2
 echo "upload_tests exit: $?" | tee -a "$OUT/tests.log"
 tail -3 "$OUT/tests.log"
 
+echo "== the C++ wrapper on the CUDA backend"
+FERRY_TEST_BACKEND=cuda "$B/tests/cpp_api_tests" >"$OUT/cpp_api.log" 2>&1
+echo "cpp_api_tests exit: $?" | tee -a "$OUT/cpp_api.log"
+tail -2 "$OUT/cpp_api.log"
+
 echo "== sharing: grants on the CUDA backend, and a CUDA IPC export opened by a consumer"
 LD_LIBRARY_PATH=$B/lib FERRY_TEST_BACKEND=cuda "$B/tests/sharing_tests" "[grant]" >"$OUT/sharing.log" 2>&1
 echo "sharing_tests [grant] exit: $?" | tee -a "$OUT/sharing.log"
