@@ -33,21 +33,32 @@ inline int connect_unix(const std::string& path, int* out) {
   return 0;
 }
 
-// One sendmsg of `n` bytes carrying `fd`. Returns what sendmsg returns.
-inline ssize_t send_fd(int sock, const void* data, size_t n, int fd, int flags) {
+// One sendmsg of `n` bytes carrying `count` descriptors (at most 16).
+// Returns what sendmsg returns.
+inline ssize_t send_fds(int sock, const void* data, size_t n, const int* fds, size_t count, int flags) {
+  constexpr size_t kMax = 16;
+  if (count > kMax) {
+    errno = EINVAL;
+    return -1;
+  }
   iovec iov{const_cast<void*>(data), n};
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kMax)] = {};
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
   mh.msg_control = ctrl;
-  mh.msg_controllen = sizeof ctrl;
+  mh.msg_controllen = CMSG_SPACE(sizeof(int) * count);
   cmsghdr* cm = CMSG_FIRSTHDR(&mh);
   cm->cmsg_level = SOL_SOCKET;
   cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  cm->cmsg_len = CMSG_LEN(sizeof(int) * count);
+  std::memcpy(CMSG_DATA(cm), fds, sizeof(int) * count);
   return ::sendmsg(sock, &mh, flags);
+}
+
+// One sendmsg of `n` bytes carrying `fd`. Returns what sendmsg returns.
+inline ssize_t send_fd(int sock, const void* data, size_t n, int fd, int flags) {
+  return send_fds(sock, data, n, &fd, 1, flags);
 }
 
 // One recvmsg into [data, data+n); every descriptor that came with the bytes
