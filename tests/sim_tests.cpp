@@ -122,6 +122,26 @@ struct Sim {
   }
 };
 
+// The extension functions take the driver's own handles.
+ze_command_list_handle_t native(ze_command_list_handle_t l) {
+  ze_command_list_handle_t n = l;
+  zelLoaderTranslateHandle(ZEL_HANDLE_COMMAND_LIST, l, reinterpret_cast<void**>(&n));
+  return n;
+}
+
+// Intel's memory-operation extensions, as the compute runtime declares them.
+struct WaitOnMemDesc {
+  uint32_t action_flags;
+  uint32_t wait_scope;
+};
+struct WriteToMemDesc {
+  uint32_t write_scope;
+};
+constexpr uint32_t kWaitEqual = 1u << 0, kWaitGreaterEqual = 1u << 3;
+using wait64_fn = ze_result_t (*)(ze_command_list_handle_t, WaitOnMemDesc*, void*, uint64_t, ze_event_handle_t);
+using wait32_fn = ze_result_t (*)(ze_command_list_handle_t, WaitOnMemDesc*, void*, uint32_t, ze_event_handle_t);
+using write_fn = ze_result_t (*)(ze_command_list_handle_t, WriteToMemDesc*, void*, uint64_t);
+
 using import_fn = ze_result_t (*)(ze_driver_handle_t, void*, size_t);
 using release_fn = ze_result_t (*)(ze_driver_handle_t, void*);
 using fail_fn = ze_result_t (*)(ze_driver_handle_t, uint64_t, int);
@@ -506,4 +526,97 @@ TEST_CASE("event pool IPC: events signal across processes", "[sim][ipc]") {
   ZE_OK(zeEventHostSignal(s.events[0]));
   ZE_OK(zeEventHostSynchronize(s.events[1], 5'000'000'000ull));
   CHECK(peer.finish() == 0);
+}
+
+TEST_CASE("memory sync: a wait on memory holds only its own queue until the word comes", "[sim][memsync]") {
+  Sim s;
+  auto wait64 = s.ext<wait64_fn>("zexCommandListAppendWaitOnMemory64");
+  auto write = s.ext<write_fn>("zexCommandListAppendWriteToMemory");
+  REQUIRE(wait64 != nullptr);
+  REQUIRE(write != nullptr);
+  auto* word = static_cast<uint64_t*>(s.host_alloc(64));
+  word[0] = 0;
+  void* dev = s.device_alloc(64);
+  uint64_t a = 0x1111, b = 0x2222, back = 0;
+  s.copy_sync(dev, &a, 8);
+  // The compute queue: wait until word >= 5, then overwrite dev, then signal.
+  WaitOnMemDesc wd{kWaitGreaterEqual, 0};
+  ZE_OK(wait64(native(s.compute), &wd, word, 5, s.events[0]));
+  ZE_OK(zeCommandListAppendMemoryCopy(s.compute, dev, &b, 8, s.events[1], 0, nullptr));
+  // The copy queue is not held: it reads the old bytes meanwhile.
+  s.copy_sync(&back, dev, 8);
+  CHECK(back == a);
+  word[0] = 4;  // not yet
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(zeEventQueryStatus(s.events[0]) == ZE_RESULT_NOT_READY);
+  CHECK(zeEventQueryStatus(s.events[1]) == ZE_RESULT_NOT_READY);
+  // Another queue of the device reaches the value: the wait ends, the copy runs.
+  WriteToMemDesc wr{0};
+  ZE_OK(write(native(s.copy), &wr, word, 7));
+  ZE_OK(zeEventHostSynchronize(s.events[1], UINT64_MAX));
+  CHECK(zeEventQueryStatus(s.events[0]) == ZE_RESULT_SUCCESS);
+  CHECK(__atomic_load_n(word, __ATOMIC_ACQUIRE) == 7);
+  s.copy_sync(&back, dev, 8);
+  CHECK(back == b);
+  zeMemFree(s.ctx, dev);
+  zeMemFree(s.ctx, word);
+}
+
+TEST_CASE("memory sync: a write lands after the copies before it, in queue order", "[sim][memsync]") {
+  Sim s;
+  auto write = s.ext<write_fn>("zexCommandListAppendWriteToMemory");
+  auto wait32 = s.ext<wait32_fn>("zexCommandListAppendWaitOnMemory");
+  REQUIRE(wait32 != nullptr);
+  auto* word = static_cast<uint64_t*>(s.host_alloc(64));
+  *word = 0;
+  auto* hold = static_cast<uint32_t*>(s.host_alloc(64));
+  *hold = 0;
+  void* dev = s.device_alloc(1 << 16);
+  std::vector<uint8_t> src(1 << 16, 0x5a);
+  WriteToMemDesc wr{0};
+  // Held behind a 32-bit wait for equality, so the order is checked, not luck.
+  WaitOnMemDesc wd{kWaitEqual, 0};
+  ZE_OK(wait32(native(s.copy), &wd, hold, 1, nullptr));
+  for (uint64_t i = 1; i <= 8; ++i) {
+    ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, src.data(), src.size(), nullptr, 0, nullptr));
+    ZE_OK(write(native(s.copy), &wr, word, i));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(__atomic_load_n(word, __ATOMIC_ACQUIRE) == 0);  // nothing ran past the wait
+  __atomic_store_n(hold, 1, __ATOMIC_RELEASE);
+  ZE_OK(zeCommandListAppendBarrier(s.copy, s.events[0], 0, nullptr));
+  ZE_OK(zeEventHostSynchronize(s.events[0], UINT64_MAX));
+  CHECK(__atomic_load_n(word, __ATOMIC_ACQUIRE) == 8);
+  zeMemFree(s.ctx, dev);
+  zeMemFree(s.ctx, word);
+  zeMemFree(s.ctx, hold);
+}
+
+TEST_CASE("memory sync: bad descriptors are refused; after a failed copy the queue writes no more", "[sim][memsync]") {
+  Sim s;
+  auto wait64 = s.ext<wait64_fn>("zexCommandListAppendWaitOnMemory64");
+  auto write = s.ext<write_fn>("zexCommandListAppendWriteToMemory");
+  auto fail = s.ext<fail_fn>(FERRY_SIM_EXT_FAIL_COPY);
+  auto* word = static_cast<uint64_t*>(s.host_alloc(64));
+  *word = 0;
+  WaitOnMemDesc none{0, 0};
+  CHECK(wait64(native(s.copy), &none, word, 1, nullptr) == ZE_RESULT_ERROR_INVALID_ENUMERATION);
+  WaitOnMemDesc wd{kWaitGreaterEqual, 0};
+  CHECK(wait64(native(s.copy), nullptr, word, 1, nullptr) == ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+  CHECK(wait64(native(s.copy), &wd, reinterpret_cast<char*>(word) + 4, 1, nullptr) ==
+        ZE_RESULT_ERROR_INVALID_ARGUMENT);  // misaligned
+  WriteToMemDesc wr{0};
+  CHECK(write(native(s.copy), &wr, nullptr, 1) == ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+  // A device that failed a copy does not then claim, through a write, that it is done.
+  void* dev = s.device_alloc(64);
+  uint64_t a = 1;
+  ZE_OK(fail(s.native_driver(), 1, 0));
+  ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, &a, 8, nullptr, 0, nullptr));
+  ZE_OK(write(native(s.copy), &wr, word, 1));
+  ZE_OK(zeCommandListAppendBarrier(s.copy, s.events[0], 0, nullptr));
+  zeEventHostSynchronize(s.events[0], UINT64_MAX);
+  CHECK(*word == 0);
+  ZE_OK(fail(s.native_driver(), 0, 0));
+  zeMemFree(s.ctx, dev);
+  zeMemFree(s.ctx, word);
 }

@@ -101,8 +101,8 @@ ze_result_t zeDriverGetExtensionProperties(ze_driver_handle_t h, uint32_t* pCoun
                                            ze_driver_extension_properties_t* props) {
   if (get<Driver>(h) == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
   if (pCount == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
-  static const char* const kNames[] = {"ZE_experimental_ferry_sim"};
-  const uint32_t n = 1;
+  static const char* const kNames[] = {"ZE_experimental_ferry_sim", "ZE_intel_experimental_command_list_memory_sync"};
+  const uint32_t n = 2;
   if (*pCount == 0 || props == nullptr) {
     *pCount = n;
     return ZE_RESULT_SUCCESS;
@@ -134,6 +134,62 @@ ze_result_t fail_copy(ze_driver_handle_t h, uint64_t nth, int lost) {
   if (nth == 0) f.device_lost = false;
   return ZE_RESULT_SUCCESS;
 }
+
+// Intel's memory-operation extensions (ZE_intel_experimental_command_list_memory_sync),
+// with the compute runtime's signatures. The descriptors are plain structs
+// whose first word is the action (wait) or the scope (write); scopes are
+// accepted and change nothing here, where every agent sees memory at once.
+ze_result_t signal_event(ze_event_handle_t h, Event** out);
+
+struct WaitOnMemDesc {
+  uint32_t action_flags;  // ZEX_WAIT_ON_MEMORY_FLAG_*: EQUAL 1, NOT_EQUAL 2, GT 4, GE 8, LT 16, LE 32
+  uint32_t wait_scope;
+};
+struct WriteToMemDesc {
+  uint32_t write_scope;
+};
+
+ze_result_t wait_on_memory(ze_command_list_handle_t h, WaitOnMemDesc* desc, void* ptr, uint64_t data, uint32_t bytes,
+                           ze_event_handle_t hSignal) {
+  CmdList* l = get<CmdList>(h);
+  if (l == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (desc == nullptr || ptr == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  if (desc->action_flags == 0 || (desc->action_flags & ~63u) != 0) return ZE_RESULT_ERROR_INVALID_ENUMERATION;
+  if (reinterpret_cast<uintptr_t>(ptr) % bytes != 0) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  // The word must be memory the device reaches: USM, or an imported host range.
+  if (ze_result_t r = memory().check_range(ptr, bytes); r != ZE_RESULT_SUCCESS) return r;
+  Command c;
+  c.op = Command::Op::wait_mem;
+  c.dst = ptr;
+  c.value = data;
+  c.wait_flags = desc->action_flags;
+  c.wait_bytes = bytes;
+  if (ze_result_t r = signal_event(hSignal, &c.signal); r != ZE_RESULT_SUCCESS) return r;
+  return append(l, std::move(c), 0, nullptr);
+}
+
+ze_result_t wait_on_memory32(ze_command_list_handle_t h, WaitOnMemDesc* desc, void* ptr, uint32_t data,
+                             ze_event_handle_t hSignal) {
+  return wait_on_memory(h, desc, ptr, data, 4, hSignal);
+}
+
+ze_result_t wait_on_memory64(ze_command_list_handle_t h, WaitOnMemDesc* desc, void* ptr, uint64_t data,
+                             ze_event_handle_t hSignal) {
+  return wait_on_memory(h, desc, ptr, data, 8, hSignal);
+}
+
+ze_result_t write_to_memory(ze_command_list_handle_t h, WriteToMemDesc* desc, void* ptr, uint64_t data) {
+  CmdList* l = get<CmdList>(h);
+  if (l == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (desc == nullptr || ptr == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  if (reinterpret_cast<uintptr_t>(ptr) % 8 != 0) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  if (ze_result_t r = memory().check_range(ptr, 8); r != ZE_RESULT_SUCCESS) return r;
+  Command c;
+  c.op = Command::Op::write_mem;
+  c.dst = ptr;
+  c.value = data;
+  return append(l, std::move(c), 0, nullptr);
+}
 }  // namespace
 
 ze_result_t zeDriverGetExtensionFunctionAddress(ze_driver_handle_t h, const char* name, void** out) {
@@ -143,6 +199,12 @@ ze_result_t zeDriverGetExtensionFunctionAddress(ze_driver_handle_t h, const char
     *out = reinterpret_cast<void*>(&import_pointer);
   } else if (std::strcmp(name, "zexDriverReleaseImportedPointer") == 0) {
     *out = reinterpret_cast<void*>(&release_pointer);
+  } else if (std::strcmp(name, "zexCommandListAppendWaitOnMemory") == 0) {
+    *out = reinterpret_cast<void*>(&wait_on_memory32);
+  } else if (std::strcmp(name, "zexCommandListAppendWaitOnMemory64") == 0) {
+    *out = reinterpret_cast<void*>(&wait_on_memory64);
+  } else if (std::strcmp(name, "zexCommandListAppendWriteToMemory") == 0) {
+    *out = reinterpret_cast<void*>(&write_to_memory);
   } else if (std::strcmp(name, FERRY_SIM_EXT_FAIL_COPY) == 0) {
     *out = reinterpret_cast<void*>(&fail_copy);
   } else {

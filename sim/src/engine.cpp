@@ -26,6 +26,7 @@ Engine::~Engine() {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
+  stopping_ = true;  // a wait on memory that never comes true ends too
   cv_.notify_all();
   thread_.join();
 }
@@ -105,6 +106,21 @@ bool copy_fails() {
   return true;
 }
 
+// Whether the word compares to `value` as the ZEX_WAIT_ON_MEMORY_FLAG_* bits say
+// (any one bit that holds is enough).
+bool memory_condition(const Command& c) {
+  uint64_t v;
+  if (c.wait_bytes == 4) {
+    v = __atomic_load_n(static_cast<const uint32_t*>(c.dst), __ATOMIC_ACQUIRE);
+  } else {
+    v = __atomic_load_n(static_cast<const uint64_t*>(c.dst), __ATOMIC_ACQUIRE);
+  }
+  const uint64_t d = c.value;
+  const uint32_t f = c.wait_flags;
+  return ((f & 1u) && v == d) || ((f & 2u) && v != d) || ((f & 4u) && v > d) || ((f & 8u) && v >= d) ||
+         ((f & 16u) && v < d) || ((f & 32u) && v <= d);
+}
+
 }  // namespace
 
 void Engine::execute(Command& c) {
@@ -147,10 +163,26 @@ void Engine::execute(Command& c) {
     case Command::Op::fence:
       c.fence->state.store(1, std::memory_order_release);
       return;
+    case Command::Op::write_mem:
+      // After a failed command the queue writes nothing more, as a real
+      // device's faulted queue would not: a word that says "done" is true.
+      if (faulted_ || faults().device_lost.load()) {
+        failed = true;
+        break;
+      }
+      __atomic_store_n(static_cast<uint64_t*>(c.dst), c.value, __ATOMIC_RELEASE);
+      break;
+    case Command::Op::wait_mem:
+      // Holds only this queue: spin briefly, then poll with short sleeps.
+      for (uint64_t spins = 0; !memory_condition(c) && !stopping_.load(std::memory_order_relaxed); ++spins) {
+        if (spins > 2000) wait_until(now_ns() + 5'000);
+      }
+      break;
     case Command::Op::signal:
     case Command::Op::barrier:
       break;
   }
+  if (failed) faulted_ = true;
   if (c.signal != nullptr) c.signal->signal(failed ? kFailed : kSignaled);
 }
 

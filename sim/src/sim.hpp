@@ -218,7 +218,7 @@ struct Kernel : Object {
 
 // ---------------------------------------------------------------- engine
 struct Command {
-  enum class Op { copy, fill, signal, reset, barrier, kernel, fence } op = Op::barrier;
+  enum class Op { copy, fill, signal, reset, barrier, kernel, fence, write_mem, wait_mem } op = Op::barrier;
   void* dst = nullptr;
   const void* src = nullptr;
   size_t bytes = 0;
@@ -228,6 +228,11 @@ struct Command {
   std::vector<Event*> waits;
   Event* signal = nullptr;
   struct Fence* fence = nullptr;
+  // write_mem: stores `value` (8 bytes) at dst. wait_mem: holds this queue
+  // until the 4- or 8-byte word at dst compares to `value` as `wait_flags` say.
+  uint64_t value = 0;
+  uint32_t wait_flags = 0;
+  uint32_t wait_bytes = 8;
 };
 
 // One in-order engine: a thread that executes commands in submission order.
@@ -249,6 +254,8 @@ class Engine {
   uint64_t submitted_ = 0;
   uint64_t executed_ = 0;
   bool stop_ = false;
+  std::atomic<bool> stopping_{false};  // read by a wait on memory, which holds no lock
+  bool faulted_ = false;               // a command failed: device writes stop (engine thread only)
   std::thread thread_;
 };
 
