@@ -152,6 +152,9 @@ int print_table(const std::string& json, bool bars = false) {
               doc.get<std::string>("device.backend", "?").c_str(), doc.get<std::string>("device.driver", "?").c_str(),
               doc.get<std::string>("device.copy_engine", "?").c_str(),
               doc.get<std::string>("device.host_import", "?").c_str());
+  const std::string tl = doc.get<std::string>("device.timeline", "host");
+  std::printf("timeline    %s\n", tl == "device" ? "written by the device after each client's copies (queue-ordered waits)"
+                                                  : "written by ferryd when copies retire (the device cannot)");
   std::printf("ring        %llu slots of %s per client, at most %llu clients\n",
               static_cast<unsigned long long>(u("ring.slots_per_client")), human_bytes(u("ring.slot_bytes")).c_str(),
               static_cast<unsigned long long>(u("ring.max_clients")));

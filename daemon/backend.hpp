@@ -16,6 +16,7 @@ struct DeviceInfo {
   uint64_t memory_bytes = 0;
   bool copy_engine = false; // copies run on a copy-only engine
   bool host_import = false; // staging segments are registered with the driver
+  bool device_writes = false; // submit() takes a TimelineWrite: the device writes each client's timeline
 };
 
 // An IPC handle of a device allocation or event pool, as the driver gives it.
@@ -29,6 +30,13 @@ struct IpcHandle {
 struct Signal {
   uint64_t pool = 0;        // as open_event_pool returned it
   uint32_t index = 0;
+};
+
+// After a copy, the device writes `value` into `word` (8 bytes inside a
+// registered staging segment): a client's timeline, in queue order.
+struct TimelineWrite {
+  uint64_t* word = nullptr;
+  uint64_t value = 0;
 };
 
 struct Done {
@@ -50,9 +58,14 @@ class Backend {
   virtual int register_host(void* ptr, uint64_t bytes) = 0;
   virtual void unregister_host(void* ptr) = 0;
 
-  // Queues a copy (either direction). Copies complete in submission order.
-  // Called from the engine's thread only.
-  virtual int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal = nullptr) = 0;
+  // Queues a copy (either direction); with `write`, the device then writes
+  // the value (Level Zero zexCommandListAppendWriteToMemory, CUDA
+  // cuStreamWriteValue64; only where info().device_writes). bytes == 0: the
+  // write alone. The cookie is reported once all of it ran, so nothing it
+  // touches may go before. Work completes in submission order. Called from
+  // the engine's thread only.
+  virtual int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal = nullptr,
+                     const TimelineWrite* write = nullptr) = 0;
 
   // Sharing with clients' own contexts. Each returns -ENOTSUP where the
   // backend cannot. export_buffer: an IPC handle of a device allocation.

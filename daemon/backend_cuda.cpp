@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 
 namespace ferry::ferryd {
@@ -59,9 +60,15 @@ namespace {
   X(cuIpcCloseMemHandle, cuIpcCloseMemHandle) \
   X(cuMemGetAddressRange, cuMemGetAddressRange)
 
+// Optional: without them the device does not write clients' timelines.
+#define FERRY_CU_OPTIONAL(X)                            \
+  X(cuStreamWriteValue64, cuStreamWriteValue64)         \
+  X(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer)
+
 struct Cu {
 #define X(name, decl) decltype(&::decl) name = nullptr;
   FERRY_CU_FUNCS(X)
+  FERRY_CU_OPTIONAL(X)
 #undef X
 };
 
@@ -108,6 +115,11 @@ class Cuda final : public Backend {
   }
     FERRY_CU_FUNCS(X)
 #undef X
+#define X(name, decl) \
+  if (gpa(#name, reinterpret_cast<void**>(&cu_.name), 12000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr) != CUDA_SUCCESS) \
+    cu_.name = nullptr;
+    FERRY_CU_OPTIONAL(X)
+#undef X
     if (CUresult r = cu_.cuInit(0); r != CUDA_SUCCESS) {
       why = "CUDA: cuInit failed: " + error(r);
       return false;
@@ -146,6 +158,9 @@ class Cuda final : public Backend {
     info_.memory_bytes = mem;
     info_.copy_engine = true;  // async copies on a non-blocking stream use the copy engines
     info_.host_import = true;  // cuMemHostRegister
+    int mem_ops = 0;
+    cu_.cuDeviceGetAttribute(&mem_ops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev_);
+    info_.device_writes = mem_ops != 0 && cu_.cuStreamWriteValue64 != nullptr && cu_.cuMemHostGetDevicePointer != nullptr;
     return true;
   }
 
@@ -166,21 +181,33 @@ class Cuda final : public Backend {
 
   int register_host(void* ptr, uint64_t bytes) override {
     current();
-    return cu_.cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS ? 0 : -ENOTSUP;
+    if (cu_.cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
+      return -ENOTSUP;
+    CUdeviceptr dev = 0;
+    if (info_.device_writes && cu_.cuMemHostGetDevicePointer(&dev, ptr, 0) == CUDA_SUCCESS)
+      mapped_[reinterpret_cast<uintptr_t>(ptr)] = {bytes, dev};
+    return 0;
   }
 
   void unregister_host(void* ptr) override {
     current();
+    mapped_.erase(reinterpret_cast<uintptr_t>(ptr));
     cu_.cuMemHostUnregister(ptr);
   }
 
-  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal) override {
+  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal,
+             const TimelineWrite* write) override {
     if (signal != nullptr) return -ENOTSUP;  // no IPC event pools on this backend
+    CUdeviceptr word = 0;
+    if (write != nullptr && !device_address(write->word, &word)) return -ENOTSUP;
     current();
     CUevent ev = take_event();
     if (ev == nullptr) return -ENOMEM;
-    CUresult r = cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes,
-                                   stream_);
+    CUresult r = CUDA_SUCCESS;
+    if (bytes != 0)
+      r = cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes, stream_);
+    // In stream order: after the copy, before the event that retires both.
+    if (r == CUDA_SUCCESS && write != nullptr) r = cu_.cuStreamWriteValue64(stream_, word, write->value, 0);
     if (r == CUDA_SUCCESS) r = cu_.cuEventRecord(ev, stream_);
     if (r != CUDA_SUCCESS) {
       give_event(ev);
@@ -188,6 +215,18 @@ class Cuda final : public Backend {
     }
     inflight_.push(ev, cookie);
     return 0;
+  }
+
+  // The device address of a word inside a registered segment.
+  bool device_address(const uint64_t* word, CUdeviceptr* out) const {
+    if (!info_.device_writes) return false;
+    const auto w = reinterpret_cast<uintptr_t>(word);
+    auto it = mapped_.upper_bound(w);
+    if (it == mapped_.begin()) return false;
+    --it;
+    if (w - it->first + sizeof *word > it->second.first) return false;
+    *out = it->second.second + (w - it->first);
+    return true;
   }
 
   // A consumer process opens it with cuIpcOpenMemHandle in its own context.
@@ -297,6 +336,7 @@ class Cuda final : public Backend {
   CUstream stream_ = nullptr;
   std::mutex mu_;  // events
   InFlight<CUevent> inflight_;
+  std::map<uintptr_t, std::pair<uint64_t, CUdeviceptr>> mapped_;  // registered host ranges: bytes, device address
   std::atomic<bool> sticky_{false};
   std::vector<CUevent> free_events_;
   std::vector<CUevent> all_events_;

@@ -3,9 +3,6 @@
 // The loader is opened at run time, so ferryd starts without it.
 #include <dlfcn.h>
 
-#include <level_zero/loader/ze_loader.h>
-#include <level_zero/ze_api.h>
-
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -15,69 +12,14 @@
 #include <mutex>
 
 #include "backend.hpp"
+#include "ze_api.hpp"
 #include "inflight.hpp"
 #include "log.hpp"
 
 namespace ferry::ferryd {
 namespace {
 
-#define FERRY_ZE_FUNCS(X)                    \
-  X(zeInit)                                  \
-  X(zeDriverGet)                             \
-  X(zeDriverGetProperties)                   \
-  X(zeDriverGetExtensionFunctionAddress)     \
-  X(zeDeviceGet)                             \
-  X(zeDeviceGetProperties)                   \
-  X(zeDeviceGetCommandQueueGroupProperties)  \
-  X(zeDeviceGetMemoryProperties)             \
-  X(zeDeviceGetStatus)                       \
-  X(zeContextCreate)                         \
-  X(zeContextDestroy)                        \
-  X(zeCommandListCreateImmediate)            \
-  X(zeCommandListDestroy)                    \
-  X(zeCommandListAppendMemoryCopy)           \
-  X(zeEventPoolCreate)                       \
-  X(zeEventPoolDestroy)                      \
-  X(zeEventCreate)                           \
-  X(zeEventDestroy)                          \
-  X(zeEventHostSynchronize)                  \
-  X(zeEventQueryStatus)                      \
-  X(zeEventHostReset)                        \
-  X(zeEventPoolGetIpcHandle)                 \
-  X(zeEventPoolOpenIpcHandle)                \
-  X(zeEventPoolCloseIpcHandle)               \
-  X(zeCommandListAppendSignalEvent)          \
-  X(zeCommandListAppendBarrier)              \
-  X(zeMemGetIpcHandle)                       \
-  X(zeMemOpenIpcHandle)                      \
-  X(zeMemCloseIpcHandle)                     \
-  X(zeMemGetAddressRange)                    \
-  X(zeMemAllocDevice)                        \
-  X(zeMemFree)
-
-struct Ze {
-#define X(f) decltype(&::f) f = nullptr;
-  FERRY_ZE_FUNCS(X)
-#undef X
-  decltype(&::zelLoaderTranslateHandle) translate = nullptr;
-  void* lib = nullptr;
-};
-
-int to_errno(ze_result_t r) {
-  switch (r) {
-    case ZE_RESULT_SUCCESS: return 0;
-    case ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY:
-    case ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY: return -ENOMEM;
-    case ZE_RESULT_ERROR_DEVICE_LOST: return -EIO;
-    case ZE_RESULT_NOT_READY: return -EAGAIN;
-    case ZE_RESULT_ERROR_UNSUPPORTED_SIZE:
-    case ZE_RESULT_ERROR_INVALID_SIZE: return -EINVAL;
-    default: return -EIO;
-  }
-}
-
-using import_fn = ze_result_t (*)(ze_driver_handle_t, void*, size_t);
-using release_fn = ze_result_t (*)(ze_driver_handle_t, void*);
+using namespace ze;
 
 class LevelZero final : public Backend {
  public:
@@ -158,22 +100,29 @@ class LevelZero final : public Backend {
     if (release_ != nullptr) release_(native_driver_, ptr);
   }
 
-  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal) override {
+  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal,
+             const TimelineWrite* write) override {
     ze_event_handle_t client_event = nullptr;
     if (signal != nullptr) {
       client_event = pool_event(signal->pool, signal->index);
       if (client_event == nullptr) return -EINVAL;
     }
+    if (write != nullptr && write_ == nullptr) return -ENOTSUP;
     ze_event_handle_t ev = take_event();
     if (ev == nullptr) return -ENOMEM;
-    ze_result_t r;
-    if (client_event == nullptr) {
+    ze_result_t r = ZE_RESULT_SUCCESS;
+    if (client_event == nullptr && write == nullptr) {
       r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, ev, 0, nullptr);
     } else {
-      // copy -> the client's event -> ours: the copy retires only once the
-      // client's event is signalled, so its pool is never closed under it.
-      r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, nullptr, 0, nullptr);
-      if (r == ZE_RESULT_SUCCESS) r = ze_.zeCommandListAppendSignalEvent(list_, client_event);
+      // copy -> the client's event -> the timeline -> ours: the copy retires
+      // only once the rest ran, so neither the client's pool nor its segment
+      // goes away under them.
+      if (bytes != 0) r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, nullptr, 0, nullptr);
+      if (r == ZE_RESULT_SUCCESS && client_event != nullptr) r = ze_.zeCommandListAppendSignalEvent(list_, client_event);
+      if (r == ZE_RESULT_SUCCESS && write != nullptr) {
+        WriteToMemDesc d{kScopeHost};  // a host process reads it
+        r = write_(native_list_, &d, write->word, write->value);
+      }
       if (r == ZE_RESULT_SUCCESS) r = ze_.zeCommandListAppendBarrier(list_, ev, 0, nullptr);
     }
     if (r != ZE_RESULT_SUCCESS) {
@@ -312,6 +261,16 @@ class LevelZero final : public Backend {
       release_ = reinterpret_cast<release_fn>(f);
     if (import_ == nullptr || release_ == nullptr) import_ = nullptr, release_ = nullptr;
     info_.host_import = import_ != nullptr;
+    // The device writes each client's timeline where the driver has Intel's
+    // memory-sync extension (and the segment can be registered for it).
+    f = nullptr;
+    if (import_ != nullptr &&
+        ze_.zeDriverGetExtensionFunctionAddress(driver_, "zexCommandListAppendWriteToMemory", &f) == ZE_RESULT_SUCCESS)
+      write_ = reinterpret_cast<write_fn>(f);
+    native_list_ = list_;
+    if (ze_.translate != nullptr)
+      ze_.translate(ZEL_HANDLE_COMMAND_LIST, list_, reinterpret_cast<void**>(&native_list_));
+    info_.device_writes = write_ != nullptr;
     return true;
   }
 
@@ -376,6 +335,8 @@ class LevelZero final : public Backend {
   ze_device_handle_t device_ = nullptr;
   ze_context_handle_t ctx_ = nullptr;
   ze_command_list_handle_t list_ = nullptr;
+  ze_command_list_handle_t native_list_ = nullptr;  // the driver's own handle, for extension calls
+  write_fn write_ = nullptr;
   import_fn import_ = nullptr;
   release_fn release_ = nullptr;
 

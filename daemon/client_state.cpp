@@ -1,6 +1,11 @@
 #include "client_state.hpp"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <climits>
 
 namespace ferry::ferryd {
 
@@ -87,6 +92,12 @@ void ClientState::mark_in_flight(uint64_t ticket, uint64_t bytes) {
   in_flight_bytes_ += bytes;
 }
 
+void ClientState::unmark_in_flight(uint64_t ticket, uint64_t bytes) {
+  slot_state_[(ticket - 1) % slot_count_] = kFree;
+  --in_flight_;
+  in_flight_bytes_ -= bytes;
+}
+
 bool ClientState::finish(uint64_t ticket, uint64_t bytes, int status, Failed& failed) {
   const uint32_t s = static_cast<uint32_t>((ticket - 1) % slot_count_);
   slot_state_[s] = kDone;
@@ -110,7 +121,13 @@ bool ClientState::finish(uint64_t ticket, uint64_t bytes, int status, Failed& fa
   return moved;
 }
 
-void ClientState::publish(size_t new_failures) {
+void ClientState::count_failure() {
+  ++failures_;
+  ++stats_.errors;
+  if (proto::Segment* seg = segment_.header()) seg->failures.store(failures_, std::memory_order_release);
+}
+
+void ClientState::publish(size_t new_failures, bool host_writes_device_word) {
   proto::Segment* seg = segment_.header();
   if (seg == nullptr) return;
   // Stored, never read back: the client may scribble on these words, and
@@ -118,6 +135,39 @@ void ClientState::publish(size_t new_failures) {
   failures_ += new_failures;
   if (new_failures != 0) seg->failures.store(failures_, std::memory_order_release);
   seg->completed.store(completed_, std::memory_order_release);
+  if (host_writes_device_word) seg->device_completed.store(completed_, std::memory_order_release);
+  // A sleeper raises `sleepers` before it looks at the words: it sees them,
+  // or this sees it and wakes it (the fence orders our stores before the load).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (seg->sleepers.load(std::memory_order_relaxed) != 0) {
+    seg->wake.fetch_add(1, std::memory_order_seq_cst);
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seg->wake), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+}
+
+bool ClientState::advance_frontier(uint64_t* value) {
+  if (slot_count_ == 0) return false;
+  uint64_t f = std::max(frontier_, completed_);
+  // Ticket f + 1 sits in slot f % slot_count; the window ends slot_count past completed.
+  while (f - completed_ < slot_count_) {
+    const uint8_t st = slot_state_[f % slot_count_];
+    if (st != kBusy && st != kDone) break;
+    ++f;
+  }
+  if (f <= frontier_) return false;
+  frontier_ = f;
+  *value = f;
+  return true;
+}
+
+void ClientState::hold(const Held& h) {
+  slot_state_[(h.t.ticket - 1) % slot_count_] = kHeld;
+  held_.push_back(h);
+}
+
+uint64_t ClientState::app_value() const {
+  const proto::Segment* seg = segment_.header();
+  return seg == nullptr ? 0 : seg->app_value.load(std::memory_order_acquire);
 }
 
 void ClientState::add_slot_waits(Histogram& h) const {

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,7 +39,7 @@ class ProgressSink {
   virtual void progress(const ClientState& c, const Failed& failed) = 0;
 };
 
-class ClientState {
+class ClientState : public std::enable_shared_from_this<ClientState> {
  public:
   explicit ClientState(uint64_t id) : id_(id) {}
   ClientState(const ClientState&) = delete;
@@ -85,12 +86,36 @@ class ClientState {
   // Returns nullptr or the reason it is refused.
   const char* check_ticket(uint64_t ticket, uint32_t slot) const;
   void mark_in_flight(uint64_t ticket, uint64_t bytes);
+  void unmark_in_flight(uint64_t ticket, uint64_t bytes);  // the device refused it after all
   // Records the outcome of one ticket; returns true when `completed` moved.
   // Failed tickets that became contiguous are appended to `failed`.
   bool finish(uint64_t ticket, uint64_t bytes, int status, Failed& failed);
+  // Counts a refused ticket's failure in the segment now, before anything
+  // (the device's write included) can pass it.
+  void count_failure();
   // Writes the timeline into the segment: failures first, then `completed`
-  // (the order proto::Segment documents).
-  void publish(size_t new_failures);
+  // (the order proto::Segment documents); `device_completed` too when the
+  // device does not write it. Wakes the client's sleepers.
+  void publish(size_t new_failures, bool host_writes_device_word);
+  // The highest ticket T such that every ticket <= T was queued on the device
+  // (or refused): returns true and T when it moved. The engine then has the
+  // device write T into `device_completed` after those copies.
+  bool advance_frontier(uint64_t* value);
+  uint64_t frontier() const { return frontier_; }
+  void reset_frontier(uint64_t v) { frontier_ = v; }
+
+  // ---- holds (UploadAfter): transfers waiting for the application's value
+  struct Held {
+    proto::Transfer t;
+    bool download = false;
+    bool signal = false;
+    proto::UploadSignal sig{};
+    uint64_t after = 0;  // 0: no value of its own, only behind an earlier hold
+  };
+  void hold(const Held& h);
+  std::deque<Held>& held() { return held_; }
+  // The application's value as the client's segment shows it (hostile: a number only).
+  uint64_t app_value() const;
 
   // Adds the slot waits the client published in its segment to h.
   void add_slot_waits(Histogram& h) const;
@@ -104,11 +129,12 @@ class ClientState {
   std::string name;
   std::chrono::system_clock::time_point since = std::chrono::system_clock::now();
   bool connected = true;  // false once its session closed (copies may still drain)
-  bool registered = false;  // the segment's slots are registered with the device
+  bool registered = false;  // the segment is registered with the device
+  bool host_timeline = false;  // the device could not write device_completed: the retire path does
   std::weak_ptr<ProgressSink> sink;
 
  private:
-  enum SlotState : uint8_t { kFree, kBusy, kDone };
+  enum SlotState : uint8_t { kFree, kHeld, kBusy, kDone };
   uint64_t id_;
   StagingSegment segment_;
   uint32_t slot_count_ = 0;
@@ -117,6 +143,8 @@ class ClientState {
   std::vector<int> slot_status_;
   uint64_t completed_ = 0;
   uint64_t failures_ = 0;  // failures published so far
+  uint64_t frontier_ = 0;  // see advance_frontier
+  std::deque<Held> held_;
   uint32_t in_flight_ = 0;
   uint64_t in_flight_bytes_ = 0;
   uint64_t device_bytes_ = 0;

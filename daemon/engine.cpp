@@ -19,8 +19,18 @@ uint64_t now_ns() {
 }
 }  // namespace
 
+namespace {
+// How often held transfers look at their client's value while any is held.
+// The application's queue writes it; nothing tells ferryd, so it looks.
+constexpr auto kHoldPoll = std::chrono::microseconds(20);
+}  // namespace
+
 TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend)
-    : io_(io), backend_(std::move(backend)), retirer_([this] { retire_loop(); }) {}
+    : io_(io),
+      backend_(std::move(backend)),
+      device_writes_(backend_->info().device_writes),
+      hold_timer_(io),
+      retirer_([this] { retire_loop(); }) {}
 
 TransferEngine::~TransferEngine() { stop(); }
 
@@ -31,27 +41,71 @@ void TransferEngine::stop() {
 }
 
 const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& m, bool download,
-                                     const proto::UploadSignal* sig) {
+                                     const proto::UploadSignal* sig, uint64_t after) {
   // Breaking the slot protocol is a broken client: its session closes.
   if (const char* why = c->check_ticket(m.ticket, m.slot)) return why;
   if (m.length == 0 || m.length > c->slot_bytes()) return "transfer length outside one slot";
+  ClientState::Held h{m, download, sig != nullptr, sig != nullptr ? *sig : proto::UploadSignal{}, after};
+  // Behind an earlier hold, or before its own value: kept here, on the host,
+  // never as a wait in the device's queue that every client shares.
+  if (!c->held().empty() || (after != 0 && c->app_value() < after)) {
+    c->hold(h);
+    arm_holds();
+    return nullptr;
+  }
+  issue(c, h);
+  return nullptr;
+}
+
+void TransferEngine::issue(const ClientRef& c, const ClientState::Held& h) {
+  const proto::Transfer& m = h.t;
   // A wrong buffer or range is the caller's mistake: fail that ticket only.
   int err = 0;
-  BufferRef buf = c->find(m.buffer, download ? proto::kRightDownload : proto::kRightUpload, &err);
-  if (!buf) return fail(c, m.ticket, err), nullptr;
-  if (m.offset > buf->bytes || m.length > buf->bytes - m.offset) return fail(c, m.ticket, -EINVAL), nullptr;
+  BufferRef buf = c->find(m.buffer, h.download ? proto::kRightDownload : proto::kRightUpload, &err);
+  if (!buf) return fail(c, m.ticket, err);
+  if (m.offset > buf->bytes || m.length > buf->bytes - m.offset) return fail(c, m.ticket, -EINVAL);
   Signal signal;
-  if (sig != nullptr) {
-    if (!c->event_pool(sig->pool, &signal.pool)) return fail(c, m.ticket, -ENOENT), nullptr;
-    signal.index = sig->event;
+  if (h.signal) {
+    if (!c->event_pool(h.sig.pool, &signal.pool)) return fail(c, m.ticket, -ENOENT);
+    signal.index = h.sig.event;
   }
   char* slot = c->segment().slot(m.slot);
   // CUDA device addresses are not host pointers: plain integer arithmetic.
   auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + m.offset);
-  int r = download ? submit(c, m.ticket, true, slot, dev, m.length, buf)
-                   : submit(c, m.ticket, false, dev, slot, m.length, buf, sig != nullptr ? &signal : nullptr);
+  int r = h.download ? submit(c, m.ticket, true, slot, dev, m.length, buf)
+                     : submit(c, m.ticket, false, dev, slot, m.length, buf, h.signal ? &signal : nullptr);
   if (r != 0) fail(c, m.ticket, r);
-  return nullptr;
+}
+
+void TransferEngine::arm_holds() {
+  if (hold_timer_armed_) return;
+  hold_timer_armed_ = true;
+  hold_timer_.expires_after(kHoldPoll);
+  hold_timer_.async_wait([this](const boost::system::error_code& ec) {
+    hold_timer_armed_ = false;
+    if (!ec) poll_holds();
+  });
+}
+
+void TransferEngine::poll_holds() {
+  bool any = false;
+  for (const auto& [id, raw] : clients_) {
+    auto& held = raw->held();
+    if (held.empty()) continue;
+    if (!raw->connected) {
+      held.clear();  // nobody is left to raise the value, or to hear of the copies
+      continue;
+    }
+    const ClientRef c = raw->shared_from_this();
+    const uint64_t value = raw->app_value();
+    while (!held.empty() && (held.front().after == 0 || held.front().after <= value)) {
+      ClientState::Held h = held.front();
+      held.pop_front();
+      issue(c, h);
+    }
+    any = any || !held.empty();
+  }
+  if (any) arm_holds();
 }
 
 int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src,
@@ -61,19 +115,58 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
   // Record first: the retire thread may report the copy before submit returns,
   // but its batch is handled on this thread, after we return.
   records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, now_ns()});
-  if (int r = backend_->submit(dst, src, bytes, cookie, signal); r != 0) {
+  client->mark_in_flight(ticket, bytes);
+  const uint64_t before = client->frontier();
+  TimelineWrite w;
+  const TimelineWrite* wp = timeline_write(*client, &w);
+  int r = backend_->submit(dst, src, bytes, cookie, signal, wp);
+  if (r == -ENOTSUP && wp != nullptr) {
+    // The device cannot write this client's word: the copy goes alone, and
+    // the retire path keeps the word from now on.
+    client->host_timeline = true;
+    client->reset_frontier(before);
+    r = backend_->submit(dst, src, bytes, cookie, signal, nullptr);
+  }
+  if (r != 0) {
     records_.pop_back();
+    client->unmark_in_flight(ticket, bytes);
+    client->reset_frontier(before);
     return r;
   }
-  client->mark_in_flight(ticket, bytes);
   ++stats_.in_flight;
   stats_.in_flight_bytes += bytes;
   return 0;
 }
 
+// A refused ticket is reported at once: its failure is counted, and its
+// message queued, before the device (or the retire path) can pass it.
 void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status) {
   client->mark_in_flight(ticket, 0);
-  settle(client, ticket, 0, status);
+  client->count_failure();
+  ++stats_.failed;
+  if (auto sink = client->sink.lock()) sink->progress(*client, Failed{{ticket, status}});
+  settle(client, ticket, 0, 0);
+  // If that moved the frontier, the device says so after the copies before it.
+  TimelineWrite w;
+  if (const TimelineWrite* wp = timeline_write(*client, &w)) {
+    const uint64_t cookie = next_cookie_++;
+    records_.push_back({cookie, client, nullptr, 0, 0, false, now_ns()});  // ticket 0: the write alone
+    if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, wp) == 0) {
+      ++stats_.in_flight;
+    } else {
+      records_.pop_back();
+      client->host_timeline = true;
+      client->publish(0, true);
+    }
+  }
+}
+
+const TimelineWrite* TransferEngine::timeline_write(ClientState& c, TimelineWrite* w) {
+  uint64_t v = 0;
+  if (!device_writes_ || !c.registered || c.host_timeline || !c.advance_frontier(&v)) return nullptr;
+  w->word = reinterpret_cast<uint64_t*>(&c.segment().header()->device_completed);
+  w->value = v;
+  return w;
 }
 
 // The one place a ticket's outcome goes out: the client's state, the
@@ -83,7 +176,7 @@ void TransferEngine::settle(const ClientRef& client, uint64_t ticket, uint64_t b
   const bool moved = client->finish(ticket, bytes, status, failed);
   if (!moved && failed.empty()) return;
   stats_.failed += failed.size();
-  client->publish(failed.size());
+  client->publish(failed.size(), !device_writes_ || !client->registered || client->host_timeline);
   if (auto sink = client->sink.lock()) sink->progress(*client, failed);
 }
 
@@ -97,6 +190,10 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
     records_.pop_front();
     --stats_.in_flight;
     stats_.in_flight_bytes -= r.bytes;
+    if (r.ticket == 0) {  // a timeline write alone
+      if (d.status != 0) device_writes_ = false;
+      continue;
+    }
     if (d.status == 0) {
       ClientStats& cs = r.client->stats();
       if (r.download) {
@@ -110,6 +207,9 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
         cs.upload_bytes += r.bytes;
       }
     }
+    // A queue that failed a copy writes no more: the retire path keeps every
+    // client's device word from now on, so waits on it still end.
+    if (d.status != 0) device_writes_ = false;
     settle(r.client, r.ticket, r.bytes, d.status);
     if (d.status != 0 && !device_lost_ && backend_->lost()) {
       device_lost_ = true;

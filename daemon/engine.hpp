@@ -8,6 +8,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -67,11 +68,15 @@ class TransferEngine {
   int open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t* bytes, uint32_t* rights);
 
   // ---- transfers (engine.cpp)
-  // Checks and queues a client's Upload, Download or UploadSignal. Returns
-  // nullptr, or why the message breaks the slot protocol (the caller then
-  // closes the session). A wrong buffer, range or pool fails the ticket only.
+  // Checks and queues a client's Upload, Download, UploadSignal or
+  // UploadAfter (`after` > 0: held until the client's app_value reaches it;
+  // the client's later transfers wait behind a hold). Returns nullptr, or why
+  // the message breaks the slot protocol (the caller then closes the
+  // session). A wrong buffer, range or pool fails the ticket only.
   const char* transfer(const ClientRef& c, const proto::Transfer& m, bool download,
-                       const proto::UploadSignal* sig = nullptr);
+                       const proto::UploadSignal* sig = nullptr, uint64_t after = 0);
+  // Whether the device writes clients' timelines (else the daemon does, at retire).
+  bool device_timeline() const { return device_writes_; }
   // Queues one copy of `client`'s ticket. On a non-zero return nothing was
   // queued and the caller fails the ticket itself.
   int submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src, uint64_t bytes,
@@ -87,12 +92,20 @@ class TransferEngine {
     uint64_t cookie;
     ClientRef client;
     BufferRef buffer;
-    uint64_t ticket;
+    uint64_t ticket;  // 0: a timeline write alone
     uint64_t bytes;
     bool download;
     uint64_t submitted_ns;
   };
   void retire_loop();
+  // Queues a checked transfer now (the buffer, range and pool are checked here).
+  void issue(const ClientRef& c, const ClientState::Held& h);
+  // The device write of the client's new frontier, if it moved and the
+  // device writes timelines; nullptr otherwise.
+  const TimelineWrite* timeline_write(ClientState& c, TimelineWrite* w);
+  // Releases held transfers whose value came; re-arms itself while any is held.
+  void poll_holds();
+  void arm_holds();
   void retire(const std::vector<Done>& batch);
   void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
   BufferRef lend(void* ptr, uint64_t bytes, bool imported);
@@ -108,6 +121,9 @@ class TransferEngine {
   std::deque<Record> records_;  // io thread only, in submission order
   uint64_t next_cookie_ = 1;
   bool device_lost_ = false;
+  bool device_writes_ = false;  // the backend writes timelines; off after a device failure
+  boost::asio::steady_timer hold_timer_;
+  bool hold_timer_armed_ = false;
   EngineStats stats_;
   std::atomic<bool> stop_{false};
   // Finished copies not yet handled on the io thread; one post drains them all.

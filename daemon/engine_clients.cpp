@@ -20,7 +20,8 @@ int TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* o
   if (int r = c->create_segment(slots, slot_bytes); r != 0) return r;
   // Registered once, for the client's whole life: copies from it then skip
   // the per-call import a pageable source costs.
-  c->registered = backend_->register_host(c->segment().slots_begin(), c->segment().slots_bytes()) == 0;
+  // The whole segment, header included: the device writes the timeline there.
+  c->registered = backend_->register_host(c->segment().header(), c->segment().bytes()) == 0;
   *out = std::move(c);
   return 0;
 }
@@ -31,7 +32,7 @@ void TransferEngine::release(ClientState* c) {
   for (const auto& [id, backend_id] : c->event_pools()) backend_->close_event_pool(backend_id);
   // Its buffers go with the object itself, right after this: each one's
   // memory returns once no copy in flight holds it.
-  if (c->registered) backend_->unregister_host(c->segment().slots_begin());
+  if (c->registered) backend_->unregister_host(c->segment().header());
   clients_.erase(c->id());
   --holdings_.clients;
 }

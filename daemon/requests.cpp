@@ -29,6 +29,7 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
     case T::status_request: return call(this, msg, &Requests::on_status);
     case T::alloc: case T::free: case T::grant: case T::revoke: case T::open: case T::export_buffer:
     case T::import_buffer: case T::event_pool: case T::upload: case T::download: case T::upload_signal:
+    case T::upload_after:
       break;
     default: return peer_.fatal(-EPROTO, "message type a client may not send");
   }
@@ -45,6 +46,7 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
     case T::event_pool: return call(this, msg, &Requests::on_event_pool);
     case T::upload: return call(this, msg, &Requests::on_upload);
     case T::download: return call(this, msg, &Requests::on_download);
+    case T::upload_after: return call(this, msg, &Requests::on_upload_after);
     default: return call(this, msg, &Requests::on_upload_signal);
   }
 }
@@ -71,6 +73,7 @@ void Requests::on_hello(const proto::Hello& m) {
   w.magic = proto::kMagic;
   w.version = proto::kVersion;
   w.features = m.features & proto::kFeaturesV1;
+  if (!engine.device_timeline() || !c->registered) w.features &= ~uint64_t{proto::kFeatureDeviceTimeline};
   w.client_id = c->id();
   w.segment_bytes = c->segment().bytes();
   w.slot_bytes = c->slot_bytes();
@@ -99,9 +102,13 @@ void Requests::on_free(const proto::Free& m) { reply(m.request, ctx_.engine.free
 void Requests::on_upload(const proto::Transfer& m) { transfer(m, false, nullptr); }
 void Requests::on_download(const proto::Transfer& m) { transfer(m, true, nullptr); }
 void Requests::on_upload_signal(const proto::UploadSignal& m) { transfer(m.t, false, &m); }
+void Requests::on_upload_after(const proto::UploadAfter& m) {
+  if (m.after == 0) return peer_.fatal(-EPROTO, "UploadAfter with no value to wait for");
+  transfer(m.t, false, nullptr, m.after);
+}
 
-void Requests::transfer(const proto::Transfer& m, bool download, const proto::UploadSignal* sig) {
-  if (const char* why = ctx_.engine.transfer(client_, m, download, sig)) peer_.fatal(-EPROTO, why);
+void Requests::transfer(const proto::Transfer& m, bool download, const proto::UploadSignal* sig, uint64_t after) {
+  if (const char* why = ctx_.engine.transfer(client_, m, download, sig, after)) peer_.fatal(-EPROTO, why);
 }
 
 void Requests::on_grant(const proto::Grant& m) {

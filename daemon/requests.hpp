@@ -47,6 +47,7 @@ class Requests {
   void on_upload(const proto::Transfer& m);
   void on_download(const proto::Transfer& m);
   void on_upload_signal(const proto::UploadSignal& m);
+  void on_upload_after(const proto::UploadAfter& m);
   void on_status(const proto::StatusRequest& m);
   void on_grant(const proto::Grant& m);
   void on_revoke(const proto::Revoke& m);
@@ -56,7 +57,7 @@ class Requests {
   void on_event_pool(const proto::EventPool& m);
 
  private:
-  void transfer(const proto::Transfer& m, bool download, const proto::UploadSignal* sig);
+  void transfer(const proto::Transfer& m, bool download, const proto::UploadSignal* sig, uint64_t after = 0);
   void reply(uint64_t request, int status, uint64_t value);
   void buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes);
   // Fills h from a message's kind and handle; a Level Zero handle's fd came with it.

@@ -93,7 +93,8 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
     << ",\"backend\":" << json_string(info.backend) << ",\"name\":" << json_string(info.name)
     << ",\"driver\":" << json_string(info.driver) << ",\"memory_bytes\":" << info.memory_bytes
     << ",\"copy_engine\":" << json_bool(info.copy_engine) << ",\"host_import\":" << json_bool(info.host_import)
-    << ",\"lost\":" << json_bool(engine.device_lost()) << "},\"ring\":{\"slot_bytes\":" << opts.slot_bytes
+    << ",\"lost\":" << json_bool(engine.device_lost())
+    << ",\"timeline\":" << (engine.device_timeline() ? "\"device\"" : "\"host\"") << "},\"ring\":{\"slot_bytes\":" << opts.slot_bytes
     << ",\"slots_per_client\":" << opts.slots << ",\"max_clients\":" << opts.max_clients
     << ",\"slots_total\":" << slots_total << ",\"slots_in_flight\":" << slots_busy
     << ",\"slots_free\":" << (slots_total - slots_busy) << ",\"bytes_in_flight\":" << st.in_flight_bytes

@@ -63,6 +63,12 @@ TEST_CASE("every message type decodes whole, and need-more for each prefix", "[p
         u.t.h.size = sizeof u;
         return bytes_of(u);
       }(),
+      [] {
+        UploadAfter u{};
+        u.t.h.type = static_cast<uint16_t>(Type::upload_after);
+        u.t.h.size = sizeof u;
+        return bytes_of(u);
+      }(),
   };
   // The list names every type there is, each once.
   std::set<uint16_t> seen;

@@ -592,7 +592,7 @@ TEST_CASE("memory sync: a write lands after the copies before it, in queue order
   zeMemFree(s.ctx, hold);
 }
 
-TEST_CASE("memory sync: bad descriptors are refused; after a failed copy the queue writes no more", "[sim][memsync]") {
+TEST_CASE("memory sync: bad descriptors are refused; no write after a failed copy until an event reports it", "[sim][memsync]") {
   Sim s;
   auto wait64 = s.ext<wait64_fn>("zexCommandListAppendWaitOnMemory64");
   auto write = s.ext<write_fn>("zexCommandListAppendWriteToMemory");
@@ -614,8 +614,14 @@ TEST_CASE("memory sync: bad descriptors are refused; after a failed copy the que
   ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, &a, 8, nullptr, 0, nullptr));
   ZE_OK(write(native(s.copy), &wr, word, 1));
   ZE_OK(zeCommandListAppendBarrier(s.copy, s.events[0], 0, nullptr));
-  zeEventHostSynchronize(s.events[0], UINT64_MAX);
+  // The barrier's event reports the failure before it; the word was not written.
+  CHECK(zeEventHostSynchronize(s.events[0], UINT64_MAX) == ZE_RESULT_ERROR_DEVICE_LOST);
   CHECK(*word == 0);
+  // Once reported, the queue works again (this fault was a single copy's).
+  ZE_OK(write(native(s.copy), &wr, word, 2));
+  ZE_OK(zeCommandListAppendBarrier(s.copy, s.events[1], 0, nullptr));
+  ZE_OK(zeEventHostSynchronize(s.events[1], UINT64_MAX));
+  CHECK(*word == 2);
   ZE_OK(fail(s.native_driver(), 0, 0));
   zeMemFree(s.ctx, dev);
   zeMemFree(s.ctx, word);

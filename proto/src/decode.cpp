@@ -30,6 +30,7 @@ size_t fixed_size(Type t) {
     case Type::import_buffer: return sizeof(Import);
     case Type::event_pool: return sizeof(EventPool);
     case Type::upload_signal: return sizeof(UploadSignal);
+    case Type::upload_after: return sizeof(UploadAfter);
   }
   return 0;
 }

@@ -164,9 +164,9 @@ void Engine::execute(Command& c) {
       c.fence->state.store(1, std::memory_order_release);
       return;
     case Command::Op::write_mem:
-      // After a failed command the queue writes nothing more, as a real
-      // device's faulted queue would not: a word that says "done" is true.
-      if (faulted_ || faults().device_lost.load()) {
+      // Not after a failed command (until an event reported it): a word that
+      // says "done" is true.
+      if (pending_failure_ || faults().device_lost.load()) {
         failed = true;
         break;
       }
@@ -182,8 +182,13 @@ void Engine::execute(Command& c) {
     case Command::Op::barrier:
       break;
   }
-  if (failed) faulted_ = true;
-  if (c.signal != nullptr) c.signal->signal(failed ? kFailed : kSignaled);
+  // An event reports the failure of any command since the last event: a
+  // barrier after a failed copy fails too.
+  if (failed) pending_failure_ = true;
+  if (c.signal != nullptr) {
+    c.signal->signal(pending_failure_ ? kFailed : kSignaled);
+    pending_failure_ = false;
+  }
 }
 
 ze_result_t append(CmdList* list, Command c, uint32_t nwait, ze_event_handle_t* waits) {

@@ -255,7 +255,7 @@ class Engine {
   uint64_t executed_ = 0;
   bool stop_ = false;
   std::atomic<bool> stopping_{false};  // read by a wait on memory, which holds no lock
-  bool faulted_ = false;               // a command failed: device writes stop (engine thread only)
+  bool pending_failure_ = false;       // a command failed and no event said so yet (engine thread only)
   std::thread thread_;
 };
 

@@ -19,6 +19,8 @@
 //   client -> Import (+ fd)        daemon -> BufferReply          (the client's own allocation)
 //   client -> EventPool (+ fd)     daemon -> Reply (value = pool id)
 //   client -> UploadSignal         as Upload; the device also signals the pool's event after it
+//   client -> UploadAfter          as Upload, held by the daemon until the segment's app_value
+//                                  reaches `after` (the application's queue order)
 //   daemon -> Error                a request was refused; `fatal` closes the session
 //   daemon -> Shutdown             the daemon is stopping; the session ends next
 #pragma once
@@ -38,8 +40,13 @@ enum Feature : uint64_t {
   kFeatureTimelineCounter = 1u << 0,  // Segment::completed is maintained
   kFeatureDownload = 1u << 1,
   kFeatureStatus = 1u << 2,
+  // Segment::device_completed is written by the device itself, in queue order
+  // (granted only where the backend can; the word is kept by the daemon otherwise).
+  kFeatureDeviceTimeline = 1u << 3,
+  kFeatureUploadAfter = 1u << 4,  // UploadAfter and Segment::app_value
 };
-inline constexpr uint64_t kFeaturesV1 = kFeatureTimelineCounter | kFeatureDownload | kFeatureStatus;
+inline constexpr uint64_t kFeaturesV1 =
+    kFeatureTimelineCounter | kFeatureDownload | kFeatureStatus | kFeatureDeviceTimeline | kFeatureUploadAfter;
 
 enum class Type : uint16_t {
   hello = 1,
@@ -65,9 +72,10 @@ enum class Type : uint16_t {
   import_buffer = 21,
   event_pool = 22,
   upload_signal = 23,
+  upload_after = 24,
 };
 // The highest type number; every number from 1 to it is a message (tests check).
-inline constexpr Type kLastType = Type::upload_signal;
+inline constexpr Type kLastType = Type::upload_after;
 
 struct Header {
   uint16_t type;   // Type
@@ -315,14 +323,28 @@ struct UploadSignal {
 };
 static_assert(sizeof(UploadSignal) == 64);
 
+// An Upload the daemon holds until the client's Segment::app_value >= after:
+// the copy then never starts before the application's queue got there (its
+// kernels that read the old bytes are done). The hold is kept on the host,
+// per client: this client's later transfers wait behind it, nobody else's.
+struct UploadAfter {
+  Transfer t;               // t.h.type is upload_after
+  uint64_t after;
+  uint64_t reserved;
+};
+static_assert(sizeof(UploadAfter) == 64);
+
 // ---------------------------------------------------------------- segment
 // The staging segment: this header, then slot_count slots of slot_bytes at
 // slots_offset. The daemon creates it (memfd), maps it, and hands the fd to
 // exactly one client.
 //
-// Ownership: the daemon alone writes `completed` and `failures`; the client
-// alone writes the slots, and reads a slot used by a Download only after that
-// ticket completed.
+// Ownership: the daemon alone writes `completed`, `failures` and `wake`; the
+// device (or, where it cannot, the daemon) alone writes `device_completed`;
+// the client (or its application's queue) alone writes the slots, `app_value`
+// and `sleepers`, and reads a slot used by a Download only after that ticket
+// completed. The daemon never reads back what it wrote, and what it reads
+// (`app_value`, `sleepers`) only decides for this client.
 struct alignas(64) Segment {
   uint32_t magic;
   uint16_t version;
@@ -342,12 +364,28 @@ struct alignas(64) Segment {
   alignas(64) std::atomic<uint64_t> failures;
   // 1 while the daemon serves this client, 2 once it is stopping.
   alignas(64) std::atomic<uint32_t> daemon_state;
+  // Every ticket <= device_completed has been executed by the device's queue
+  // (copied, or refused with its failure already counted above). Written by
+  // the device right after the copies, so it may run ahead of `completed`;
+  // a queue of the application may wait on it (read after upload).
+  alignas(64) std::atomic<uint64_t> device_completed;
+  // The application's own timeline, written by its queue (or by the client);
+  // UploadAfter waits for it (write after read).
+  alignas(64) std::atomic<uint64_t> app_value;
+  // A futex word: the daemon bumps it and wakes it after moving `completed`
+  // while `sleepers` is non-zero.
+  alignas(64) std::atomic<uint32_t> wake;
+  std::atomic<uint32_t> sleepers;  // threads of the client asleep on `wake`
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(offsetof(Segment, completed) == 64);
 static_assert(offsetof(Segment, failures) == 128);
 static_assert(offsetof(Segment, daemon_state) == 192);
-static_assert(sizeof(Segment) == 256);
+static_assert(offsetof(Segment, device_completed) == 256);
+static_assert(offsetof(Segment, app_value) == 320);
+static_assert(offsetof(Segment, wake) == 384);
+static_assert(offsetof(Segment, sleepers) == 388);
+static_assert(sizeof(Segment) == 448);
 inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // slots start on a page
 
 // Latency histograms (ferryctl metrics): upper bounds of the buckets in
