@@ -13,6 +13,7 @@
 #include <random>
 
 #include "daemon_fixture.hpp"
+#include "ze_app.hpp"
 #include "ferry/sim.h"
 
 using namespace ferry::test;
@@ -55,57 +56,6 @@ int producer(const std::string& socket, const ferry_token& t, uint64_t off, uint
   waitpid(pid, &st, 0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
-
-// The consumer's own Level Zero state on the simulated device.
-struct Consumer {
-  ze_driver_handle_t drv{};
-  ze_device_handle_t dev{};
-  ze_context_handle_t ctx{};
-  ze_command_list_handle_t list{};
-  ze_module_handle_t mod{};
-  ze_kernel_handle_t checksum{};
-  Consumer() {
-    ZE_OK(zeInit(0));
-    uint32_t n = 1;
-    ZE_OK(zeDriverGet(&n, &drv));
-    n = 1;
-    ZE_OK(zeDeviceGet(drv, &n, &dev));
-    ze_context_desc_t cd{ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
-    ZE_OK(zeContextCreate(drv, &cd, &ctx));
-    ze_command_queue_desc_t qd{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr, 0, 0, 0,
-                               ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
-    ZE_OK(zeCommandListCreateImmediate(ctx, dev, &qd, &list));
-    ze_module_desc_t md{ZE_STRUCTURE_TYPE_MODULE_DESC, nullptr, ZE_MODULE_FORMAT_NATIVE,
-                        std::strlen(FERRY_SIM_BUILTIN_MODULE),
-                        reinterpret_cast<const uint8_t*>(FERRY_SIM_BUILTIN_MODULE), nullptr, nullptr};
-    ZE_OK(zeModuleCreate(ctx, dev, &md, &mod, nullptr));
-    ze_kernel_desc_t kd{ZE_STRUCTURE_TYPE_KERNEL_DESC, nullptr, 0, FERRY_SIM_KERNEL_CHECKSUM};
-    ZE_OK(zeKernelCreate(mod, &kd, &checksum));
-  }
-  ~Consumer() {
-    zeKernelDestroy(checksum);
-    zeModuleDestroy(mod);
-    zeCommandListDestroy(list);
-    zeContextDestroy(ctx);
-  }
-  // Appends the checksum kernel over [p, p+n) into *out (device memory),
-  // after `wait` (if any), signalling `done`.
-  void append_checksum(void* p, uint64_t n, void* out, ze_event_handle_t wait, ze_event_handle_t done) {
-    ZE_OK(zeKernelSetArgumentValue(checksum, 0, sizeof p, &p));
-    ZE_OK(zeKernelSetArgumentValue(checksum, 1, sizeof n, &n));
-    ZE_OK(zeKernelSetArgumentValue(checksum, 2, sizeof out, &out));
-    ze_group_count_t one{1, 1, 1};
-    ZE_OK(zeCommandListAppendLaunchKernel(list, checksum, &one, done, wait != nullptr ? 1 : 0,
-                                          wait != nullptr ? &wait : nullptr));
-  }
-  uint64_t read_u64(void* dev_ptr, ze_event_handle_t e) {
-    uint64_t v = 0;
-    ZE_OK(zeEventHostReset(e));
-    ZE_OK(zeCommandListAppendMemoryCopy(list, &v, dev_ptr, sizeof v, e, 0, nullptr));
-    ZE_OK(zeEventHostSynchronize(e, UINT64_MAX));
-    return v;
-  }
-};
 
 }  // namespace
 
@@ -246,16 +196,8 @@ TEST_CASE("import: uploads through ferry land in an allocation of the consumer's
   Daemon d;
   Consumer k;
   const uint64_t bytes = 300000;
-  ze_device_mem_alloc_desc_t dd{ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, nullptr, 0, 0};
-  void* mine = nullptr;
-  ZE_OK(zeMemAllocDevice(k.ctx, &dd, bytes, 64, k.dev, &mine));
-  ze_ipc_mem_handle_t zh{};
-  ZE_OK(zeMemGetIpcHandle(k.ctx, mine, &zh));
-  ferry_ipc_handle h{};
-  h.kind = FERRY_IPC_LEVEL_ZERO;
-  h.bytes = bytes;
-  std::memcpy(h.data, zh.data, sizeof h.data);
-  std::memcpy(&h.fd, zh.data, sizeof h.fd);
+  void* mine = k.device_alloc(bytes);
+  ferry_ipc_handle h = k.ipc_handle(mine, bytes);
 
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);

@@ -113,7 +113,32 @@ int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
 
 int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
                  ferry_ticket* out) {
-  return fc::upload(c, dst, dst_offset, src, bytes, nullptr, out);
+  return fc::upload(c, dst, dst_offset, src, bytes, nullptr, 0, out);
+}
+
+int ferry_upload_after(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
+                       uint64_t after, ferry_ticket* out) {
+  return fc::upload(c, dst, dst_offset, src, bytes, nullptr, after, out);
+}
+
+int ferry_signal(ferry_client* c, uint64_t value) {
+  if (c == nullptr) return -EINVAL;
+  // Only forward: a value the application's queue already passed stays.
+  uint64_t seen = c->seg->app_value.load(std::memory_order_relaxed);
+  while (seen < value && !c->seg->app_value.compare_exchange_weak(seen, value, std::memory_order_release)) {
+  }
+  return 0;
+}
+
+int ferry_get_timeline(ferry_client* c, ferry_timeline* out) {
+  if (c == nullptr || out == nullptr) return -EINVAL;
+  std::memset(out, 0, sizeof *out);
+  out->segment = c->seg;
+  out->segment_bytes = c->seg_bytes;
+  out->completed = reinterpret_cast<volatile uint64_t*>(&c->seg->device_completed);
+  out->app_value = reinterpret_cast<volatile uint64_t*>(&c->seg->app_value);
+  out->device_written = (c->welcome.features & proto::kFeatureDeviceTimeline) != 0;
+  return 0;
 }
 
 int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
@@ -121,7 +146,7 @@ int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, 
   proto::UploadSignal s{};
   s.pool = pool;
   s.event = event;
-  return fc::upload(c, dst, dst_offset, src, bytes, &s, out);
+  return fc::upload(c, dst, dst_offset, src, bytes, &s, 0, out);
 }
 
 int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {

@@ -38,9 +38,10 @@ int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t byt
 void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes);
 
 // The transfer paths (transfers.cpp). `signal`: an UploadSignal whose pool
-// and event the last piece carries, or nullptr.
+// and event the last piece carries, or nullptr. `after` > 0: every piece is
+// an UploadAfter, held by the daemon until the segment's app_value reaches it.
 int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
-           const proto::UploadSignal* signal, ferry_ticket* out);
+           const proto::UploadSignal* signal, uint64_t after, ferry_ticket* out);
 int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes);
 
 }  // namespace ferry::client

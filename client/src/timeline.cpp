@@ -1,6 +1,12 @@
 #include "timeline.hpp"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <climits>
+#include <ctime>
 
 #include "tsan.hpp"
 
@@ -59,6 +65,14 @@ void Timeline::ended(int why) {
     dead_ = why;
   }
   cv_.notify_all();
+  wake_sleepers();
+}
+
+void Timeline::wake_sleepers() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (seg_ == nullptr || seg_->sleepers.load(std::memory_order_relaxed) == 0) return;
+  seg_->wake.fetch_add(1, std::memory_order_seq_cst);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seg_->wake), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 // Folds the errors of an upload's earlier pieces into its last ticket, once
@@ -78,7 +92,10 @@ void Timeline::settle_groups(uint64_t completed) {
 }
 
 // Waits until `ready()` holds, or the deadline passes, or the connection dies.
-// Spins a little first: completions usually arrive within microseconds.
+// Spins a little first: the device writes the timeline microseconds after the
+// copy. Then sleeps on the segment's futex word, which ferryd bumps and wakes
+// after it moves `completed` (it looks at `sleepers` only then): no thread of
+// ours, and no message, stands between the daemon and the waiter.
 template <class Ready>
 int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready) {
   const auto spin_end = Clock::now() + kSpin;
@@ -86,18 +103,23 @@ int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready) {
     if (ready()) return 0;
     if (!forever && Clock::now() >= deadline) break;
   }
-  std::unique_lock lock(mu_);
+  auto* word = reinterpret_cast<uint32_t*>(&seg_->wake);
   for (;;) {
     if (ready()) return 0;
-    if (dead_ != 0) return dead_;
-    if (forever) {
-      // The daemon updates the counter before sending the Completion that
-      // wakes us; the timed wait only guards against a lost wake-up.
-      cv_.wait_for(lock, std::chrono::milliseconds(100));
-    } else {
-      if (Clock::now() >= deadline) return -ETIMEDOUT;
-      cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    if (int d = dead_.load(); d != 0) return d;
+    auto left = std::chrono::milliseconds(100);  // a bound, against a wake-up lost to a dead daemon
+    if (!forever) {
+      const auto now = Clock::now();
+      if (now >= deadline) return -ETIMEDOUT;
+      left = std::min(left, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
     }
+    const uint32_t seen = seg_->wake.load(std::memory_order_acquire);
+    seg_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!ready() && dead_.load() == 0) {
+      timespec ts{static_cast<time_t>(left.count() / 1000), static_cast<long>(left.count() % 1000) * 1'000'000};
+      ::syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, nullptr, 0);
+    }
+    seg_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 
@@ -105,7 +127,11 @@ int Timeline::wait_slot(uint64_t t) {
   const uint32_t s = static_cast<uint32_t>((t - 1) % slot_count_);
   const uint64_t need = t > slot_count_ ? t - slot_count_ : 0;
   const auto t0 = Clock::now();
-  int r = wait_for({}, true, [&] { return completed() >= need && hold_[s].load() == 0; });
+  // The daemon's own word, not the device's: ferryd takes the slot back when
+  // the copy retires, and refuses a ticket beyond its window before that.
+  int r = wait_for({}, true, [&] {
+    return seg_->completed.load(std::memory_order_acquire) >= need && hold_[s].load() == 0;
+  });
   // Published for the daemon's metrics (histogram of slot wait time).
   const auto ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
   auto* m = reinterpret_cast<proto::ClientMetrics*>(reinterpret_cast<char*>(seg_) + proto::kClientMetricsOffset);
@@ -119,7 +145,7 @@ int Timeline::wait_slot(uint64_t t) {
 void Timeline::release_slot(uint64_t t) {
   FERRY_SLOT_HANDED_ON(slot_of(t));
   hold_[(t - 1) % slot_count_].fetch_sub(1);
-  cv_.notify_all();
+  wake_sleepers();  // an upload may wait for this slot
 }
 
 int Timeline::wait(uint64_t t, int64_t timeout_ns) {

@@ -7,6 +7,7 @@
 // the slot), so a slot is never rewritten before the device has read it.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -36,7 +37,12 @@ class Timeline {
   int take(uint64_t count, uint64_t* first);
   // The newest ticket handed out (0 before the first).
   uint64_t issued();
-  uint64_t completed() const { return seg_->completed.load(std::memory_order_acquire); }
+  // Every ticket <= this is done: the daemon's word, or the device's, which
+  // the device writes right after the copies and so often runs ahead.
+  uint64_t completed() const {
+    return std::max(seg_->completed.load(std::memory_order_acquire),
+                    seg_->device_completed.load(std::memory_order_acquire));
+  }
 
   // ---- from the receiver thread
   void failed(uint64_t ticket, int error);
@@ -64,6 +70,8 @@ class Timeline {
   template <class Ready>
   int wait_for(Clock::time_point deadline, bool forever, Ready ready);
   void settle_groups(uint64_t completed);  // mu_ held
+  // Wakes this client's threads asleep on the segment's futex word.
+  void wake_sleepers();
   // Brings failures and groups up to what the segment shows done.
   void catch_up(std::unique_lock<std::mutex>& lock);
 
@@ -79,7 +87,7 @@ class Timeline {
   uint64_t failures_seen_ = 0;                        // TicketFailed messages received
   std::map<uint64_t, int> failed_;                    // ticket -> error, until reported
   std::map<uint64_t, std::vector<uint64_t>> groups_;  // last ticket of an upload -> its other tickets
-  int dead_ = 0;                                      // why the connection ended
+  std::atomic<int> dead_{0};                          // why the connection ended
 };
 
 }  // namespace ferry::client

@@ -55,8 +55,8 @@ void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes) {
 }
 
 int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
-           const proto::UploadSignal* signal, ferry_ticket* out) {
-  if (c == nullptr || src == nullptr) return -EINVAL;
+           const proto::UploadSignal* signal, uint64_t after, ferry_ticket* out) {
+  if (c == nullptr || src == nullptr || (signal != nullptr && after != 0)) return -EINVAL;
   if (int r = check_range(c, dst, dst_offset, bytes); r != 0) return r;
   Timeline& tl = c->timeline;
   const uint64_t piece = piece_bytes(c->slot_bytes, bytes);
@@ -81,6 +81,15 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
       proto::UploadSignal m = *signal;
       m.t = transfer_message(c, proto::Type::upload_signal, t, n, dst, dst_offset + off);
       m.t.h.size = sizeof m;
+      return c->conn.send(&m, sizeof m);
+    }
+    if (after != 0) {
+      // Every piece waits for the value: pieces staged by several threads
+      // may reach the daemon in any order.
+      proto::UploadAfter m{};
+      m.t = transfer_message(c, proto::Type::upload_after, t, n, dst, dst_offset + off);
+      m.t.h.size = sizeof m;
+      m.after = after;
       return c->conn.send(&m, sizeof m);
     }
     auto m = transfer_message(c, proto::Type::upload, t, n, dst, dst_offset + off);

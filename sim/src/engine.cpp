@@ -135,6 +135,9 @@ void Engine::execute(Command& c) {
         failed = true;
         break;
       }
+      // The bytes land after the latency, within the modelled duration: a
+      // reader of the destination before then sees what was there.
+      wait_until(start + config().cost.latency_ns);
       std::memmove(c.dst, c.src, c.bytes);
       wait_until(start + copy_cost(c.bytes));
       break;
@@ -164,12 +167,14 @@ void Engine::execute(Command& c) {
       c.fence->state.store(1, std::memory_order_release);
       return;
     case Command::Op::write_mem:
-      // Not after a failed command (until an event reported it): a word that
-      // says "done" is true.
-      if (pending_failure_ || faults().device_lost.load()) {
+      // Never after a failed command: a queue that faulted claims no more
+      // progress (as a real device's would not), so a word that says "done"
+      // is true.
+      if (faults().device_lost.load()) {
         failed = true;
         break;
       }
+      if (faulted_) break;  // skipped, not failed: the copies around it report for themselves
       __atomic_store_n(static_cast<uint64_t*>(c.dst), c.value, __ATOMIC_RELEASE);
       break;
     case Command::Op::wait_mem:
@@ -184,7 +189,7 @@ void Engine::execute(Command& c) {
   }
   // An event reports the failure of any command since the last event: a
   // barrier after a failed copy fails too.
-  if (failed) pending_failure_ = true;
+  if (failed) pending_failure_ = faulted_ = true;
   if (c.signal != nullptr) {
     c.signal->signal(pending_failure_ ? kFailed : kSignaled);
     pending_failure_ = false;

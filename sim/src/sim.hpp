@@ -256,6 +256,7 @@ class Engine {
   bool stop_ = false;
   std::atomic<bool> stopping_{false};  // read by a wait on memory, which holds no lock
   bool pending_failure_ = false;       // a command failed and no event said so yet (engine thread only)
+  bool faulted_ = false;               // a command failed: memory writes stop for good (engine thread only)
   std::thread thread_;
 };
 

@@ -149,6 +149,43 @@ int ferry_upload_signal(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, 
                         uint64_t pool, uint32_t event, ferry_ticket *out);
 
 /* Geometry this client was given. Does not block. */
+/* ---------------------------------------------------------------- queue order
+ * An upload that sits between kernels of the application's own queue:
+ * kernels that read the old bytes, then the copy, then kernels that read the
+ * new ones. Both directions go through words of the client's segment:
+ *  - read after upload: the device writes the client's completed ticket into
+ *    *completed right after the copies (ferry/level_zero.h and ferry/cuda.h
+ *    make the application's queue wait for it, with no host thread);
+ *  - write after read: the application's queue (or the process) writes a
+ *    value of its own timeline into *app_value, and ferry_upload_after's copy
+ *    starts only once that value is reached. The hold is kept by ferryd on
+ *    the host, so a value that never comes stalls only this client.
+ * A ticket the daemon refused passes *completed too (ordered after the
+ * copies before it); its error reaches ferry_wait/ferry_flush as usual. */
+typedef struct ferry_timeline {
+  void *segment;                 /* the staging segment, mapped in this process */
+  uint64_t segment_bytes;        /* import or register all of it with your context */
+  volatile uint64_t *completed;  /* every ticket <= *completed is on the device */
+  volatile uint64_t *app_value;  /* the application's timeline (ferry_upload_after) */
+  int device_written;            /* 1: the device writes *completed after the copies;
+                                    0: ferryd writes it when they retire (no device support) */
+} ferry_timeline;
+
+/* Where this client's timeline words are. Does not block. */
+int ferry_get_timeline(ferry_client *c, ferry_timeline *out);
+
+/* As ferry_upload, but the device copy starts only once *app_value >= after
+ * (after > 0). Returns once the bytes are staged, as ferry_upload does; this
+ * client's later uploads and downloads wait behind the held one (its slots
+ * stay held until the value comes, or the client disconnects). Another
+ * client is never held. */
+int ferry_upload_after(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, const void *src, uint64_t bytes,
+                       uint64_t after, ferry_ticket *out);
+
+/* Raises *app_value to `value` from the host (never lowers it): for work the
+ * application orders on the host rather than in a queue. Does not block. */
+int ferry_signal(ferry_client *c, uint64_t value);
+
 typedef struct ferry_info {
   uint64_t client_id;
   uint64_t slot_bytes;

@@ -339,7 +339,8 @@ static_assert(sizeof(UploadAfter) == 64);
 // slots_offset. The daemon creates it (memfd), maps it, and hands the fd to
 // exactly one client.
 //
-// Ownership: the daemon alone writes `completed`, `failures` and `wake`; the
+// Ownership: the daemon alone writes `completed` and `failures`, and bumps
+// `wake` (so may the client, for its own threads); the
 // device (or, where it cannot, the daemon) alone writes `device_completed`;
 // the client (or its application's queue) alone writes the slots, `app_value`
 // and `sleepers`, and reads a slot used by a Download only after that ticket

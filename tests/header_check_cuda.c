@@ -1,0 +1,2 @@
+/* ferry/cuda.h alone, as C11. */
+#include <ferry/cuda.h>

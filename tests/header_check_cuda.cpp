@@ -1,0 +1,2 @@
+// ferry/cuda.h alone, as C++.
+#include <ferry/cuda.h>

@@ -1,0 +1,2 @@
+/* ferry/level_zero.h alone, as C11. */
+#include <ferry/level_zero.h>
