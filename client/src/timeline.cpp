@@ -13,7 +13,12 @@
 namespace ferry::client {
 
 namespace {
+// How long a waiter spins before it sleeps: a completion the caller waits for
+// usually comes within microseconds (the device writes it), while a slot
+// waits for a copy that left the ring a whole ring ago, and spinning then
+// takes a core from the daemon and the device.
 constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kSlotSpin = std::chrono::microseconds(2);
 }  // namespace
 
 void Timeline::attach(proto::Segment* seg, char* slots, uint32_t slot_count, uint64_t slot_bytes) {
@@ -97,8 +102,8 @@ void Timeline::settle_groups(uint64_t completed) {
 // after it moves `completed` (it looks at `sleepers` only then): no thread of
 // ours, and no message, stands between the daemon and the waiter.
 template <class Ready>
-int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready) {
-  const auto spin_end = Clock::now() + kSpin;
+int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready, Clock::duration spin) {
+  const auto spin_end = Clock::now() + spin;
   while (Clock::now() < spin_end) {
     if (ready()) return 0;
     if (!forever && Clock::now() >= deadline) break;
@@ -129,9 +134,9 @@ int Timeline::wait_slot(uint64_t t) {
   const auto t0 = Clock::now();
   // The daemon's own word, not the device's: ferryd takes the slot back when
   // the copy retires, and refuses a ticket beyond its window before that.
-  int r = wait_for({}, true, [&] {
-    return seg_->completed.load(std::memory_order_acquire) >= need && hold_[s].load() == 0;
-  });
+  int r = wait_for(
+      {}, true,
+      [&] { return seg_->completed.load(std::memory_order_acquire) >= need && hold_[s].load() == 0; }, kSlotSpin);
   // Published for the daemon's metrics (histogram of slot wait time).
   const auto ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
   auto* m = reinterpret_cast<proto::ClientMetrics*>(reinterpret_cast<char*>(seg_) + proto::kClientMetricsOffset);
@@ -151,7 +156,7 @@ void Timeline::release_slot(uint64_t t) {
 int Timeline::wait(uint64_t t, int64_t timeout_ns) {
   const bool forever = timeout_ns < 0;
   const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
-  if (int r = wait_for(deadline, forever, [&] { return completed() >= t; }); r != 0) return r;
+  if (int r = wait_for(deadline, forever, [&] { return completed() >= t; }, kSpin); r != 0) return r;
   return outcome(t);
 }
 
@@ -160,7 +165,7 @@ int Timeline::flush(int64_t timeout_ns) {
   if (last == 0) return 0;
   const bool forever = timeout_ns < 0;
   const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
-  if (int r = wait_for(deadline, forever, [&] { return completed() >= last; }); r != 0) return r;
+  if (int r = wait_for(deadline, forever, [&] { return completed() >= last; }, kSpin); r != 0) return r;
   std::unique_lock lock(mu_);
   catch_up(lock);
   auto it = failed_.begin();

@@ -68,7 +68,7 @@ class Timeline {
 
  private:
   template <class Ready>
-  int wait_for(Clock::time_point deadline, bool forever, Ready ready);
+  int wait_for(Clock::time_point deadline, bool forever, Ready ready, Clock::duration spin);
   void settle_groups(uint64_t completed);  // mu_ held
   // Wakes this client's threads asleep on the segment's futex word.
   void wake_sleepers();
