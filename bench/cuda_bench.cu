@@ -5,8 +5,9 @@
 //   pageable-async  cudaMemcpyAsync from pageable memory, no sync
 //   pinned-async    memcpy into pinned (cudaMallocHost) memory + cudaMemcpyAsync
 //   ferry           ferry_upload (+ ferry_wait for completion)
-// Prints Markdown. usage: cuda_bench --socket PATH [--quick] [--data DIR]
+// Prints Markdown. usage: cuda_bench --socket PATH [--quick] [--data DIR] [--mps]
 #include <cuda_runtime.h>
+#include <ferry/cuda.h>
 #include <ferry/ferry.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,7 +74,11 @@ struct Goals {
   double large_vs_pageable = 0;
   double large_vs_staging = 0;
   double worst_wait_ms = 0;    // ferry_upload return time behind a 30 ms kernel, worst size
+  double known_vs_pinned = 0;  // idle 1 KiB: ferry completion known / pinned async + sync
+  double loop_vs_pinned = 0;   // ordered loop, ferry device waits / in-process pinned ring
+  size_t loop_wrong = SIZE_MAX;
 } g;
+bool g_mps = false;
 
 cudaStream_t s;
 
@@ -120,6 +125,7 @@ void idle_small() {
   }
   auto sa = stats(async_r), sf = stats(fr_r);
   g.call_ratio = sf.median / sa.median;
+  g.known_vs_pinned = stats(fr_d).median / stats(pin_d).median;
   std::printf("### Idle 1 KiB upload\n\n%d uploads each; median (p10–p90).\n\n", n);
   std::printf("| path | call returns | completion known |\n|---|---|---|\n");
   std::printf("| pageable-sync (async + stream sync) | %s | same |\n", fmt(stats(sync_r), "µs").c_str());
@@ -131,52 +137,141 @@ void idle_small() {
   CU(cudaFree(dst));
 }
 
-// ---------------------------------------------------------------- kernel + 1 KiB + kernel
-void sandwich() {
+// ---------------------------------------------------------------- a real program's loop
+// Reads the region: a weighted sum of its bytes into *out (256 threads).
+__global__ void read_region(const unsigned char* p, unsigned n, unsigned long long* out) {
+  unsigned long long acc = 0;
+  for (unsigned k = threadIdx.x; k < n; k += blockDim.x) acc += (unsigned long long)p[k] * (k + 1);
+  atomicAdd(out, acc);
+}
+
+unsigned long long host_sum(const unsigned char* p, unsigned n) {
+  unsigned long long acc = 0;
+  for (unsigned k = 0; k < n; ++k) acc += (unsigned long long)p[k] * (k + 1);
+  return acc;
+}
+
+// kernel; 1 KiB upload into ONE reused region; a kernel that reads it
+// (verified, every iteration); kernel; the clock runs until the stream and
+// ferry's copies are all done.
+void ordered_loop() {
   const int n = g_quick ? 50 : 1000;
   const unsigned long long ns = 30'000;
-  std::vector<char> src(1024, 2);
-  char* pinned = nullptr;
-  CU(cudaMallocHost(&pinned, 1024));
-  void* dst = nullptr;
-  CU(cudaMalloc(&dst, 1024));
+  const unsigned bytes = 1024;
+  std::vector<std::vector<unsigned char>> src(n, std::vector<unsigned char>(bytes));
+  std::vector<unsigned long long> want(n), got(n);
+  unsigned char* region = nullptr;
+  unsigned long long* sums = nullptr;
+  CU(cudaMalloc(&region, bytes));
+  CU(cudaMalloc(&sums, n * sizeof(unsigned long long)));
+  // The in-process pinned ring: 16 slots, each reused once its copy is done.
+  const int kSlots = 16;
+  unsigned char* ring = nullptr;
+  CU(cudaMallocHost(&ring, kSlots * bytes));
+  std::vector<cudaEvent_t> slot_done(kSlots);
+  for (auto& e : slot_done) CU(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   Ferry f;
-  ferry_buffer b = f.alloc(1024);
-  auto loop = [&](const std::function<void()>& up) {
+  // ferry uploads into this context's own allocation, exported to ferryd.
+  cudaIpcMemHandle_t ipc{};
+  CU(cudaIpcGetMemHandle(&ipc, region));
+  ferry_ipc_handle h{};
+  h.kind = FERRY_IPC_CUDA;
+  h.bytes = bytes;
+  h.fd = -1;
+  std::memcpy(h.data, &ipc, sizeof h.data);
+  ferry_buffer b = 0;
+  FERRY(ferry_buffer_import(f.c, &h, &b));
+  const int reg = ferry_cu_register(f.c);
+  int round = 0;
+  auto loop = [&](const std::function<void(int)>& step) {
     std::vector<double> runs;
-    for (int r = 0; r < (g_quick ? 1 : 3); ++r) {
-      CU(cudaStreamSynchronize(s));
-      auto t0 = Clock::now();
+    size_t wrong = 0;
+    for (int r = 0; r < (g_quick ? 1 : 3); ++r, ++round) {
       for (int i = 0; i < n; ++i) {
-        busy<<<1, 1, 0, s>>>(ns);
-        up();
-        busy<<<1, 1, 0, s>>>(ns);
+        for (unsigned k = 0; k < bytes; ++k) src[i][k] = (unsigned char)(i * 131 + k * 7 + round);
+        want[i] = host_sum(src[i].data(), bytes);
       }
+      CU(cudaMemsetAsync(sums, 0, n * sizeof(unsigned long long), s));
       CU(cudaStreamSynchronize(s));
+      FERRY(ferry_flush(f.c, -1));
+      auto t0 = Clock::now();
+      for (int i = 0; i < n; ++i) step(i);
+      CU(cudaStreamSynchronize(s));
+      FERRY(ferry_flush(f.c, -1));
       runs.push_back(us_since(t0) / 1000);
+      CU(cudaMemcpy(got.data(), sums, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < n; ++i) wrong += got[i] != want[i];
     }
-    return stats(runs);
+    return std::make_pair(stats(runs), wrong);
   };
-  auto a = loop([&] {
-    CU(cudaMemcpyAsync(dst, src.data(), 1024, cudaMemcpyHostToDevice, s));
+  auto sync = loop([&](int i) {
+    busy<<<1, 1, 0, s>>>(ns);
+    CU(cudaMemcpyAsync(region, src[i].data(), bytes, cudaMemcpyHostToDevice, s));
     CU(cudaStreamSynchronize(s));
+    read_region<<<1, 256, 0, s>>>(region, bytes, sums + i);
+    busy<<<1, 1, 0, s>>>(ns);
   });
-  auto p = loop([&] { CU(cudaMemcpyAsync(dst, src.data(), 1024, cudaMemcpyHostToDevice, s)); });
-  auto q = loop([&] {
-    std::memcpy(pinned, src.data(), 1024);  // one buffer: unsafe beyond a benchmark
-    CU(cudaMemcpyAsync(dst, pinned, 1024, cudaMemcpyHostToDevice, s));
+  auto pinned = loop([&](int i) {
+    busy<<<1, 1, 0, s>>>(ns);
+    const int k = i % kSlots;
+    CU(cudaEventSynchronize(slot_done[k]));  // the slot's previous copy is done
+    std::memcpy(ring + k * bytes, src[i].data(), bytes);
+    CU(cudaMemcpyAsync(region, ring + k * bytes, bytes, cudaMemcpyHostToDevice, s));
+    CU(cudaEventRecord(slot_done[k], s));
+    read_region<<<1, 256, 0, s>>>(region, bytes, sums + i);
+    busy<<<1, 1, 0, s>>>(ns);
   });
-  auto fr = loop([&] { FERRY(ferry_upload(f.c, b, 0, src.data(), 1024, nullptr)); });
-  FERRY(ferry_flush(f.c, -1));
-  std::printf("### Busy kernel + 1 KiB upload + busy kernel, ×%d\n\n", n);
-  std::printf("A real kernel that spins %llu µs on the GPU's timer. Loop time until the GPU is idle, median of 3 "
-              "(p10–p90). Floor: %.0f ms of kernels.\n\n",
-              ns / 1000, 2.0 * n * ns / 1e6);
-  std::printf("| path | loop time |\n|---|---|\n| pageable-sync | %s |\n| pageable-async | %s |\n"
-              "| pinned-async | %s |\n| **ferry** | %s |\n\n",
-              fmt(a, "ms").c_str(), fmt(p, "ms").c_str(), fmt(q, "ms").c_str(), fmt(fr, "ms").c_str());
-  CU(cudaFreeHost(pinned));
-  CU(cudaFree(dst));
+  std::pair<Stats, size_t> dev{};
+  uint64_t value = 0;
+  if (reg == 0) {
+    dev = loop([&](int i) {
+      busy<<<1, 1, 0, s>>>(ns);
+      ferry_ticket t = 0;
+      // The copy waits for the previous read (it raised `value`); the read waits for the copy.
+      if (value == 0) {
+        FERRY(ferry_upload(f.c, b, 0, src[i].data(), bytes, &t));
+      } else {
+        FERRY(ferry_upload_after(f.c, b, 0, src[i].data(), bytes, value, &t));
+      }
+      FERRY(ferry_cu_stream_wait(f.c, s, t));
+      read_region<<<1, 256, 0, s>>>(region, bytes, sums + i);
+      FERRY(ferry_cu_stream_signal(f.c, s, ++value));
+      busy<<<1, 1, 0, s>>>(ns);
+    });
+  }
+  auto host = loop([&](int i) {
+    busy<<<1, 1, 0, s>>>(ns);
+    CU(cudaStreamSynchronize(s));  // the previous read is done
+    ferry_ticket t = 0;
+    FERRY(ferry_upload(f.c, b, 0, src[i].data(), bytes, &t));
+    FERRY(ferry_wait(f.c, t, -1));
+    read_region<<<1, 256, 0, s>>>(region, bytes, sums + i);
+    busy<<<1, 1, 0, s>>>(ns);
+  });
+  std::printf("### A real program: kernel + 1 KiB upload into one reused region + a kernel that reads it + "
+              "kernel, ×%d\n\n",
+              n);
+  std::printf("Kernels spin %llu µs on the GPU's timer; the read kernel sums the region, checked after every "
+              "run. Loop time until the stream and ferry's copies are all done, median of 3 (p10–p90). "
+              "Floor: %.0f ms of kernels.%s\n\n",
+              ns / 1000, 2.0 * n * ns / 1e6, g_mps ? " **Under MPS.**" : "");
+  std::printf("| path | loop time | wrong |\n|---|---|---|\n");
+  std::printf("| pageable-sync (async + stream sync) | %s | %zu |\n", fmt(sync.first, "ms").c_str(), sync.second);
+  std::printf("| in-process pinned ring | %s | %zu |\n", fmt(pinned.first, "ms").c_str(), pinned.second);
+  if (reg == 0) {
+    std::printf("| **ferry, device-side waits** | %s | %zu |\n", fmt(dev.first, "ms").c_str(), dev.second);
+    g.loop_vs_pinned = dev.first.median / pinned.first.median;
+    g.loop_wrong = dev.second;
+  } else {
+    std::printf("| ferry, device-side waits | unavailable: %s | |\n", ferry_strerror(reg));
+  }
+  std::printf("| ferry, host waits | %s | %zu |\n\n", fmt(host.first, "ms").c_str(), host.second);
+  if (reg == 0) ferry_cu_unregister(f.c);
+  for (auto& e : slot_done) CU(cudaEventDestroy(e));
+  CU(cudaFreeHost(ring));
+  FERRY(ferry_buffer_free(f.c, b));
+  CU(cudaFree(sums));
+  CU(cudaFree(region));
 }
 
 // ---------------------------------------------------------------- behind a 30 ms kernel
@@ -353,13 +448,16 @@ void producers() {
 
 int main(int argc, char** argv) {
   std::string data;
+  bool order_only = false;  // the idle call, the ordered loop and the 30 ms kernel only
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") g_quick = true;
     else if (a == "--socket" && i + 1 < argc) g_socket = argv[++i];
     else if (a == "--data" && i + 1 < argc) data = argv[++i];
+    else if (a == "--mps") g_mps = true;  // only labels the output: the caller started MPS
+    else if (a == "--order-only") order_only = true;
     else {
-      std::fprintf(stderr, "usage: cuda_bench --socket PATH [--quick] [--data DIR]\n");
+      std::fprintf(stderr, "usage: cuda_bench --socket PATH [--quick] [--data DIR] [--mps] [--order-only]\n");
       return 2;
     }
   }
@@ -368,7 +466,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Producers first: they fork, and a child must not inherit a CUDA context.
-  producers();
+  if (!order_only) producers();
   cudaDeviceProp prop{};
   CU(cudaGetDeviceProperties(&prop, 0));
   CU(cudaStreamCreate(&s));
@@ -377,13 +475,21 @@ int main(int argc, char** argv) {
   std::printf("GPU: %s; %u host cores; libferry staging threads: %u.\n\n", prop.name,
               std::thread::hardware_concurrency(), threads);
   idle_small();
-  sandwich();
+  ordered_loop();
   behind_kernel();
-  bandwidth(data, threads);
+  if (!order_only) bandwidth(data, threads);
   std::printf("### Goals\n\n| goal | measured | |\n|---|---|---|\n");
   auto mark = [](bool ok) { return ok ? "met" : "**missed**"; };
   std::printf("| 1 KiB call ≤ 1/4 of a pageable cudaMemcpyAsync call | %.2f of it | %s |\n", g.call_ratio,
               mark(g.call_ratio <= 0.25));
+  std::printf("| idle 1 KiB completion known ≤ 2× pinned cudaMemcpyAsync + sync | %.2f× | %s |\n",
+              g.known_vs_pinned, mark(g.known_vs_pinned <= 2));
+  if (g.loop_wrong != SIZE_MAX) {
+    std::printf("| reused-region loop correct (device-side waits) | %zu wrong | %s |\n", g.loop_wrong,
+                mark(g.loop_wrong == 0));
+    std::printf("| that loop ≤ 1.1× the in-process pinned ring%s | %.2f× | %s |\n", g_mps ? " (MPS)" : "",
+                g.loop_vs_pinned, mark(g.loop_vs_pinned <= 1.1));
+  }
   std::printf("| ferry_upload never waits for queued kernels (30 ms kernel ahead) | worst call %.2f ms | %s |\n",
               g.worst_wait_ms, mark(g.worst_wait_ms < 30));
   std::printf("| pageable upload ≥ 64 MiB: ≥ 3× pageable cudaMemcpy | %.2f× (worst size) | %s |\n",

@@ -67,7 +67,7 @@ struct App {
 
 }  // namespace
 
-TEST_CASE("the device writes each client's timeline after its copies", "[order][simonly]") {
+TEST_CASE("the device writes each client's timeline after its copies", "[order][timeline]") {
   Daemon d;
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
