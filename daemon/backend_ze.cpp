@@ -24,6 +24,14 @@ using namespace ze;
 class LevelZero final : public Backend {
  public:
   ~LevelZero() override {
+    // Copies may still be queued (a stop past --drain): they signal our
+    // events, so the queue finishes before the events go.
+    if (list_ != nullptr) {
+      if (ze_event_handle_t ev = take_event(); ev != nullptr) {
+        if (ze_.zeCommandListAppendBarrier(list_, ev, 0, nullptr) == ZE_RESULT_SUCCESS)
+          ze_.zeEventHostSynchronize(ev, UINT64_MAX);
+      }
+    }
     for (auto* e : all_events_) ze_.zeEventDestroy(e);
     for (auto* p : pools_) ze_.zeEventPoolDestroy(p);
     if (list_ != nullptr) ze_.zeCommandListDestroy(list_);

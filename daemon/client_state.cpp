@@ -56,6 +56,10 @@ BufferRef ClientState::find(uint64_t id, uint32_t rights, int* err) const {
   }
   if (it->second.owned) return it->second.owned;
   const GrantInfo& g = *it->second.grant;
+  if (g.freed) {
+    *err = -ENOENT;  // its owner freed it: the buffer is gone, as for one's own
+    return nullptr;
+  }
   if (g.revoked || (g.rights & rights) != rights) {
     *err = -EACCES;
     return nullptr;

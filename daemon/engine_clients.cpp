@@ -28,7 +28,7 @@ int TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* o
 
 void TransferEngine::release(ClientState* c) {
   c->add_slot_waits(departed_slot_waits_);
-  grants_.revoke(c->id(), 0, nullptr);  // its grants end with it
+  grants_.revoke(c->id(), 0, nullptr, true);  // its grants end with it, and its buffers go
   for (const auto& [id, backend_id] : c->event_pools()) backend_->close_event_pool(backend_id);
   // Its buffers go with the object itself, right after this: each one's
   // memory returns once no copy in flight holds it.
@@ -79,7 +79,7 @@ int TransferEngine::alloc(ClientState& c, uint64_t bytes, uint64_t limit, uint64
 int TransferEngine::free(ClientState& c, uint64_t id) {
   bool owned = false;
   if (int r = c.remove(id, &owned); r != 0) return r;
-  if (owned) grants_.revoke(c.id(), id, nullptr);  // a freed buffer takes its grants with it
+  if (owned) grants_.revoke(c.id(), id, nullptr, true);  // a freed buffer takes its grants with it
   return 0;
 }
 

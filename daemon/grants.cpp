@@ -30,7 +30,7 @@ std::shared_ptr<GrantInfo> GrantRegistry::find(const uint8_t* token) const {
   return it == grants_.end() ? nullptr : it->second;
 }
 
-size_t GrantRegistry::revoke(uint64_t owner, uint64_t owner_buffer, const uint8_t* token) {
+size_t GrantRegistry::revoke(uint64_t owner, uint64_t owner_buffer, const uint8_t* token, bool freed) {
   size_t n = 0;
   for (auto it = grants_.begin(); it != grants_.end();) {
     GrantInfo& g = *it->second;
@@ -38,6 +38,7 @@ size_t GrantRegistry::revoke(uint64_t owner, uint64_t owner_buffer, const uint8_
                        (token == nullptr || std::memcmp(token, g.token.data(), g.token.size()) == 0);
     if (match) {
       g.revoked = true;  // clients that opened it keep the GrantInfo, and are refused
+      g.freed = freed;
       it = grants_.erase(it);
       ++n;
     } else {

@@ -22,6 +22,7 @@ struct GrantInfo {
   uint64_t owner_buffer = 0;  // the buffer's id in the owner's table
   uint32_t rights = 0;        // proto::Rights
   bool revoked = false;
+  bool freed = false;  // revoked because the owner freed the buffer (or left): -ENOENT, not -EACCES
   Token token{};
 };
 
@@ -31,8 +32,9 @@ class GrantRegistry {
   std::shared_ptr<GrantInfo> add(const BufferRef& b, uint64_t owner, uint64_t owner_buffer, uint32_t rights);
   std::shared_ptr<GrantInfo> find(const uint8_t* token) const;
   // Revokes one grant (token) or, with token == nullptr, all of owner's grants
-  // on owner_buffer (or on every buffer when owner_buffer == 0). Returns how many.
-  size_t revoke(uint64_t owner, uint64_t owner_buffer, const uint8_t* token);
+  // on owner_buffer (or on every buffer when owner_buffer == 0). `freed`: the
+  // buffer itself is going. Returns how many.
+  size_t revoke(uint64_t owner, uint64_t owner_buffer, const uint8_t* token, bool freed = false);
   size_t size() const { return grants_.size(); }
 
  private:

@@ -200,7 +200,6 @@ int main(int argc, char** argv) {
   FERRY_LOG(info, "listening on %s: %u slots of %llu bytes per client, at most %u clients", o.socket.c_str(), o.slots,
             static_cast<unsigned long long>(o.slot_bytes), o.max_clients);
   server.run();
-  server.engine().stop();
   FERRY_LOG(info, "stopped");
   return 0;
 }

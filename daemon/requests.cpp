@@ -12,6 +12,14 @@
 namespace ferry::ferryd {
 
 namespace {
+// The client chooses its name: only printable ASCII reaches logs, the status
+// document, ferryctl's terminal and metric labels; anything else becomes '?'.
+std::string printable(std::string s) {
+  for (char& ch : s)
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7e) ch = '?';
+  return s;
+}
+
 // Copies a message out of the read buffer (which has no alignment promise)
 // and hands it to its handler.
 template <class Msg>
@@ -65,7 +73,7 @@ void Requests::on_hello(const proto::Hello& m) {
     return peer_.fatal(r, "cannot create the staging segment");
   c->pid = peer_.pid;
   c->uid = peer_.uid;
-  c->name = proto::get_text(m.name);
+  c->name = printable(proto::get_text(m.name));
   c->sink = peer_.sink();
 
   const DeviceInfo& info = engine.device();

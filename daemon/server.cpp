@@ -103,7 +103,16 @@ int Server::listen(const std::string& path, int fd, std::string& why) {
   return 0;
 }
 
-void Server::run() { io_.run(); }
+void Server::run() {
+  io_.run();
+  // Every session is closed by now; the handlers still pending on their
+  // sockets (a write a client never read, say) end here, while the engine
+  // their client states return everything to is still alive.
+  sessions_.stop_all();
+  engine_.stop();
+  io_.restart();
+  io_.poll();
+}
 
 void Server::accept() {
   acceptor_.async_accept([this](const boost::system::error_code& ec, stream::socket sock) {

@@ -15,6 +15,7 @@
 #include <boost/property_tree/ptree.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -199,11 +200,12 @@ class RawClient {
   void send(const T& m) {
     send_bytes(&m, sizeof m);
   }
-  // Hello, then the Welcome and the segment.
-  void hello() {
+  // Hello (with the program name given, raw bytes), then the Welcome and the segment.
+  void hello(const std::string& name = {}) {
     auto h = proto::make<proto::Hello>(proto::Type::hello);
     h.magic = proto::kMagic;
     h.version = proto::kVersion;
+    std::memcpy(h.name, name.data(), std::min(name.size(), sizeof h.name));
     send(h);
     std::vector<uint8_t> msg;
     std::vector<int> fds;

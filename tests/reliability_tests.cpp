@@ -340,3 +340,52 @@ TEST_CASE("a new client never sees bytes an earlier one staged", "[isolation][sc
     CHECK(clean);
   }
 }
+
+TEST_CASE("SIGTERM with a client that never reads and copies queued past --drain: exit 0", "[faults][shutdown]") {
+  Daemon d({"--drain", "0.1"}, {{"FERRY_SIM_LATENCY_US", "100000"}, {"FERRY_SIM_BANDWIDTH_GBPS", "0"}});
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(c, 4096, &b) == 0);
+  uint8_t x[64] = {};
+  for (int i = 0; i < 8; ++i) REQUIRE(ferry_upload(c, b, 0, x, sizeof x, nullptr) == 0);  // 0.8 s of copies
+  // A client whose replies pile up unread: writes stay pending in the daemon.
+  RawClient sleeper(d.socket);
+  sleeper.hello();
+  auto s = proto::make<proto::StatusRequest>(proto::Type::status_request);
+  timeval tv{0, 100'000};
+  setsockopt(sleeper.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  for (int i = 0; i < 300; ++i) ::send(sleeper.fd, &s, sizeof s, MSG_NOSIGNAL);
+  CHECK(eventually([&] { return d.status().get<uint64_t>("held.copies_in_flight") > 0; }));
+  CHECK(d.stop(SIGTERM) == 0);
+  ferry_disconnect(c);
+}
+
+TEST_CASE("a client's program name reaches status, logs and metrics only as printable ASCII", "[faults][names]") {
+  Daemon d;
+  RawClient evil(d.socket);
+  evil.hello(std::string("\x1b[2J\n\xff\xfe\"}x\r", 11));
+  auto st = d.status();  // the document still parses (valid JSON, valid UTF-8)
+  bool seen = false;
+  for (const auto& [k, row] : st.get_child("clients")) {
+    (void)k;
+    const std::string name = row.get<std::string>("name");
+    for (unsigned char ch : name) CHECK((ch >= 0x20 && ch <= 0x7e));
+    seen = seen || name.find("[2J") != std::string::npos;
+  }
+  CHECK(seen);
+  // ferryctl shows it and exports it without a control byte reaching the terminal.
+  for (const char* cmd : {"status", "metrics"}) {
+    const std::string line = std::string(FERRYCTL_PATH) + " --socket " + d.socket + " " + cmd;
+    FILE* f = ::popen(line.c_str(), "r");
+    REQUIRE(f != nullptr);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    CHECK(::pclose(f) == 0);
+    INFO(cmd);
+    for (unsigned char ch : out) CHECK((ch == '\n' || (ch >= 0x20 && ch < 0x7f) || ch >= 0x80));
+    CHECK(out.find('\x1b') == std::string::npos);
+  }
+}

@@ -103,7 +103,8 @@ int ferry_buffer_grant(ferry_client *c, ferry_buffer buf, uint32_t rights, ferry
 
 /* Ends the grant `token` (or, with token NULL, every grant of buf). Clients
  * that opened it are refused from their next transfer on (-EACCES); a
- * transfer already accepted completes. One round trip. */
+ * transfer already accepted completes. Once the owner frees the buffer (or
+ * disconnects), their transfers fail with -ENOENT instead. One round trip. */
 int ferry_buffer_revoke(ferry_client *c, ferry_buffer buf, const ferry_token *token);
 
 /* Opens a buffer granted to the holder of `token`: *out names it for this
