@@ -535,7 +535,7 @@ TEST_CASE("memory sync: a wait on memory holds only its own queue until the word
   REQUIRE(wait64 != nullptr);
   REQUIRE(write != nullptr);
   auto* word = static_cast<uint64_t*>(s.host_alloc(64));
-  word[0] = 0;
+  __atomic_store_n(word, 0, __ATOMIC_RELEASE);
   void* dev = s.device_alloc(64);
   uint64_t a = 0x1111, b = 0x2222, back = 0;
   s.copy_sync(dev, &a, 8);
@@ -546,7 +546,7 @@ TEST_CASE("memory sync: a wait on memory holds only its own queue until the word
   // The copy queue is not held: it reads the old bytes meanwhile.
   s.copy_sync(&back, dev, 8);
   CHECK(back == a);
-  word[0] = 4;  // not yet
+  __atomic_store_n(word, 4, __ATOMIC_RELEASE);  // not yet
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(zeEventQueryStatus(s.events[0]) == ZE_RESULT_NOT_READY);
   CHECK(zeEventQueryStatus(s.events[1]) == ZE_RESULT_NOT_READY);
