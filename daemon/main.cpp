@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
     ("slot-size", po::value(&o.slot_bytes)->default_value(1u << 20), "bytes per staging slot")
     ("slots", po::value(&o.slots)->default_value(16), "staging slots per client")
     ("max-clients", po::value(&o.max_clients)->default_value(64), "clients served at once; more are refused")
+    ("max-connections", po::value(&o.max_connections)->default_value(0),
+     "connections at once, with or without Hello (0: max-clients + 64); more are closed at once")
+    ("hello-timeout", po::value(&o.hello_seconds)->default_value(5.0),
+     "seconds a connection may take to send Hello (or its status request) before it is closed")
     ("client-memory", po::value(&o.client_memory)->default_value(0), "device bytes one client may hold (0: no limit)")
     ("socket-mode", po::value(&socket_mode)->default_value("0660"), "permissions of the socket file (octal)")
     ("socket-group", po::value(&o.socket_group), "group that owns the socket file (with --socket-mode 0660: who may connect)")
@@ -130,6 +134,11 @@ int main(int argc, char** argv) {
   }
   if (o.slots < 1 || o.slots > 4096) {
     std::cerr << "ferryd: --slots must be between 1 and 4096\n";
+    return 2;
+  }
+  if (o.max_connections == 0) o.max_connections = o.max_clients + 64;
+  if (o.hello_seconds <= 0 || o.hello_seconds > 3600) {
+    std::cerr << "ferryd: --hello-timeout must be between 0 and 3600 seconds\n";
     return 2;
   }
   if (o.max_clients < 1) {

@@ -17,6 +17,8 @@ struct Options {
   uint64_t slot_bytes = 1u << 20;
   uint32_t slots = 16;           // per client
   uint32_t max_clients = 64;
+  uint32_t max_connections = 0;  // sessions at once, Hello or not; 0: max_clients + 64
+  double hello_seconds = 5.0;    // a connection that sent no Hello by then is closed
   uint64_t client_memory = 0;    // device bytes one client may hold, 0 = no limit
   unsigned socket_mode = 0660;
   std::string socket_group;      // group of the socket file; empty: the daemon's

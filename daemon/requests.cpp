@@ -30,17 +30,23 @@ void call(Requests* r, const uint8_t* bytes, void (Requests::*handler)(const Msg
 }
 }  // namespace
 
-void Requests::handle(proto::Type type, const uint8_t* msg) {
+bool Requests::client_may_send(proto::Type type) {
   using T = proto::Type;
   switch (type) {
-    case T::hello: return call(this, msg, &Requests::on_hello);
-    case T::status_request: return call(this, msg, &Requests::on_status);
-    case T::alloc: case T::free: case T::grant: case T::revoke: case T::open: case T::export_buffer:
-    case T::import_buffer: case T::event_pool: case T::upload: case T::download: case T::upload_signal:
-    case T::upload_after:
-      break;
-    default: return peer_.fatal(-EPROTO, "message type a client may not send");
+    case T::hello: case T::status_request: case T::alloc: case T::free: case T::grant: case T::revoke:
+    case T::open: case T::export_buffer: case T::import_buffer: case T::event_pool: case T::upload:
+    case T::download: case T::upload_signal: case T::upload_after:
+      return true;
+    default:
+      return false;
   }
+}
+
+void Requests::handle(proto::Type type, const uint8_t* msg) {
+  using T = proto::Type;
+  if (!client_may_send(type)) return peer_.fatal(-EPROTO, "message type a client may not send");
+  if (type == T::hello) return call(this, msg, &Requests::on_hello);
+  if (type == T::status_request) return call(this, msg, &Requests::on_status);
   // Everything else works on the client's own resources.
   if (!client_) return peer_.fatal(-EPROTO, "request before Hello");
   switch (type) {

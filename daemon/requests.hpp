@@ -36,6 +36,9 @@ class Requests {
  public:
   Requests(Context& ctx, Peer& peer) : ctx_(ctx), peer_(peer) {}
 
+  // Whether a client may send messages of this type at all: judged from the
+  // header alone, before the rest of the message is read.
+  static bool client_may_send(proto::Type type);
   // Handles one decoded message of `type` (its bytes at `msg`, unaligned).
   void handle(proto::Type type, const uint8_t* msg);
   // Set once Hello succeeded.

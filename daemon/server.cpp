@@ -28,7 +28,8 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
       acceptor_(io),
       signals_(io, SIGTERM, SIGINT),
       timer_(io),
-      status_timer_(io) {
+      status_timer_(io),
+      accept_pause_(io) {
   ctx_.stats.started_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -119,12 +120,33 @@ void Server::accept() {
     if (ec == asio::error::operation_aborted || ctx_.stopping) return;
     if (!ec) {
       ++ctx_.stats.connections;
-      sessions_.start(std::move(sock), ctx_);
-    } else if (ec == asio::error::no_descriptors) {
-      FERRY_LOG(warn, "accept: out of file descriptors");
+      if (sessions_.size() >= opts_.max_connections) {
+        // Closed at once: connections are bounded, Hello or not.
+        refused("too many connections (--max-connections)");
+        boost::system::error_code ignored;
+        sock.close(ignored);
+      } else {
+        sessions_.start(std::move(sock), ctx_);
+      }
+    } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+               ec == asio::error::no_memory) {
+      // Retrying at once would spin: wait for a session to end and free one.
+      refused("accept: out of file descriptors; pausing 100 ms");
+      accept_pause_.expires_after(std::chrono::milliseconds(100));
+      accept_pause_.async_wait([this](const boost::system::error_code& e) {
+        if (!e && !ctx_.stopping) accept();
+      });
+      return;
     }
     accept();
   });
+}
+
+void Server::refused(const char* why) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_refusal_log_ < std::chrono::seconds(10)) return;  // at most one line per 10 s
+  last_refusal_log_ = now;
+  FERRY_LOG(warn, "%s", why);
 }
 
 void Server::status_tick() {
@@ -142,6 +164,7 @@ void Server::stop() {
   systemd::notify("STOPPING=1\nSTATUS=stopping: draining " + std::to_string(engine_.stats().in_flight) + " copies");
   status_timer_.cancel();
   boost::system::error_code ec;
+  accept_pause_.cancel();
   acceptor_.close(ec);
   signals_.cancel(ec);
   for (const auto& [id, c] : engine_.clients())

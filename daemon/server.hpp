@@ -35,6 +35,8 @@ class Server {
 
  private:
   void accept();
+  // Logs why a connection was refused, at most once per 10 s.
+  void refused(const char* why);
   void drain_tick();
   void status_tick();
 
@@ -47,6 +49,8 @@ class Server {
   boost::asio::signal_set signals_;
   boost::asio::steady_timer timer_;
   boost::asio::steady_timer status_timer_;  // STATUS= for systemd
+  boost::asio::steady_timer accept_pause_;  // out of descriptors: accept again later, not at once
+  std::chrono::steady_clock::time_point last_refusal_log_{};
   std::string path_;
   bool owns_path_ = false;
   std::chrono::steady_clock::time_point drain_deadline_;

@@ -27,7 +27,8 @@ Session::Session(socket_type socket, Context& ctx, std::function<void(const std:
                  close();
                },
                [this] { close(); }}),
-      requests_(ctx, *this) {
+      requests_(ctx, *this),
+      hello_deadline_(socket_.get_executor()) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
@@ -38,11 +39,24 @@ Session::Session(socket_type socket, Context& ctx, std::function<void(const std:
   in_.resize(kReadChunk);
 }
 
-void Session::start() { read(); }
+void Session::start() {
+  arm_hello_deadline();
+  read();
+}
+
+void Session::arm_hello_deadline() {
+  hello_deadline_.expires_after(std::chrono::microseconds(static_cast<int64_t>(ctx_.options.hello_seconds * 1e6)));
+  hello_deadline_.async_wait([this, self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || closed_ || client()) return;
+    FERRY_LOG(debug, "closing session of pid %d: no Hello within %.1f s", pid, ctx_.options.hello_seconds);
+    close();
+  });
+}
 
 void Session::close() {
   if (closed_) return;
   closed_ = true;
+  hello_deadline_.cancel();
   close_fds();
   outbox_.drop();
   boost::system::error_code ec;
@@ -78,7 +92,12 @@ void Session::read() {
     size_t off = 0;
     while (!closed_ && !outbox_.closing()) {
       proto::Decoded d = proto::decode(in_.data() + off, in_used_ - off);
-      if (d.result == proto::Decode::need_more) break;
+      if (d.result == proto::Decode::need_more) {
+        // Refused from its header alone: never buffered up to the size it claims.
+        if (in_used_ - off >= sizeof(proto::Header) && !Requests::client_may_send(d.type))
+          return fatal(-EPROTO, "message type a client may not send");
+        break;
+      }
       if (d.result == proto::Decode::bad) return fatal(-EPROTO, d.why);
       requests_.handle(d.type, in_.data() + off);
       off += d.consumed;

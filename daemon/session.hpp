@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -49,6 +50,8 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
  private:
   void read();
   void close_fds();
+  // Closes a connection that sent no Hello within --hello-timeout.
+  void arm_hello_deadline();
 
   socket_type socket_;
   Context& ctx_;
@@ -58,6 +61,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   std::vector<uint8_t> in_;
   size_t in_used_ = 0;
   std::deque<int> fds_in_;  // received, not yet claimed by a message
+  boost::asio::steady_timer hello_deadline_;
   bool closed_ = false;
 };
 

@@ -389,3 +389,47 @@ TEST_CASE("a client's program name reaches status, logs and metrics only as prin
     CHECK(out.find('\x1b') == std::string::npos);
   }
 }
+
+TEST_CASE("a header no client may send is refused before its claimed body is read", "[faults][strangers]") {
+  Daemon d;
+  Witness w(d.socket);
+  RawClient r(d.socket);
+  // A status reply (the daemon's to send) claiming 1 MiB of JSON, body never sent.
+  proto::StatusReply h{};
+  h.h.type = static_cast<uint16_t>(proto::Type::status_reply);
+  h.h.size = static_cast<uint32_t>(sizeof h + proto::kMaxStatusJson);
+  h.json_bytes = proto::kMaxStatusJson;
+  r.send_bytes(&h, sizeof(proto::Header));
+  proto::Error e{};
+  REQUIRE(r.expect(proto::Type::error, &e));
+  CHECK(e.code == -EPROTO);
+  CHECK(r.closed_by_peer());
+  CHECK(w.finish() > 0);
+}
+
+TEST_CASE("connections that never say Hello are bounded and time out", "[faults][strangers]") {
+  Daemon d({"--max-clients", "2", "--max-connections", "4", "--hello-timeout", "0.3"});
+  SECTION("a silent connection is closed after --hello-timeout") {
+    RawClient silent(d.socket);
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(silent.closed_by_peer());  // well before its 5 s receive timeout
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+  }
+  SECTION("past --max-connections a new connection is closed at once; the deadline frees the places") {
+    std::vector<std::unique_ptr<RawClient>> silent;
+    for (int i = 0; i < 4; ++i) silent.push_back(std::make_unique<RawClient>(d.socket));
+    RawClient extra(d.socket);
+    CHECK(extra.closed_by_peer());
+    // Once the strangers time out, a real client gets in.
+    ferry_client* c = nullptr;
+    CHECK(eventually([&] { return ferry_connect(d.socket.c_str(), &c) == 0; }));
+    ferry_disconnect(c);
+  }
+  // A client that said Hello stays past the deadline.
+  ferry_client* c = nullptr;
+  REQUIRE(eventually([&] { return ferry_connect(d.socket.c_str(), &c) == 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  ferry_buffer b = 0;
+  CHECK(ferry_buffer_alloc(c, 64, &b) == 0);
+  ferry_disconnect(c);
+}
