@@ -631,3 +631,55 @@ TEST_CASE("memory sync: bad descriptors are refused; a queue that failed a copy 
   zeMemFree(s.ctx, dev);
   zeMemFree(s.ctx, word);
 }
+
+TEST_CASE("synchronous mode: an immediate append and a queue's execute return once the work ran", "[sim][conformance]") {
+  Sim s;
+  ze_command_queue_desc_t qd{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr, 0, 0, 0,
+                             ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+  ze_command_list_handle_t sync = nullptr;
+  ZE_OK(zeCommandListCreateImmediate(s.ctx, s.device, &qd, &sync));
+  void* dev = s.device_alloc(1 << 20);
+  {
+    // The source is freed right after the append: a synchronous list read it already.
+    std::vector<uint8_t> src(1 << 20, 0x6b);
+    ZE_OK(zeCommandListAppendMemoryCopy(sync, dev, src.data(), src.size(), nullptr, 0, nullptr));
+  }
+  std::vector<uint8_t> back(1 << 20, 0);
+  ZE_OK(zeCommandListAppendMemoryCopy(sync, back.data(), dev, back.size(), nullptr, 0, nullptr));
+  CHECK(back == std::vector<uint8_t>(1 << 20, 0x6b));  // no wait: the append returned after the copy
+  // A synchronous queue's execute waits for its lists, events they wait on included.
+  ze_command_queue_handle_t q = nullptr;
+  ZE_OK(zeCommandQueueCreate(s.ctx, s.device, &qd, &q));
+  ze_command_list_desc_t ld{};
+  ld.stype = ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC;
+  ze_command_list_handle_t l = nullptr;
+  ZE_OK(zeCommandListCreate(s.ctx, s.device, &ld, &l));
+  ze_event_handle_t gate = s.events[0];
+  ZE_OK(zeCommandListAppendBarrier(l, s.events[1], 1, &gate));
+  ZE_OK(zeCommandListClose(l));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    zeEventHostSignal(gate);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  ZE_OK(zeCommandQueueExecuteCommandLists(q, 1, &l, nullptr));
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(40));
+  CHECK(zeEventQueryStatus(s.events[1]) == ZE_RESULT_SUCCESS);
+  opener.join();
+  zeCommandListDestroy(l);
+  zeCommandQueueDestroy(q);
+  zeCommandListDestroy(sync);
+  zeMemFree(s.ctx, dev);
+}
+
+TEST_CASE("device properties: the timer's resolution in both forms of the structure", "[sim][conformance]") {
+  Sim s;
+  ze_device_properties_t p{};
+  p.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+  ZE_OK(zeDeviceGetProperties(s.device, &p));
+  CHECK(p.timerResolution == 1);  // nanoseconds per tick
+  ze_device_properties_t p12{};
+  p12.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES_1_2;
+  ZE_OK(zeDeviceGetProperties(s.device, &p12));
+  CHECK(p12.timerResolution == 1'000'000'000ull);  // ticks per second
+}

@@ -255,7 +255,9 @@ ze_result_t zeDeviceGetProperties(ze_device_handle_t h, ze_device_properties_t* 
   p->numEUsPerSubslice = 1;
   p->numSubslicesPerSlice = 1;
   p->numSlices = 1;
-  p->timerResolution = 1;
+  // The timer counts nanoseconds: its resolution is 1 ns in the original form
+  // of the structure, and 1e9 cycles per second in the 1.2 form.
+  p->timerResolution = p->stype == ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES_1_2 ? 1'000'000'000ull : 1;
   p->timestampValidBits = 64;
   p->kernelTimestampValidBits = 64;
   std::memset(&p->uuid, 0, sizeof p->uuid);
@@ -649,6 +651,7 @@ ze_result_t zeCommandQueueCreate(ze_context_handle_t hc, ze_device_handle_t hd, 
   auto* q = new Queue();
   q->device = d;
   q->ordinal = desc->ordinal;
+  q->synchronous = desc->mode == ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS;
   *out = handle<ze_command_queue_handle_t>(q);
   return ZE_RESULT_SUCCESS;
 }
@@ -682,6 +685,9 @@ ze_result_t zeCommandQueueExecuteCommandLists(ze_command_queue_handle_t h, uint3
     all.push_back(std::move(c));
   }
   q->engine.submit(std::move(all));
+  // A synchronous queue returns only once its lists ran (the spec's
+  // ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS), however long they wait on events.
+  if (q->synchronous) q->engine.drain(UINT64_MAX);
   return ZE_RESULT_SUCCESS;
 }
 
@@ -716,6 +722,7 @@ ze_result_t zeCommandListCreateImmediate(ze_context_handle_t hc, ze_device_handl
   auto* l = new CmdList();
   l->device = d;
   l->ordinal = desc->ordinal;
+  l->synchronous = desc->mode == ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS;
   l->engine = std::make_unique<Engine>();
   *out = handle<ze_command_list_handle_t>(l);
   return ZE_RESULT_SUCCESS;

@@ -207,6 +207,9 @@ ze_result_t append(CmdList* list, Command c, uint32_t nwait, ze_event_handle_t* 
     std::vector<Command> one;
     one.push_back(std::move(c));
     list->engine->submit(std::move(one));
+    // Synchronous immediate lists: the append returns once the command ran,
+    // so the caller may free or read its memory right after.
+    if (list->synchronous) list->engine->drain(UINT64_MAX);
     return ZE_RESULT_SUCCESS;
   }
   std::lock_guard lock(list->mu);

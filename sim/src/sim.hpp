@@ -271,6 +271,7 @@ struct Queue : Object {
   Queue() : Object(kTag) {}
   Device* device = nullptr;
   uint32_t ordinal = 0;
+  bool synchronous = false;  // ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS: execute returns once the lists ran
   Engine engine;
 };
 
@@ -280,6 +281,7 @@ struct CmdList : Object {
   Device* device = nullptr;
   uint32_t ordinal = 0;
   bool closed = false;
+  bool synchronous = false;        // immediate, ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS: each append returns once done
   std::unique_ptr<Engine> engine;  // immediate lists only
   std::mutex mu;                   // recorded commands of a regular list
   std::vector<Command> recorded;
