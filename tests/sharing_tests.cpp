@@ -385,3 +385,85 @@ TEST_CASE("the consumer killed while producers upload through its grants: nothin
     CHECK(d.holds_nothing());
   }
 }
+
+namespace {
+// A simulated-device IPC handle (its layout: the fd first, then a magic) for
+// memory the test made itself, the way a hostile client would.
+constexpr uint32_t kSimIpcMagic = 0x46535043;
+ferry_ipc_handle forged_handle(int fd, uint64_t bytes, uint32_t third) {
+  ferry_ipc_handle h{};
+  h.kind = FERRY_IPC_LEVEL_ZERO;
+  h.bytes = bytes;
+  h.fd = fd;
+  struct {
+    int32_t fd;
+    uint32_t magic;
+    uint32_t a;
+    uint32_t b;
+  } raw{fd, kSimIpcMagic, third, 0};
+  std::memcpy(h.data, &raw, sizeof raw);
+  return h;
+}
+
+// The daemon still serves: a new client uploads and reads its bytes back.
+void still_serves(const std::string& socket) {
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(socket.c_str(), &c) == 0);
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(c, 4096, &b) == 0);
+  std::vector<uint8_t> src(4096, 0x3d), back(4096);
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(c, b, 0, src.data(), src.size(), &t) == 0);
+  REQUIRE(ferry_wait(c, t, -1) == 0);
+  REQUIRE(ferry_download(c, b, 0, back.data(), back.size()) == 0);
+  CHECK(back == src);
+  ferry_disconnect(c);
+}
+}  // namespace
+
+TEST_CASE("memory a client can shrink is never mapped by the daemon (no SIGBUS)", "[sharing][faults][simonly]") {
+  Daemon d;
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  SECTION("an exported buffer cannot be shrunk under the daemon") {
+    ferry_buffer b = 0;
+    REQUIRE(ferry_buffer_alloc(c, 1 << 16, &b) == 0);
+    ferry_ipc_handle h{};
+    REQUIRE(ferry_buffer_export(c, b, &h) == 0);
+    CHECK(::ftruncate(h.fd, 0) == -1);
+    CHECK(errno == EPERM);
+    ::close(h.fd);
+    std::vector<uint8_t> src(1 << 16, 9);
+    ferry_ticket t = 0;
+    REQUIRE(ferry_upload(c, b, 0, src.data(), src.size(), &t) == 0);
+    CHECK(ferry_wait(c, t, -1) == 0);
+  }
+  SECTION("an import of memory the client could shrink is refused") {
+    int fd = ::memfd_create("hostile", MFD_CLOEXEC);  // no seals
+    REQUIRE(::ftruncate(fd, 1 << 20) == 0);
+    ferry_ipc_handle h = forged_handle(fd, 1 << 20, 1 << 20);
+    ferry_buffer b = 0;
+    CHECK(ferry_buffer_import(c, &h, &b) == -EINVAL);
+    ::ftruncate(fd, 0);  // had it been mapped, the next upload would fault the daemon
+    ::close(fd);
+  }
+  SECTION("an event pool whose handle claims more events than its memory holds is refused") {
+    int fd = ::memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    REQUIRE(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);  // sealed, and empty
+    ferry_ipc_handle h = forged_handle(fd, 0, 65536);
+    uint64_t pool = 0;
+    CHECK(ferry_event_pool_register(c, &h, 65536, &pool) == -EINVAL);
+    ::close(fd);
+  }
+  SECTION("an event pool the client could shrink after registering is refused") {
+    int fd = ::memfd_create("hostile", MFD_CLOEXEC);
+    REQUIRE(::ftruncate(fd, 4096) == 0);
+    ferry_ipc_handle h = forged_handle(fd, 0, 1);
+    uint64_t pool = 0;
+    CHECK(ferry_event_pool_register(c, &h, 1, &pool) == -EINVAL);
+    ::ftruncate(fd, 0);
+    ::close(fd);
+  }
+  ferry_disconnect(c);
+  still_serves(d.socket);
+}

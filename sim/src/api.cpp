@@ -486,9 +486,8 @@ ze_result_t zeEventPoolCreate(ze_context_handle_t hc, const ze_event_pool_desc_t
   pool->count = desc->count;
   pool->ipc_capable = (desc->flags & ZE_EVENT_POOL_FLAG_IPC) != 0;
   pool->mapped = (static_cast<size_t>(desc->count) * sizeof(EventSlot) + 4095) / 4096 * 4096;
-  pool->fd = memfd_create("ferry-sim-events", MFD_CLOEXEC);
-  if (pool->fd < 0 || ftruncate(pool->fd, static_cast<off_t>(pool->mapped)) != 0)
-    return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+  pool->fd = sealed_memfd("ferry-sim-events", pool->mapped);
+  if (pool->fd < 0) return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
   void* p = mmap(nullptr, pool->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, pool->fd, 0);
   if (p == MAP_FAILED) return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
   pool->slots = static_cast<EventSlot*>(p);
@@ -526,6 +525,12 @@ ze_result_t zeEventPoolOpenIpcHandle(ze_context_handle_t hc, ze_ipc_event_pool_h
   pool->opened_from_ipc = true;
   pool->fd = m.fd;
   pool->mapped = (static_cast<size_t>(m.count) * sizeof(EventSlot) + 4095) / 4096 * 4096;
+  // The count comes from the handle: the memory must really hold that many
+  // events, and stay so.
+  if (!safe_to_map(m.fd, pool->mapped)) {
+    pool->fd = -1;  // the caller's, not ours to close
+    return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  }
   void* p = mmap(nullptr, pool->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd, 0);
   if (p == MAP_FAILED) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   pool->slots = static_cast<EventSlot*>(p);

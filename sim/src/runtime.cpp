@@ -1,6 +1,8 @@
 // Configuration, time, memory registry and events of the simulated device.
 #include <linux/futex.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -118,9 +120,8 @@ ze_result_t Memory::alloc(AllocKind kind, Device* dev, size_t size, size_t align
     }
     // Device memory is a memfd, so that its IPC handle can carry a file
     // descriptor another process maps (the way a dma-buf works on real GPUs).
-    a.fd = memfd_create("ferry-sim-device", MFD_CLOEXEC);
-    if (a.fd < 0 || ftruncate(a.fd, static_cast<off_t>(a.mapped)) != 0) {
-      if (a.fd >= 0) close(a.fd);
+    a.fd = sealed_memfd("ferry-sim-device", a.mapped);
+    if (a.fd < 0) {
       dev->device_bytes.fetch_sub(a.mapped);
       return ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
     }
@@ -140,9 +141,29 @@ ze_result_t Memory::alloc(AllocKind kind, Device* dev, size_t size, size_t align
   return ZE_RESULT_SUCCESS;
 }
 
+int sealed_memfd(const char* name, size_t bytes) {
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+bool safe_to_map(int fd, size_t bytes) {
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return false;
+  struct stat st {};
+  return fstat(fd, &st) == 0 && st.st_size > 0 && static_cast<uint64_t>(st.st_size) >= bytes;
+}
+
 ze_result_t Memory::open_ipc(Device* dev, int fd, void** out) {
   off_t size = lseek(fd, 0, SEEK_END);
-  if (size <= 0) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  if (size <= 0 || !safe_to_map(fd, static_cast<size_t>(size))) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   void* p = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   Alloc a;

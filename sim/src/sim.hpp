@@ -38,6 +38,14 @@ const Config& config();
 
 // Spins or sleeps until the monotonic clock reaches deadline_ns.
 uint64_t now_ns();
+
+// Shared memory another process can hand us: a memfd of exactly `bytes`,
+// sealed against shrinking and growing, so no mapping of it can fault later.
+// Returns the fd (or -1 with errno set).
+int sealed_memfd(const char* name, size_t bytes);
+// Whether `fd` is sealed against shrinking and holds at least `bytes`: only
+// then is it mapped. A peer could otherwise truncate it under our mapping.
+bool safe_to_map(int fd, size_t bytes);
 void wait_until(uint64_t deadline_ns);
 
 // ---------------------------------------------------------------- tags
