@@ -401,18 +401,23 @@ TEST_CASE("the cost model: pageable sources cost more than host USM and imported
   void* usm = s.host_alloc(4096);
   std::vector<char> imported(4096, 2);
   ZE_OK(s.ext<import_fn>("zexDriverImportExternalPointer")(s.native_driver(), imported.data(), imported.size()));
-  auto time_appends = [&](const void* src) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i) ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, src, 4096, nullptr, 0, nullptr));
-    auto t = std::chrono::steady_clock::now() - t0;
+  // The fastest of n appends: the model's cost is in every one of them, while
+  // a loaded machine (or a sanitizer) only ever adds to some.
+  auto fastest_append = [&](const void* src) {
+    auto best = std::chrono::steady_clock::duration::max();
+    for (int i = 0; i < n; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, src, 4096, nullptr, 0, nullptr));
+      best = std::min(best, std::chrono::steady_clock::now() - t0);
+    }
     s.copy_sync(dev, usm, 16);  // drain
-    return t;
+    return best;
   };
-  auto t_pageable = time_appends(pageable.data());
-  auto t_usm = time_appends(usm);
-  auto t_imported = time_appends(imported.data());
+  auto t_pageable = fastest_append(pageable.data());
+  auto t_usm = fastest_append(usm);
+  auto t_imported = fastest_append(imported.data());
   // FERRY_SIM_PAGEABLE_US=20 (catch_main): each pageable append pays at least that.
-  CHECK(t_pageable >= std::chrono::microseconds(20 * n));
+  CHECK(t_pageable >= std::chrono::microseconds(20));
   CHECK(t_usm < t_pageable);
   CHECK(t_imported < t_pageable);
   s.ext<release_fn>("zexDriverReleaseImportedPointer")(s.native_driver(), imported.data());
