@@ -21,6 +21,7 @@ int ClientState::create_segment(uint32_t slots, uint64_t slot_bytes) {
 uint64_t ClientState::adopt(BufferRef b) {
   const uint64_t id = ++next_buffer_;
   if (!b->imported) device_bytes_ += b->bytes;
+  if (b->imported) ++imported_;
   buffers_[id].owned = std::move(b);
   return id;
 }
@@ -30,6 +31,7 @@ int ClientState::open(const std::shared_ptr<GrantInfo>& g, uint64_t* id, uint64_
   if (!b || g->revoked) return -EACCES;
   *id = ++next_buffer_;
   buffers_[*id].grant = g;
+  ++opened_;
   *bytes = b->bytes;
   return 0;
 }
@@ -39,6 +41,8 @@ int ClientState::remove(uint64_t id, bool* was_owned) {
   if (it == buffers_.end()) return -ENOENT;
   *was_owned = it->second.owned != nullptr;
   if (*was_owned && !it->second.owned->imported) device_bytes_ -= it->second.owned->bytes;
+  if (*was_owned && it->second.owned->imported) --imported_;
+  if (!*was_owned) --opened_;
   buffers_.erase(it);  // device memory goes once copies in flight to it end
   return 0;
 }

@@ -58,6 +58,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   uint64_t in_flight_bytes() const { return in_flight_bytes_; }
   uint64_t device_bytes() const { return device_bytes_; }
   size_t buffer_count() const { return buffers_.size(); }
+  uint32_t opened() const { return opened_; }
+  uint32_t imported() const { return imported_; }
   ClientStats& stats() { return stats_; }
   const ClientStats& stats() const { return stats_; }
 
@@ -149,6 +151,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   uint64_t in_flight_bytes_ = 0;
   uint64_t device_bytes_ = 0;
   uint64_t next_buffer_ = 0;
+  uint32_t opened_ = 0;    // table entries opened through grants
+  uint32_t imported_ = 0;  // table entries that are imports
   struct Entry {
     BufferRef owned;                   // set for the owner
     std::shared_ptr<GrantInfo> grant;  // set for a buffer opened through a grant

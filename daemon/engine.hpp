@@ -29,6 +29,14 @@ namespace ferry::ferryd {
 
 using ClientRef = std::shared_ptr<ClientState>;
 
+// What one client may make the engine hold besides device memory (-EDQUOT past it).
+struct ClientLimits {
+  uint32_t max_grants = 1024;
+  uint32_t max_opens = 1024;
+  uint32_t max_imports = 256;
+  uint32_t max_event_pools = 64;
+};
+
 class TransferEngine {
  public:
   TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend);
@@ -41,6 +49,7 @@ class TransferEngine {
   bool device_lost() const { return device_lost_; }
   const EngineStats& stats() const { return stats_; }
   const Holdings& holdings() const { return holdings_; }
+  void set_limits(const ClientLimits& l) { limits_ = l; }
 
   // ---- clients (engine_clients.cpp)
   // A new client with a staging segment of `slots` slots, registered with the
@@ -114,6 +123,7 @@ class TransferEngine {
   boost::asio::io_context& io_;
   std::unique_ptr<Backend> backend_;
   GrantRegistry grants_;
+  ClientLimits limits_;
   std::map<uint64_t, ClientState*> clients_;
   uint64_t next_client_ = 0;
   Histogram departed_slot_waits_;  // of clients already gone

@@ -85,6 +85,7 @@ int TransferEngine::free(ClientState& c, uint64_t id) {
 
 int TransferEngine::import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id) {
   if (bytes == 0) return -EINVAL;
+  if (c.imported() >= limits_.max_imports) return -EDQUOT;
   void* p = nullptr;
   if (int r = backend_->import_buffer(h, bytes, &p); r != 0) return r;
   *id = c.adopt(lend(p, bytes, true));
@@ -100,6 +101,7 @@ int TransferEngine::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uin
 }
 
 int TransferEngine::open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id) {
+  if (c.event_pools().size() >= limits_.max_event_pools) return -EDQUOT;
   uint64_t backend_id = 0;
   if (int r = backend_->open_event_pool(h, count, &backend_id); r != 0) return r;
   *id = c.add_event_pool(backend_id);
@@ -111,6 +113,7 @@ int TransferEngine::grant(ClientState& c, uint64_t buffer, uint32_t rights, Toke
   const uint32_t all = proto::kRightUpload | proto::kRightDownload;
   if (!b || b->imported) return -ENOENT;  // only the owner of an allocation grants it
   if (rights == 0 || (rights & ~all) != 0) return -EINVAL;
+  if (grants_.count(c.id()) >= limits_.max_grants) return -EDQUOT;
   *token = grants_.add(b, c.id(), buffer, rights)->token;
   return 0;
 }
@@ -125,6 +128,7 @@ int TransferEngine::revoke(ClientState& c, uint64_t buffer, const uint8_t* token
 int TransferEngine::open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t* bytes, uint32_t* rights) {
   auto g = grants_.find(token);
   if (!g) return -EACCES;  // a forged or revoked token: nothing
+  if (c.opened() >= limits_.max_opens) return -EDQUOT;
   if (int r = c.open(g, id, bytes); r != 0) return r;
   *rights = g->rights;
   return 0;

@@ -20,7 +20,13 @@ std::shared_ptr<GrantInfo> GrantRegistry::add(const BufferRef& b, uint64_t owner
     if (n > 0) got += static_cast<size_t>(n);
   }
   grants_[g->token] = g;
+  by_owner_[owner][g->token] = g;
   return g;
+}
+
+size_t GrantRegistry::count(uint64_t owner) const {
+  auto it = by_owner_.find(owner);
+  return it == by_owner_.end() ? 0 : it->second.size();
 }
 
 std::shared_ptr<GrantInfo> GrantRegistry::find(const uint8_t* token) const {
@@ -31,20 +37,24 @@ std::shared_ptr<GrantInfo> GrantRegistry::find(const uint8_t* token) const {
 }
 
 size_t GrantRegistry::revoke(uint64_t owner, uint64_t owner_buffer, const uint8_t* token, bool freed) {
+  auto mine = by_owner_.find(owner);
+  if (mine == by_owner_.end()) return 0;
   size_t n = 0;
-  for (auto it = grants_.begin(); it != grants_.end();) {
+  for (auto it = mine->second.begin(); it != mine->second.end();) {
     GrantInfo& g = *it->second;
-    const bool match = g.owner == owner && (owner_buffer == 0 || g.owner_buffer == owner_buffer) &&
+    const bool match = (owner_buffer == 0 || g.owner_buffer == owner_buffer) &&
                        (token == nullptr || std::memcmp(token, g.token.data(), g.token.size()) == 0);
     if (match) {
       g.revoked = true;  // clients that opened it keep the GrantInfo, and are refused
       g.freed = freed;
-      it = grants_.erase(it);
+      grants_.erase(g.token);
+      it = mine->second.erase(it);
       ++n;
     } else {
       ++it;
     }
   }
+  if (mine->second.empty()) by_owner_.erase(mine);
   return n;
 }
 

@@ -36,9 +36,13 @@ class GrantRegistry {
   // buffer itself is going. Returns how many.
   size_t revoke(uint64_t owner, uint64_t owner_buffer, const uint8_t* token, bool freed = false);
   size_t size() const { return grants_.size(); }
+  // Live grants of one owner.
+  size_t count(uint64_t owner) const;
 
  private:
   std::map<Token, std::shared_ptr<GrantInfo>> grants_;
+  // The same grants by owner: a revoke or a client's exit walks only its own.
+  std::map<uint64_t, std::map<Token, std::shared_ptr<GrantInfo>>> by_owner_;
 };
 
 }  // namespace ferry::ferryd

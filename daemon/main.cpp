@@ -94,6 +94,10 @@ int main(int argc, char** argv) {
      "connections at once, with or without Hello (0: max-clients + 64); more are closed at once")
     ("hello-timeout", po::value(&o.hello_seconds)->default_value(5.0),
      "seconds a connection may take to send Hello (or its status request) before it is closed")
+    ("max-grants", po::value(&o.max_grants)->default_value(1024), "grants one client may hold at once")
+    ("max-opens", po::value(&o.max_opens)->default_value(1024), "granted buffers one client may hold open")
+    ("max-imports", po::value(&o.max_imports)->default_value(256), "imported allocations one client may hold")
+    ("max-event-pools", po::value(&o.max_event_pools)->default_value(64), "IPC event pools one client may register")
     ("client-memory", po::value(&o.client_memory)->default_value(0), "device bytes one client may hold (0: no limit)")
     ("socket-mode", po::value(&socket_mode)->default_value("0660"), "permissions of the socket file (octal)")
     ("socket-group", po::value(&o.socket_group), "group that owns the socket file (with --socket-mode 0660: who may connect)")

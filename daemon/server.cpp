@@ -30,6 +30,7 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
       timer_(io),
       status_timer_(io),
       accept_pause_(io) {
+  engine_.set_limits({opts.max_grants, opts.max_opens, opts.max_imports, opts.max_event_pools});
   ctx_.stats.started_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }

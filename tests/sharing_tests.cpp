@@ -467,3 +467,65 @@ TEST_CASE("memory a client can shrink is never mapped by the daemon (no SIGBUS)"
   ferry_disconnect(c);
   still_serves(d.socket);
 }
+
+TEST_CASE("grants and opened buffers are bounded per client", "[sharing][limits][grant]") {
+  Daemon d({"--max-grants", "3", "--max-opens", "2"});
+  ferry_client *owner = nullptr, *user = nullptr, *other = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
+  REQUIRE(ferry_connect(d.socket.c_str(), &user) == 0);
+  REQUIRE(ferry_connect(d.socket.c_str(), &other) == 0);
+  ferry_buffer b = 0, ob = 0;
+  REQUIRE(ferry_buffer_alloc(owner, 4096, &b) == 0);
+  REQUIRE(ferry_buffer_alloc(other, 4096, &ob) == 0);
+  ferry_token t[4]{};
+  for (int i = 0; i < 3; ++i) REQUIRE(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD, &t[i]) == 0);
+  CHECK(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD, &t[3]) == -EDQUOT);
+  ferry_token mine{};
+  CHECK(ferry_buffer_grant(other, ob, FERRY_RIGHT_UPLOAD, &mine) == 0);  // the bound is per client
+  REQUIRE(ferry_buffer_revoke(owner, b, &t[2]) == 0);                    // a revoke gives the place back
+  CHECK(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD, &t[2]) == 0);
+  ferry_buffer o[3]{};
+  REQUIRE(ferry_buffer_open(user, &t[0], &o[0], nullptr) == 0);
+  REQUIRE(ferry_buffer_open(user, &t[1], &o[1], nullptr) == 0);
+  CHECK(ferry_buffer_open(user, &t[2], &o[2], nullptr) == -EDQUOT);
+  REQUIRE(ferry_buffer_free(user, o[0]) == 0);  // closing an opened buffer gives its place back
+  CHECK(ferry_buffer_open(user, &t[2], &o[2], nullptr) == 0);
+  ferry_disconnect(user);
+  ferry_disconnect(other);
+  ferry_disconnect(owner);
+  CHECK(d.holds_nothing());
+}
+
+TEST_CASE("imports and event pools are bounded per client", "[sharing][limits][simonly]") {
+  Daemon d({"--max-imports", "1", "--max-event-pools", "1"});
+  Consumer k;
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  void* m1 = k.device_alloc(4096);
+  void* m2 = k.device_alloc(4096);
+  ferry_ipc_handle h1 = k.ipc_handle(m1, 4096), h2 = k.ipc_handle(m2, 4096);
+  ferry_buffer b1 = 0, b2 = 0;
+  REQUIRE(ferry_buffer_import(c, &h1, &b1) == 0);
+  CHECK(ferry_buffer_import(c, &h2, &b2) == -EDQUOT);
+  REQUIRE(ferry_buffer_free(c, b1) == 0);
+  CHECK(ferry_buffer_import(c, &h2, &b2) == 0);
+  ze_event_pool_handle_t pools[2]{};
+  uint64_t ids[2]{};
+  for (int i = 0; i < 2; ++i) {
+    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr,
+                            ZE_EVENT_POOL_FLAG_HOST_VISIBLE | ZE_EVENT_POOL_FLAG_IPC, 4};
+    ZE_OK(zeEventPoolCreate(k.ctx, &pd, 1, &k.dev, &pools[i]));
+    ze_ipc_event_pool_handle_t ph{};
+    ZE_OK(zeEventPoolGetIpcHandle(pools[i], &ph));
+    ferry_ipc_handle h{};
+    h.kind = FERRY_IPC_LEVEL_ZERO;
+    std::memcpy(h.data, ph.data, sizeof h.data);
+    std::memcpy(&h.fd, ph.data, sizeof h.fd);
+    CHECK(ferry_event_pool_register(c, &h, 4, &ids[i]) == (i == 0 ? 0 : -EDQUOT));
+  }
+  ferry_disconnect(c);
+  CHECK(d.holds_nothing());
+  for (auto* p : pools) zeEventPoolDestroy(p);
+  zeMemFree(k.ctx, m1);
+  zeMemFree(k.ctx, m2);
+}
