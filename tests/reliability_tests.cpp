@@ -433,3 +433,29 @@ TEST_CASE("connections that never say Hello are bounded and time out", "[faults]
   CHECK(ferry_buffer_alloc(c, 64, &b) == 0);
   ferry_disconnect(c);
 }
+
+TEST_CASE("a stalled daemon turns every blocking call into -ETIMEDOUT, never a hang", "[faults][stall]") {
+  Daemon d({"--slots", "2", "--slot-size", "4096"});
+  ::setenv("FERRY_TIMEOUT_MS", "300", 1);  // read by each client when it connects
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(c, 1 << 16, &b) == 0);
+  REQUIRE(::kill(d.pid, SIGSTOP) == 0);
+  auto bounded = [](auto call) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int r = call();
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    return r;
+  };
+  ferry_buffer b2 = 0;
+  CHECK(bounded([&] { return ferry_buffer_alloc(c, 64, &b2); }) == -ETIMEDOUT);
+  std::vector<uint8_t> src(4 * 4096, 1);
+  // Two slots: the third piece waits for a slot the stopped daemon never frees.
+  CHECK(bounded([&] { return ferry_upload(c, b, 0, src.data(), src.size(), nullptr); }) == -ETIMEDOUT);
+  ferry_client* late = nullptr;
+  CHECK(bounded([&] { return ferry_connect(d.socket.c_str(), &late); }) == -ETIMEDOUT);
+  REQUIRE(::kill(d.pid, SIGCONT) == 0);
+  ferry_disconnect(c);
+  ::unsetenv("FERRY_TIMEOUT_MS");
+}

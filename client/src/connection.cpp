@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 
 #include "ferry/wire.hpp"
 
@@ -13,10 +15,14 @@ Connection::~Connection() { close(); }
 
 int Connection::open(const std::string& path, const proto::Hello& hello, proto::Welcome* welcome, int* segment_fd) {
   *segment_fd = -1;
-  if (int r = proto::connect_unix(path, &fd_); r != 0) return r;
+  if (const char* e = std::getenv("FERRY_TIMEOUT_MS")) {
+    const long v = std::strtol(e, nullptr, 10);
+    if (v > 0 && v < 86'400'000) timeout_ms_ = static_cast<int>(v);
+  }
+  if (int r = proto::connect_unix(path, &fd_, timeout_ms()); r != 0) return r;
   if (proto::send_all(fd_, &hello, sizeof hello) != 0) return -ECONNRESET;
   // The daemon answers at once; a bound keeps a stalled one from hanging us.
-  timeval tv{10, 0};
+  timeval tv{timeout_ms() / 1000, (timeout_ms() % 1000) * 1000};
   setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   std::vector<uint8_t> msg;
   std::vector<int> fds;
@@ -75,7 +81,12 @@ int Connection::exchange(void* msg, size_t n, uint64_t* request_field, int fd, A
   *request_field = id;
   if (int r = send(msg, n, fd); r != 0) return r;
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return answers_.count(id) != 0 || dead_ != 0; });
+  const bool came = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms()),
+                                 [&] { return answers_.count(id) != 0 || dead_ != 0; });
+  if (!came) {
+    abandoned_.insert(id);  // a stalled daemon: the caller hears so, not nothing
+    return -ETIMEDOUT;
+  }
   auto it = answers_.find(id);
   if (it == answers_.end()) return dead_;
   *out = std::move(it->second);
@@ -118,6 +129,10 @@ bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why
           fds_in_.pop_front();
         }
       }
+      if (abandoned_.erase(request) != 0) {
+        if (a.fd >= 0) ::close(a.fd);
+        return true;
+      }
       answers_[request] = std::move(a);
       break;
     }
@@ -135,6 +150,7 @@ bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why
       r.status = e.code;
       const auto* p = reinterpret_cast<const uint8_t*>(&r);
       std::lock_guard lock(mu_);
+      if (abandoned_.erase(e.request) != 0) return true;
       answers_[e.request] = Answer{T::reply, std::vector<uint8_t>(p, p + sizeof r), -1};
       break;
     }

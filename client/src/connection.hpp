@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -33,6 +34,11 @@ constexpr proto::Type answer_type<proto::ExportReply>() { return proto::Type::ex
 class Connection {
  public:
   explicit Connection(Timeline& timeline) : timeline_(timeline) {}
+
+  // How long a request may wait for its answer, and connect for the
+  // Welcome: $FERRY_TIMEOUT_MS when the client connected, else 30 s. A
+  // stalled daemon becomes -ETIMEDOUT.
+  int timeout_ms() const { return timeout_ms_; }
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -86,6 +92,7 @@ class Connection {
 
   Timeline& timeline_;
   int fd_ = -1;
+  int timeout_ms_ = 30'000;
   std::thread receiver_;
   std::mutex send_mu_;  // one message at a time on the socket
 
@@ -93,6 +100,7 @@ class Connection {
   std::condition_variable cv_;
   uint64_t next_request_ = 1;
   std::map<uint64_t, Answer> answers_;  // by request id
+  std::set<uint64_t> abandoned_;        // timed out: their answers are dropped when they come
   std::deque<int> fds_in_;              // received, not yet claimed
   int dead_ = 0;                        // why the connection ended
 };

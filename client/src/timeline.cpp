@@ -128,15 +128,24 @@ int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready, Cl
   }
 }
 
-int Timeline::wait_slot(uint64_t t) {
+int Timeline::wait_slot(uint64_t t, int stall_ms) {
   const uint32_t s = static_cast<uint32_t>((t - 1) % slot_count_);
   const uint64_t need = t > slot_count_ ? t - slot_count_ : 0;
   const auto t0 = Clock::now();
   // The daemon's own word, not the device's: ferryd takes the slot back when
   // the copy retires, and refuses a ticket beyond its window before that.
-  int r = wait_for(
-      {}, true,
-      [&] { return seg_->completed.load(std::memory_order_acquire) >= need && hold_[s].load() == 0; }, kSlotSpin);
+  auto ready = [&] { return seg_->completed.load(std::memory_order_acquire) >= need && hold_[s].load() == 0; };
+  int r;
+  for (uint64_t seen = seg_->completed.load(std::memory_order_acquire);;) {
+    r = wait_for(Clock::now() + std::chrono::milliseconds(stall_ms), false, ready, kSlotSpin);
+    if (r != -ETIMEDOUT) break;
+    const uint64_t now = seg_->completed.load(std::memory_order_acquire);
+    if (now == seen) {
+      ended(-ETIMEDOUT);  // no progress at all: the daemon stalled
+      break;
+    }
+    seen = now;  // slow, but moving: wait on
+  }
   // Published for the daemon's metrics (histogram of slot wait time).
   const auto ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
   auto* m = reinterpret_cast<proto::ClientMetrics*>(reinterpret_cast<char*>(seg_) + proto::kClientMetricsOffset);

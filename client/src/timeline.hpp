@@ -51,7 +51,9 @@ class Timeline {
 
   // ---- waits
   // Until ticket t's slot may be written; publishes the wait for metrics.
-  int wait_slot(uint64_t t);
+  // When the daemon makes no progress for stall_ms, -ETIMEDOUT, and the
+  // connection is done for (the ticket can no longer be sent in order).
+  int wait_slot(uint64_t t, int stall_ms);
   // Until ticket t is done (timeout_ns < 0: no limit), then its outcome.
   int wait(uint64_t t, int64_t timeout_ns);
   // Until every ticket handed out is done; the oldest failure among them, if any.

@@ -72,7 +72,7 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
     const uint64_t t = first + i;
     const uint64_t off = i * piece;
     const uint64_t n = std::min(piece, bytes - off);
-    if (int r = tl.wait_slot(t); r != 0) return r;
+    if (int r = tl.wait_slot(t, c->conn.timeout_ms()); r != 0) return r;
     std::memcpy(tl.slot_of(t), from + off, n);
     FERRY_SLOT_HANDED_ON(tl.slot_of(t));
     if (signal != nullptr && i + 1 == pieces) {
@@ -118,11 +118,13 @@ int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, 
     const uint64_t n = std::min(c->slot_bytes, bytes - done);
     uint64_t t = 0;
     if (int r = tl.take(1, &t); r != 0) return r;
-    if (int r = tl.wait_slot(t); r != 0) return r;
+    if (int r = tl.wait_slot(t, c->conn.timeout_ms()); r != 0) return r;
     tl.hold_slot(t);  // before the ticket can complete: no upload may reuse the slot until we read it
     auto m = transfer_message(c, proto::Type::download, t, n, src, src_offset + done);
     int r = c->conn.send(&m, sizeof m);
-    if (r == 0) r = tl.wait(t, -1);
+    // One slot's copy: a daemon that does not finish it in the timeout stalled.
+    if (r == 0) r = tl.wait(t, int64_t{c->conn.timeout_ms()} * 1'000'000);
+    if (r == -ETIMEDOUT) tl.ended(-ETIMEDOUT);
     if (r == 0) std::memcpy(to + done, tl.slot_of(t), n);
     tl.release_slot(t);
     if (r != 0) return r;

@@ -11,6 +11,14 @@
  * Timeouts are in nanoseconds; a negative timeout waits without limit, 0
  * only looks.
  *
+ * A stalled daemon (stopped, say) never hangs a call that waits on it
+ * internally: connecting, every request that needs an answer, an upload
+ * waiting for a slot and a download end with -ETIMEDOUT once the daemon made
+ * no progress for $FERRY_TIMEOUT_MS milliseconds (default 30000). After a
+ * slot wait or a download timed out, the connection is done for: later calls
+ * return -ETIMEDOUT; disconnect and connect again. ferry_wait and ferry_flush
+ * wait as long as their own timeout says.
+ *
  * Valid C11 and C++.
  */
 #ifndef FERRY_FERRY_H

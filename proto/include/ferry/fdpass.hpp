@@ -3,6 +3,7 @@
 // (SCM_RIGHTS), and collecting the descriptors that arrive with bytes.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -16,19 +17,29 @@
 namespace ferry::proto {
 
 // A connected stream socket to `path` in *out, or -errno (-ENAMETOOLONG for a
-// path that does not fit).
-inline int connect_unix(const std::string& path, int* out) {
+// path that does not fit). A listener whose backlog is full makes a blocking
+// connect wait for ever: with timeout_ms >= 0 it is retried until then, and
+// -ETIMEDOUT returned.
+inline int connect_unix(const std::string& path, int* out, int timeout_ms = -1) {
   sockaddr_un a{};
   if (path.size() >= sizeof a.sun_path) return -ENAMETOOLONG;
   a.sun_family = AF_UNIX;
   std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int flags = SOCK_STREAM | SOCK_CLOEXEC | (timeout_ms >= 0 ? SOCK_NONBLOCK : 0);
+  int fd = ::socket(AF_UNIX, flags, 0);
   if (fd < 0) return -errno;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    int e = -errno;
+  for (int waited_ms = 0;; ++waited_ms) {
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) break;
+    const int e = errno;
+    // A Unix socket's non-blocking connect says EAGAIN while the backlog is full.
+    if (e == EAGAIN && timeout_ms >= 0 && waited_ms < timeout_ms) {
+      ::usleep(1000);
+      continue;
+    }
     ::close(fd);
-    return e;
+    return e == EAGAIN ? -ETIMEDOUT : -e;
   }
+  if (timeout_ms >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   *out = fd;
   return 0;
 }
