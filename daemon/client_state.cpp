@@ -182,9 +182,23 @@ void ClientState::add_slot_waits(Histogram& h) const {
   if (segment_.header() == nullptr) return;
   const auto* m = reinterpret_cast<const proto::ClientMetrics*>(reinterpret_cast<const char*>(segment_.header()) +
                                                                 proto::kClientMetricsOffset);
-  h.count += m->slot_waits.load(std::memory_order_relaxed);
-  h.sum_ns += m->slot_wait_ns.load(std::memory_order_relaxed);
-  for (size_t i = 0; i < proto::kLatencyBuckets; ++i) h.buckets[i] += m->buckets[i].load(std::memory_order_relaxed);
+  // One copy of each word: the client may rewrite them while we look.
+  Histogram mine;
+  mine.count = m->slot_waits.load(std::memory_order_relaxed);
+  mine.sum_ns = m->slot_wait_ns.load(std::memory_order_relaxed);
+  uint64_t total = 0;
+  for (size_t i = 0; i < proto::kLatencyBuckets; ++i) {
+    mine.buckets[i] = m->buckets[i].load(std::memory_order_relaxed);
+    if (mine.buckets[i] > mine.count) return;
+    total += mine.buckets[i];
+  }
+  const auto age = std::chrono::steady_clock::now() - steady_since;
+  const auto age_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(age).count());
+  if (total != mine.count || mine.count > transfers_ + slot_count_) return;
+  if (mine.count != 0 && mine.sum_ns / mine.count > age_ns) return;
+  h.count += mine.count;
+  h.sum_ns += mine.sum_ns;
+  for (size_t i = 0; i < proto::kLatencyBuckets; ++i) h.buckets[i] += mine.buckets[i];
 }
 
 void ClientState::set_daemon_state(uint32_t s) {

@@ -119,8 +119,14 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // The application's value as the client's segment shows it (hostile: a number only).
   uint64_t app_value() const;
 
-  // Adds the slot waits the client published in its segment to h.
+  // Adds the slot waits the client published in its segment to h, if they
+  // are believable against what the daemon itself saw of this client (every
+  // bucket summing to the count, no more waits than its transfers plus its
+  // slots, none longer than its connection): a client that scribbles on its
+  // page drops out of the daemon-wide histogram instead of poisoning it.
   void add_slot_waits(Histogram& h) const;
+  // A transfer message of this client passed the window check.
+  void note_transfer() { ++transfers_; }
 
   // 1 while the daemon serves this client, 2 once it is stopping.
   void set_daemon_state(uint32_t s);
@@ -130,6 +136,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   uid_t uid = 0;
   std::string name;
   std::chrono::system_clock::time_point since = std::chrono::system_clock::now();
+  std::chrono::steady_clock::time_point steady_since = std::chrono::steady_clock::now();
   bool connected = true;  // false once its session closed (copies may still drain)
   bool registered = false;  // the segment is registered with the device
   bool host_timeline = false;  // the device could not write device_completed: the retire path does
@@ -152,6 +159,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   uint64_t device_bytes_ = 0;
   uint64_t next_buffer_ = 0;
   uint32_t opened_ = 0;    // table entries opened through grants
+  uint64_t transfers_ = 0; // transfer messages accepted
   uint32_t imported_ = 0;  // table entries that are imports
   struct Entry {
     BufferRef owned;                   // set for the owner

@@ -57,6 +57,7 @@ const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& 
   // Breaking the slot protocol is a broken client: its session closes.
   if (const char* why = c->check_ticket(m.ticket, m.slot)) return why;
   if (m.length == 0 || m.length > c->slot_bytes()) return "transfer length outside one slot";
+  c->note_transfer();
   ClientState::Held h{m, download, sig != nullptr, sig != nullptr ? *sig : proto::UploadSignal{}, after};
   // Behind an earlier hold, or before its own value: kept here, on the host,
   // never as a wait in the device's queue that every client shares.

@@ -459,3 +459,38 @@ TEST_CASE("a stalled daemon turns every blocking call into -ETIMEDOUT, never a h
   ferry_disconnect(c);
   ::unsetenv("FERRY_TIMEOUT_MS");
 }
+
+TEST_CASE("a client that scribbles on its metrics page cannot poison the daemon-wide histogram", "[faults][metrics]") {
+  Daemon d;
+  Witness w(d.socket);
+  CHECK(w.finish() > 0);  // the witness's own slot waits are in the histogram
+  auto sane = [&] {
+    auto st = d.status();
+    const auto& h = st.get_child("histograms.slot_wait");
+    uint64_t sum = 0;
+    for (const auto& [k, v] : h.get_child("counts")) {
+      (void)k;
+      sum += v.get_value<uint64_t>();
+    }
+    const uint64_t count = h.get<uint64_t>("count");
+    return std::make_pair(count, sum == count && count < (1ull << 40));
+  };
+  const auto before = sane();
+  CHECK(before.second);
+  {
+    RawClient evil(d.socket);
+    evil.hello();
+    auto* m = reinterpret_cast<proto::ClientMetrics*>(evil.seg + proto::kClientMetricsOffset);
+    m->slot_waits = 9223372036854775815ull;
+    m->slot_wait_ns = 1;
+    m->buckets[3] = 9223372036854775807ull;
+    const auto during = sane();
+    CHECK(during.second);
+    CHECK(during.first == before.first);
+  }
+  // After it left, nothing of it stays either.
+  CHECK(eventually([&] { return d.status().get<uint64_t>("held.clients") == 1; }));
+  const auto after = sane();
+  CHECK(after.second);
+  CHECK(after.first == before.first);
+}
