@@ -12,6 +12,7 @@ struct Buffer {
   void* ptr = nullptr;  // a device address (CUDA's is an integer, not a host pointer)
   uint64_t bytes = 0;
   bool imported = false;  // a client's own allocation, opened from its IPC handle
+  bool exported = false;  // its IPC handle went out: another process may keep the memory alive
 };
 
 using BufferRef = std::shared_ptr<Buffer>;

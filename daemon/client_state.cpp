@@ -40,8 +40,11 @@ int ClientState::remove(uint64_t id, bool* was_owned) {
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return -ENOENT;
   *was_owned = it->second.owned != nullptr;
-  if (*was_owned && !it->second.owned->imported) device_bytes_ -= it->second.owned->bytes;
-  if (*was_owned && it->second.owned->imported) --imported_;
+  // An exported buffer's memory may live on in the processes that opened its
+  // handle: it stays charged to this client for as long as it is connected.
+  const Buffer* b = it->second.owned.get();
+  if (b != nullptr && !b->imported && !b->exported) device_bytes_ -= b->bytes;
+  if (b != nullptr && b->imported) --imported_;
   if (!*was_owned) --opened_;
   buffers_.erase(it);  // device memory goes once copies in flight to it end
   return 0;

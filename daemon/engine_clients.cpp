@@ -96,6 +96,7 @@ int TransferEngine::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uin
   auto b = c.owned(id);
   if (!b || b->imported) return -ENOENT;
   if (int r = backend_->export_buffer(b->ptr, h); r != 0) return r;
+  b->exported = true;
   *bytes = b->bytes;
   return 0;
 }

@@ -529,3 +529,22 @@ TEST_CASE("imports and event pools are bounded per client", "[sharing][limits][s
   zeMemFree(k.ctx, m1);
   zeMemFree(k.ctx, m2);
 }
+
+TEST_CASE("the device-memory quota counts what exported buffers may keep alive", "[sharing][limits][export]") {
+  Daemon d({"--client-memory", "65536"});
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(c, 65536, &b) == 0);
+  ferry_ipc_handle h{};
+  REQUIRE(ferry_buffer_export(c, b, &h) == 0);
+  if (h.fd >= 0) ::close(h.fd);
+  REQUIRE(ferry_buffer_free(c, b) == 0);
+  // Allocate, export, free, repeat: the second round is over the quota now.
+  CHECK(ferry_buffer_alloc(c, 65536, &b) == -EDQUOT);
+  ferry_disconnect(c);
+  // A new connection starts afresh.
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  CHECK(ferry_buffer_alloc(c, 65536, &b) == 0);
+  ferry_disconnect(c);
+}
