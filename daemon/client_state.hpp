@@ -37,6 +37,8 @@ class ProgressSink {
  public:
   virtual ~ProgressSink() = default;
   virtual void progress(const ClientState& c, const Failed& failed) = 0;
+  // The client broke its submission ring: its session ends with `why`.
+  virtual void broken(const char* why) = 0;
 };
 
 class ClientState : public std::enable_shared_from_this<ClientState> {
@@ -140,6 +142,9 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   bool connected = true;  // false once its session closed (copies may still drain)
   bool registered = false;  // the segment is registered with the device
   bool host_timeline = false;  // the device could not write device_completed: the retire path does
+  bool ring = false;           // transfers come through the segment's submission ring
+  bool ring_broken = false;    // a bad entry ended the session; the ring is not read again
+  uint64_t ring_next = 1;      // the ticket the ring must show next
   std::weak_ptr<ProgressSink> sink;
 
  private:

@@ -40,6 +40,11 @@ TransferEngine::~TransferEngine() { stop(); }
 
 void TransferEngine::stop() {
   if (stop_.exchange(true)) return;
+  {
+    std::lock_guard lock(retire_mu_);
+    retire_wanted_ = true;
+  }
+  retire_cv_.notify_one();
   hold_timer_.cancel();
   retirer_.join();
   if (!records_.empty()) {
@@ -236,7 +241,13 @@ void TransferEngine::retire_loop() {
   pthread_setname_np(pthread_self(), "ferry-retire");
   std::vector<Done> batch;
   while (!stop_.load(std::memory_order_relaxed)) {
+    {
+      // Parked while the poller reaps by itself.
+      std::unique_lock lock(retire_mu_);
+      retire_cv_.wait(lock, [&] { return retire_wanted_; });
+    }
     batch.clear();
+    std::unique_lock reaper(reap_mu_);
     // A short timeout keeps stop() prompt; a busy device returns at once.
     if (backend_->reap(batch, 50'000'000) == 0) continue;
     bool post;
@@ -244,6 +255,7 @@ void TransferEngine::retire_loop() {
       std::lock_guard lock(done_mu_);
       post = done_.empty();  // else a posted handler has yet to run and will take these too
       done_.insert(done_.end(), batch.begin(), batch.end());
+      done_pending_.store(true, std::memory_order_release);
     }
     if (post) {
       boost::asio::post(io_, [this] {
@@ -251,8 +263,9 @@ void TransferEngine::retire_loop() {
         {
           std::lock_guard lock(done_mu_);
           b.swap(done_);
+          done_pending_.store(false, std::memory_order_relaxed);
         }
-        retire(b);
+        if (!b.empty()) retire(b);
       });
     }
   }

@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -96,6 +97,23 @@ class TransferEngine {
   // Stops the retire thread and drops the copies still recorded.
   void stop();
 
+  // ---- polling (engine_ring.cpp), driven by the Poller on the io thread
+  // The client sends its transfers through its segment's submission ring.
+  void use_ring(const ClientRef& c);
+  void count_doorbell() { ++stats_.doorbells; }
+  // Takes the client's published ring entries, in ticket order, as transfer
+  // messages. A broken entry ends its session (ProgressSink::broken).
+  size_t drain_ring(const ClientRef& c);
+  // One round: every ring, then the copies the device finished. Returns how
+  // much it found to do; never waits.
+  size_t poll();
+  // The poller goes to sleep: every ring asks for a Doorbell, the rings are
+  // looked at once more (false, and still awake, if that found work), and
+  // the retire thread waits on the device meanwhile.
+  bool sleep_begin();
+  // The poller woke up: no more Doorbells, the retire thread parks.
+  void sleep_end();
+
  private:
   struct Record {
     uint64_t cookie;
@@ -119,6 +137,9 @@ class TransferEngine {
   void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
   BufferRef lend(void* ptr, uint64_t bytes, bool imported);
   void release(ClientState* c);
+  // Finished copies, without waiting: those the retire thread handed over and
+  // those the device reports done now.
+  size_t reap_now();
 
   boost::asio::io_context& io_;
   std::unique_ptr<Backend> backend_;
@@ -136,9 +157,21 @@ class TransferEngine {
   bool hold_timer_armed_ = false;
   EngineStats stats_;
   std::atomic<bool> stop_{false};
+  std::vector<ClientRef> rings_;  // connected clients with a submission ring
+  bool asleep_ = true;            // the poller sleeps (or never polls): rings want Doorbells
+  std::vector<Done> reaped_;      // reap_now's batch, kept for its capacity
+  // Held across taking finished copies from the backend and queueing them
+  // for retirement, by the retire thread and (try_lock) the poller: batches
+  // then reach retire() in the order the device finished them.
+  std::mutex reap_mu_;
+  // The retire thread waits on the device only while the poller sleeps.
+  std::mutex retire_mu_;
+  std::condition_variable retire_cv_;
+  bool retire_wanted_ = true;
   // Finished copies not yet handled on the io thread; one post drains them all.
   std::mutex done_mu_;
   std::vector<Done> done_;
+  std::atomic<bool> done_pending_{false};
   std::thread retirer_;
 };
 

@@ -103,6 +103,9 @@ int main(int argc, char** argv) {
     ("socket-group", po::value(&o.socket_group), "group that owns the socket file (with --socket-mode 0660: who may connect)")
     ("admin-group", po::value(&o.admin_group), "members see every client in `ferryctl status` (others see their own)")
     ("drain", po::value(&o.drain_seconds)->default_value(5.0), "seconds copies in flight may take when stopping")
+    ("poll-idle-us", po::value(&o.poll_idle_us)->default_value(50),
+     "microseconds the poller keeps looking at clients' submission rings and the device after its last work "
+     "before it sleeps (0: never poll; every upload then wakes ferryd)")
     ("log-level", po::value(&log_level)->default_value("info"), "error, warn, info or debug");
   // clang-format on
   po::options_description all;
@@ -141,6 +144,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.max_connections == 0) o.max_connections = o.max_clients + 64;
+  if (o.poll_idle_us > 1'000'000) {
+    std::cerr << "ferryd: --poll-idle-us must be between 0 and 1000000\n";
+    return 2;
+  }
   if (o.hello_seconds <= 0 || o.hello_seconds > 3600) {
     std::cerr << "ferryd: --hello-timeout must be between 0 and 3600 seconds\n";
     return 2;

@@ -29,6 +29,11 @@ struct Options {
   std::string socket_group;      // group of the socket file; empty: the daemon's
   std::string admin_group;       // members see every client in status; empty: root and the daemon's user only
   double drain_seconds = 5.0;    // on SIGTERM, how long in-flight copies may take
+  // The poller serves submission rings and the device's completions without
+  // sleeping until it found nothing to do for this long; 0: it never polls
+  // (every ring entry then comes with a Doorbell, completions through the
+  // retire thread).
+  uint32_t poll_idle_us = 50;
 };
 
 }  // namespace ferry::ferryd

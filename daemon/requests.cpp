@@ -35,7 +35,7 @@ bool Requests::client_may_send(proto::Type type) {
   switch (type) {
     case T::hello: case T::status_request: case T::alloc: case T::free: case T::grant: case T::revoke:
     case T::open: case T::export_buffer: case T::import_buffer: case T::event_pool: case T::upload:
-    case T::download: case T::upload_signal: case T::upload_after:
+    case T::download: case T::upload_signal: case T::upload_after: case T::doorbell:
       return true;
     default:
       return false;
@@ -49,6 +49,15 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
   if (type == T::status_request) return call(this, msg, &Requests::on_status);
   // Everything else works on the client's own resources.
   if (!client_) return peer_.fatal(-EPROTO, "request before Hello");
+  if (client_->ring) {
+    // Entries published before this message come first (a Free after an
+    // upload, say); a transfer no longer comes as a message at all.
+    if (type == T::doorbell) ctx_.engine.count_doorbell();
+    ctx_.engine.drain_ring(client_);
+    if (type == T::doorbell) return;
+    if (type == T::upload || type == T::download || type == T::upload_signal || type == T::upload_after)
+      return peer_.fatal(-EPROTO, "transfer message from a client that uses the submission ring");
+  }
   switch (type) {
     case T::alloc: return call(this, msg, &Requests::on_alloc);
     case T::free: return call(this, msg, &Requests::on_free);
@@ -61,6 +70,7 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
     case T::upload: return call(this, msg, &Requests::on_upload);
     case T::download: return call(this, msg, &Requests::on_download);
     case T::upload_after: return call(this, msg, &Requests::on_upload_after);
+    case T::doorbell: return;  // nothing to ring for without a ring
     default: return call(this, msg, &Requests::on_upload_signal);
   }
 }
@@ -92,12 +102,14 @@ void Requests::on_hello(const proto::Hello& m) {
   w.segment_bytes = c->segment().bytes();
   w.slot_bytes = c->slot_bytes();
   w.slot_count = c->slot_count();
-  w.slots_offset = proto::kSegmentHeaderBytes;
+  w.slots_offset = c->segment().slots_offset();
+  w.ring_offset = proto::ring_offset();
   w.max_buffer_bytes = o.client_memory != 0 ? o.client_memory : info.memory_bytes;
   proto::set_text(w.device, info.name);
   proto::set_text(w.backend, info.backend);
   const int fd = ::fcntl(c->segment().fd(), F_DUPFD_CLOEXEC, 3);
   if (fd < 0) return peer_.fatal(-errno, "cannot pass the staging segment");
+  if (w.features & proto::kFeatureSubmitRing) engine.use_ring(c);
   client_ = std::move(c);
   peer_.send(&w, sizeof w, fd);
   FERRY_LOG(info, "client %llu connected: pid %d uid %u \"%s\", %u slots of %llu bytes",

@@ -15,7 +15,7 @@ StagingSegment::~StagingSegment() {
 }
 
 int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
-  const uint64_t bytes = proto::kSegmentHeaderBytes + uint64_t{slot_count} * slot_bytes;
+  const uint64_t bytes = proto::slots_offset(slot_count) + uint64_t{slot_count} * slot_bytes;
   fd_ = memfd_create("ferry-staging", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd_ < 0) return -errno;
   if (ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return -errno;
@@ -26,12 +26,13 @@ int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
   base_ = p;
   bytes_ = bytes;
   slot_bytes_ = slot_bytes;
+  slots_offset_ = proto::slots_offset(slot_count);
   auto* h = new (p) proto::Segment{};
   h->magic = proto::kMagic;
   h->version = proto::kVersion;
   h->slot_count = slot_count;
   h->slot_bytes = slot_bytes;
-  h->slots_offset = proto::kSegmentHeaderBytes;
+  h->slots_offset = slots_offset_;
   h->segment_bytes = bytes;
   h->completed.store(0, std::memory_order_relaxed);
   h->failures.store(0, std::memory_order_relaxed);
@@ -41,6 +42,10 @@ int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
 
 char* StagingSegment::slot(uint32_t i) const { return slots_begin() + uint64_t{i} * slot_bytes_; }
 
-char* StagingSegment::slots_begin() const { return static_cast<char*>(base_) + proto::kSegmentHeaderBytes; }
+char* StagingSegment::slots_begin() const { return static_cast<char*>(base_) + slots_offset_; }
+
+proto::SubmitEntry* StagingSegment::ring() const {
+  return reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(base_) + proto::ring_offset());
+}
 
 }  // namespace ferry::ferryd

@@ -24,13 +24,17 @@ class StagingSegment {
   proto::Segment* header() const { return static_cast<proto::Segment*>(base_); }
   char* slot(uint32_t i) const;
   char* slots_begin() const;
-  uint64_t slots_bytes() const { return bytes_ - proto::kSegmentHeaderBytes; }
+  uint64_t slots_offset() const { return slots_offset_; }
+  uint64_t slots_bytes() const { return bytes_ - slots_offset_; }
+  // The submission ring: one entry per slot (proto::SubmitEntry).
+  proto::SubmitEntry* ring() const;
 
  private:
   int fd_ = -1;
   void* base_ = nullptr;
   uint64_t bytes_ = 0;
   uint64_t slot_bytes_ = 0;
+  uint64_t slots_offset_ = 0;
 };
 
 }  // namespace ferry::ferryd

@@ -46,6 +46,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
 
   // ProgressSink: the engine moved this client's timeline.
   void progress(const ClientState& c, const Failed& failed) override;
+  void broken(const char* why) override { fatal(-EPROTO, why); }
 
  private:
   void read();

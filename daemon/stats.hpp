@@ -37,6 +37,9 @@ struct EngineStats {
   uint32_t in_flight = 0;
   uint64_t in_flight_bytes = 0;
   Histogram upload_latency;  // from the daemon's receipt of an upload to its retirement
+  uint64_t ring_entries = 0;   // transfers taken from submission rings
+  uint64_t doorbells = 0;      // Doorbell messages received
+  uint64_t poller_sleeps = 0;  // times the poller went to sleep
 };
 
 // What the engine holds on behalf of clients right now, connected or gone

@@ -23,6 +23,7 @@ std::unique_ptr<Backend> backend() {
 struct CountingSink : ProgressSink {
   uint64_t calls = 0;
   void progress(const ClientState&, const Failed&) override { ++calls; }
+  void broken(const char*) override {}
 };
 }  // namespace
 

@@ -69,6 +69,7 @@ TEST_CASE("every message type decodes whole, and need-more for each prefix", "[p
         u.t.h.size = sizeof u;
         return bytes_of(u);
       }(),
+      bytes_of(make<Doorbell>(Type::doorbell)),
   };
   // The list names every type there is, each once.
   std::set<uint16_t> seen;

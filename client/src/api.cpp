@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -22,6 +23,9 @@ proto::Hello hello_message() {
   hello.magic = proto::kMagic;
   hello.version = proto::kVersion;
   hello.features = proto::kFeaturesV1;
+  // FERRY_SUBMIT=socket: every transfer as a message, as before the ring.
+  if (const char* e = std::getenv("FERRY_SUBMIT"); e != nullptr && std::strcmp(e, "socket") == 0)
+    hello.features &= ~uint64_t{proto::kFeatureSubmitRing};
   char comm[proto::kNameBytes + 1] = {};
   if (FILE* f = std::fopen("/proc/self/comm", "r")) {
     if (std::fgets(comm, sizeof comm, f) != nullptr) comm[std::strcspn(comm, "\n")] = '\0';
@@ -42,6 +46,14 @@ int map_segment(ferry_client* c, int seg_fd) {
       w.slots_offset + w.slot_count * w.slot_bytes > w.segment_bytes) {
     ::munmap(p, w.segment_bytes);
     return -EPROTO;
+  }
+  if (w.features & proto::kFeatureSubmitRing) {
+    if (w.ring_offset < sizeof(proto::Segment) || w.ring_offset % alignof(proto::SubmitEntry) != 0 ||
+        w.ring_offset + uint64_t{w.slot_count} * sizeof(proto::SubmitEntry) > w.slots_offset) {
+      ::munmap(p, w.segment_bytes);
+      return -EPROTO;
+    }
+    c->ring = reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(p) + w.ring_offset);
   }
   c->seg = seg;
   c->seg_bytes = w.segment_bytes;

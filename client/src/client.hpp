@@ -21,6 +21,8 @@ struct ferry_client {
   ferry::client::Connection conn;
   ferry::proto::Welcome welcome{};
   ferry::proto::Segment* seg = nullptr;
+  // The submission ring, when the daemon granted it: transfers go there.
+  ferry::proto::SubmitEntry* ring = nullptr;
   uint64_t seg_bytes = 0;
   uint32_t slot_count = 0;
   uint64_t slot_bytes = 0;

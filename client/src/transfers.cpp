@@ -26,15 +26,59 @@ uint64_t piece_bytes(uint64_t slot_bytes, uint64_t bytes) {
 // Uploads at least this large stage several pieces at once (see Stager).
 constexpr uint64_t kParallelFrom = 8ull << 20;
 
-proto::Transfer transfer_message(ferry_client* c, proto::Type type, uint64_t ticket, uint64_t length,
-                                 uint64_t buffer, uint64_t offset) {
-  auto m = proto::make<proto::Transfer>(type);
-  m.ticket = ticket;
-  m.slot = static_cast<uint32_t>((ticket - 1) % c->slot_count);
-  m.length = length;
-  m.buffer = buffer;
-  m.offset = offset;
-  return m;
+// One transfer of ticket t, as the daemon takes it: an entry in the
+// submission ring (a Doorbell only if ferryd's poller sleeps), or a message.
+struct Submit {
+  proto::Type type;
+  uint64_t ticket, length, buffer, offset;
+  uint64_t after = 0;         // upload_after
+  uint64_t pool = 0;          // upload_signal
+  uint32_t event = 0;
+};
+
+int submit(ferry_client* c, const Submit& s) {
+  const auto slot = static_cast<uint32_t>((s.ticket - 1) % c->slot_count);
+  if (c->ring != nullptr) {
+    proto::SubmitEntry& e = c->ring[slot];
+    e.type.store(static_cast<uint64_t>(s.type), std::memory_order_relaxed);
+    e.length.store(s.length, std::memory_order_relaxed);
+    e.buffer.store(s.buffer, std::memory_order_relaxed);
+    e.offset.store(s.offset, std::memory_order_relaxed);
+    e.after.store(s.after, std::memory_order_relaxed);
+    e.pool.store(s.pool, std::memory_order_relaxed);
+    e.event.store(s.event, std::memory_order_relaxed);
+    e.ticket.store(s.ticket, std::memory_order_release);
+    // The daemon sets `doorbell` before its last look at the ring: either it
+    // sees this entry, or this sees the flag (proto::Segment::doorbell).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (c->seg->doorbell.load(std::memory_order_relaxed) == 0) return 0;
+    auto m = proto::make<proto::Doorbell>(proto::Type::doorbell);
+    return c->conn.send(&m, sizeof m);
+  }
+  proto::Transfer t{};
+  t.h.type = static_cast<uint16_t>(s.type);
+  t.h.size = sizeof t;
+  t.ticket = s.ticket;
+  t.slot = slot;
+  t.length = s.length;
+  t.buffer = s.buffer;
+  t.offset = s.offset;
+  if (s.type == proto::Type::upload_signal) {
+    proto::UploadSignal m{};
+    m.t = t;
+    m.t.h.size = sizeof m;
+    m.pool = s.pool;
+    m.event = s.event;
+    return c->conn.send(&m, sizeof m);
+  }
+  if (s.type == proto::Type::upload_after) {
+    proto::UploadAfter m{};
+    m.t = t;
+    m.t.h.size = sizeof m;
+    m.after = s.after;
+    return c->conn.send(&m, sizeof m);
+  }
+  return c->conn.send(&t, sizeof t);
 }
 
 }  // namespace
@@ -75,25 +119,20 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
     if (int r = tl.wait_slot(t, c->conn.timeout_ms()); r != 0) return r;
     std::memcpy(tl.slot_of(t), from + off, n);
     FERRY_SLOT_HANDED_ON(tl.slot_of(t));
+    Submit s{proto::Type::upload, t, n, dst, dst_offset + off};
     if (signal != nullptr && i + 1 == pieces) {
       // The last piece carries the event: the in-order queue signals it
       // after every earlier piece.
-      proto::UploadSignal m = *signal;
-      m.t = transfer_message(c, proto::Type::upload_signal, t, n, dst, dst_offset + off);
-      m.t.h.size = sizeof m;
-      return c->conn.send(&m, sizeof m);
-    }
-    if (after != 0) {
+      s.type = proto::Type::upload_signal;
+      s.pool = signal->pool;
+      s.event = signal->event;
+    } else if (after != 0) {
       // Every piece waits for the value: pieces staged by several threads
       // may reach the daemon in any order.
-      proto::UploadAfter m{};
-      m.t = transfer_message(c, proto::Type::upload_after, t, n, dst, dst_offset + off);
-      m.t.h.size = sizeof m;
-      m.after = after;
-      return c->conn.send(&m, sizeof m);
+      s.type = proto::Type::upload_after;
+      s.after = after;
     }
-    auto m = transfer_message(c, proto::Type::upload, t, n, dst, dst_offset + off);
-    return c->conn.send(&m, sizeof m);
+    return submit(c, s);
   };
   int r = 0;
   // With a signal, the last piece goes last, after the others were sent.
@@ -120,8 +159,7 @@ int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, 
     if (int r = tl.take(1, &t); r != 0) return r;
     if (int r = tl.wait_slot(t, c->conn.timeout_ms()); r != 0) return r;
     tl.hold_slot(t);  // before the ticket can complete: no upload may reuse the slot until we read it
-    auto m = transfer_message(c, proto::Type::download, t, n, src, src_offset + done);
-    int r = c->conn.send(&m, sizeof m);
+    int r = submit(c, Submit{proto::Type::download, t, n, src, src_offset + done});
     // One slot's copy: a daemon that does not finish it in the timeout stalled.
     if (r == 0) r = tl.wait(t, int64_t{c->conn.timeout_ms()} * 1'000'000);
     if (r == -ETIMEDOUT) tl.ended(-ETIMEDOUT);

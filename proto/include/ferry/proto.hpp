@@ -21,6 +21,8 @@
 //   client -> UploadSignal         as Upload; the device also signals the pool's event after it
 //   client -> UploadAfter          as Upload, held by the daemon until the segment's app_value
 //                                  reaches `after` (the application's queue order)
+//   client -> Doorbell             look at my submission ring (sent only while the segment's
+//                                  `doorbell` word asks for it: ferryd's poller sleeps)
 //   daemon -> Error                a request was refused; `fatal` closes the session
 //   daemon -> Shutdown             the daemon is stopping; the session ends next
 #pragma once
@@ -44,9 +46,13 @@ enum Feature : uint64_t {
   // (granted only where the backend can; the word is kept by the daemon otherwise).
   kFeatureDeviceTimeline = 1u << 3,
   kFeatureUploadAfter = 1u << 4,  // UploadAfter and Segment::app_value
+  // Transfers go through the segment's submission ring (SubmitEntry), not
+  // as messages; a Doorbell only while Segment::doorbell asks for one; no
+  // Completion messages (the segment's words say it), TicketFailed still.
+  kFeatureSubmitRing = 1u << 5,
 };
-inline constexpr uint64_t kFeaturesV1 =
-    kFeatureTimelineCounter | kFeatureDownload | kFeatureStatus | kFeatureDeviceTimeline | kFeatureUploadAfter;
+inline constexpr uint64_t kFeaturesV1 = kFeatureTimelineCounter | kFeatureDownload | kFeatureStatus |
+                                        kFeatureDeviceTimeline | kFeatureUploadAfter | kFeatureSubmitRing;
 
 enum class Type : uint16_t {
   hello = 1,
@@ -73,9 +79,10 @@ enum class Type : uint16_t {
   event_pool = 22,
   upload_signal = 23,
   upload_after = 24,
+  doorbell = 25,
 };
 // The highest type number; every number from 1 to it is a message (tests check).
-inline constexpr Type kLastType = Type::upload_after;
+inline constexpr Type kLastType = Type::doorbell;
 
 struct Header {
   uint16_t type;   // Type
@@ -117,7 +124,8 @@ struct Welcome {
   uint64_t max_buffer_bytes;
   char device[kDeviceNameBytes];
   char backend[kNameBytes];
-  uint64_t reserved2[2];
+  uint64_t ring_offset;     // byte offset of the submission ring (kFeatureSubmitRing)
+  uint64_t reserved2;
 };
 static_assert(sizeof(Welcome) == 168);
 static_assert(offsetof(Welcome, slot_bytes) == 40);
@@ -334,6 +342,34 @@ struct UploadAfter {
 };
 static_assert(sizeof(UploadAfter) == 64);
 
+// "Look at my submission ring": ferryd's poller was asleep when the client
+// published an entry (Segment::doorbell was set). Carries nothing else.
+struct Doorbell {
+  Header h;
+  uint64_t reserved;
+};
+static_assert(sizeof(Doorbell) == 16);
+
+// ---------------------------------------------------------------- submission ring
+// With kFeatureSubmitRing, a transfer is not a message: the client describes
+// it in the ring entry of its slot (ticket t: entry (t - 1) % slot_count, at
+// Welcome::ring_offset) and stores `ticket` last, with release. ferryd takes
+// tickets strictly in order: it reads entry (next - 1) % slot_count, copies
+// every word out of shared memory, and uses the copy only if its `ticket` is
+// `next`. The client can rewrite an entry at any moment: ferryd checks the
+// copy as it would a message, and a bad one closes only that session.
+struct SubmitEntry {
+  std::atomic<uint64_t> ticket;   // stored last: the entry describes this ticket
+  std::atomic<uint64_t> type;     // Type: upload, download, upload_signal, upload_after
+  std::atomic<uint64_t> length;   // as Transfer
+  std::atomic<uint64_t> buffer;
+  std::atomic<uint64_t> offset;
+  std::atomic<uint64_t> after;    // upload_after: UploadAfter::after
+  std::atomic<uint64_t> pool;     // upload_signal: UploadSignal::pool
+  std::atomic<uint64_t> event;    // upload_signal: UploadSignal::event
+};
+static_assert(sizeof(SubmitEntry) == 64);
+
 // ---------------------------------------------------------------- segment
 // The staging segment: this header, then slot_count slots of slot_bytes at
 // slots_offset. The daemon creates it (memfd), maps it, and hands the fd to
@@ -377,6 +413,11 @@ struct alignas(64) Segment {
   // while `sleepers` is non-zero.
   alignas(64) std::atomic<uint32_t> wake;
   std::atomic<uint32_t> sleepers;  // threads of the client asleep on `wake`
+  // 1 while ferryd's poller sleeps (or never polls): a client that published
+  // a ring entry then sends a Doorbell. The daemon stores 1, then looks at
+  // the ring once more; the client stores its entry, then looks here (both
+  // with seq_cst fences): one of them sees the other.
+  alignas(64) std::atomic<uint32_t> doorbell;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(offsetof(Segment, completed) == 64);
@@ -386,8 +427,16 @@ static_assert(offsetof(Segment, device_completed) == 256);
 static_assert(offsetof(Segment, app_value) == 320);
 static_assert(offsetof(Segment, wake) == 384);
 static_assert(offsetof(Segment, sleepers) == 388);
-static_assert(sizeof(Segment) == 448);
-inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // slots start on a page
+static_assert(offsetof(Segment, doorbell) == 448);
+static_assert(sizeof(Segment) == 512);
+inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // the ring starts on the next page
+
+// Where the ring and the slots lie in a segment of `slot_count` slots: the
+// ring right after the header page, the slots on the page after the ring.
+inline constexpr uint64_t ring_offset() { return kSegmentHeaderBytes; }
+inline constexpr uint64_t slots_offset(uint32_t slot_count) {
+  return kSegmentHeaderBytes + (uint64_t{slot_count} * sizeof(SubmitEntry) + 4095) / 4096 * 4096;
+}
 
 // Latency histograms (ferryctl metrics): upper bounds of the buckets in
 // nanoseconds; a last bucket counts everything above.

@@ -1,0 +1,54 @@
+#include "poller.hpp"
+
+#include <chrono>
+
+namespace ferry::ferryd {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+// While polling, sockets are looked at this often: requests other than
+// transfers (and clients without a ring) wait at most this long.
+constexpr auto kIoEvery = std::chrono::microseconds(10);
+
+inline void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace
+
+void Poller::run() {
+  if (idle_us_ == 0) {
+    // Never polls: every ring entry comes with a Doorbell, every finished
+    // copy through the retire thread.
+    engine_.sleep_begin();
+    io_.run();
+    return;
+  }
+  const auto idle = std::chrono::microseconds(idle_us_);
+  // It starts asleep: nothing to poll yet.
+  auto last_work = Clock::now() - idle;
+  auto last_io = last_work;
+  while (!io_.stopped()) {
+    const size_t n = engine_.poll();
+    auto now = Clock::now();
+    if (n != 0) last_work = now;
+    if (now - last_io >= kIoEvery) {
+      if (io_.poll() != 0) last_work = Clock::now();
+      last_io = now;
+    }
+    if (now - last_work >= idle) {
+      if (engine_.sleep_begin()) {
+        io_.run_one();
+        engine_.sleep_end();
+      }
+      last_work = last_io = Clock::now();
+    } else if (n == 0) {
+      relax();
+    }
+  }
+}
+
+}  // namespace ferry::ferryd
