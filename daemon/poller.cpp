@@ -1,6 +1,8 @@
 #include "poller.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 namespace ferry::ferryd {
 
@@ -9,6 +11,12 @@ using Clock = std::chrono::steady_clock;
 // While polling, sockets are looked at this often: requests other than
 // transfers (and clients without a ring) wait at most this long.
 constexpr auto kIoEvery = std::chrono::microseconds(10);
+// With this many copies queued on the device and nothing new in the rings,
+// the poller naps instead of spinning: the device has work for longer than
+// the nap, so nothing waits for us, and one wake-up then retires a batch.
+constexpr uint32_t kNapFrom = 4;
+constexpr auto kNapPerCopy = std::chrono::microseconds(3);
+constexpr auto kMaxNap = std::chrono::microseconds(50);
 
 inline void relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -45,6 +53,8 @@ void Poller::run() {
         engine_.sleep_end();
       }
       last_work = last_io = Clock::now();
+    } else if (const uint32_t queued = engine_.stats().in_flight; n == 0 && queued >= kNapFrom) {
+      std::this_thread::sleep_for(std::min(kMaxNap, queued * kNapPerCopy));  // ferryd's timer slack is 1 µs
     } else if (n == 0) {
       relax();
     }

@@ -11,11 +11,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ferry/ferry.h>
+
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <algorithm>
+#include <cerrno>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -182,6 +186,51 @@ class Daemon {
   std::string socket;
 };
 
+// A well-behaved client that uploads and verifies while the test misbehaves.
+class Witness {
+ public:
+  explicit Witness(const std::string& socket) {
+    REQUIRE(ferry_connect(socket.c_str(), &c_) == 0);
+    REQUIRE(ferry_buffer_alloc(c_, kBytes, &buf_) == 0);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Witness() {
+    finish();
+    ferry_disconnect(c_);
+  }
+  // Lets at least 3 rounds verify (10 s at most), stops, and returns how many
+  // rounds verified, or -1 on any failure.
+  int64_t finish() {
+    for (int i = 0; i < 1000 && rounds_ < 3 && !failed_ && thread_.joinable(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return failed_ ? -1 : static_cast<int64_t>(rounds_.load());
+  }
+
+ private:
+  static constexpr uint64_t kBytes = 256 * 1024;
+  void run() {
+    std::vector<uint8_t> src(kBytes), back(kBytes);
+    for (uint64_t round = 1; !stop_; ++round) {
+      for (uint64_t i = 0; i < kBytes; ++i) src[i] = static_cast<uint8_t>(i * 7 + round);
+      ferry_ticket t = 0;
+      if (ferry_upload(c_, buf_, 0, src.data(), kBytes, &t) != 0 || ferry_wait(c_, t, -1) != 0 ||
+          ferry_download(c_, buf_, 0, back.data(), kBytes) != 0 || back != src) {
+        failed_ = true;
+        return;
+      }
+      ++rounds_;
+    }
+  }
+  ferry_client* c_ = nullptr;
+  ferry_buffer buf_ = 0;
+  std::atomic<bool> stop_{false}, failed_{false};
+  std::atomic<uint64_t> rounds_{0};
+  std::thread thread_;
+};
+
+
 // A client that speaks the wire protocol directly.
 class RawClient {
  public:
@@ -201,10 +250,11 @@ class RawClient {
     send_bytes(&m, sizeof m);
   }
   // Hello (with the program name given, raw bytes), then the Welcome and the segment.
-  void hello(const std::string& name = {}) {
+  void hello(const std::string& name = {}, uint64_t features = 0) {
     auto h = proto::make<proto::Hello>(proto::Type::hello);
     h.magic = proto::kMagic;
     h.version = proto::kVersion;
+    h.features = features;
     std::memcpy(h.name, name.data(), std::min(name.size(), sizeof h.name));
     send(h);
     std::vector<uint8_t> msg;
@@ -218,6 +268,27 @@ class RawClient {
     REQUIRE(seg != MAP_FAILED);
   }
   char* slot(uint32_t i) { return seg + welcome.slots_offset + uint64_t{i} * welcome.slot_bytes; }
+  proto::Segment* header() { return reinterpret_cast<proto::Segment*>(seg); }
+  // With kFeatureSubmitRing: the entry of ticket t, filled and published
+  // (ticket stored last), with a Doorbell when the daemon asks for one.
+  proto::SubmitEntry& entry(uint64_t t) {
+    auto* ring = reinterpret_cast<proto::SubmitEntry*>(seg + welcome.ring_offset);
+    return ring[(t - 1) % welcome.slot_count];
+  }
+  void publish(uint64_t t, proto::Type type, uint64_t len, uint64_t buffer, uint64_t offset, uint64_t after = 0,
+               bool ring_bell = true) {
+    proto::SubmitEntry& e = entry(t);
+    e.type = static_cast<uint64_t>(type);
+    e.length = len;
+    e.buffer = buffer;
+    e.offset = offset;
+    e.after = after;
+    e.pool = 0;
+    e.event = 0;
+    e.ticket.store(t, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (ring_bell && header()->doorbell.load() != 0) send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+  }
   // Reads one message; returns its type, with its bytes in `last`. 0 on EOF.
   uint16_t read_message() {
     if (proto::read_message(fd, last) != 0) return 0;
@@ -240,7 +311,7 @@ class RawClient {
     for (;;) {
       ssize_t n = ::recv(fd, &c, 1, 0);
       if (n == 0) return true;
-      if (n < 0) return false;  // timed out: still open
+      if (n < 0) return errno == ECONNRESET;  // reset: closed under our last message; else timed out: open
     }
   }
   proto::Transfer transfer(proto::Type t, uint64_t ticket, uint64_t len, uint64_t buffer, uint64_t offset) {

@@ -28,50 +28,6 @@ int fds_to(pid_t pid, const std::string& target) {
   return n;
 }
 
-// A well-behaved client that uploads and verifies while the test misbehaves.
-class Witness {
- public:
-  explicit Witness(const std::string& socket) {
-    REQUIRE(ferry_connect(socket.c_str(), &c_) == 0);
-    REQUIRE(ferry_buffer_alloc(c_, kBytes, &buf_) == 0);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~Witness() {
-    finish();
-    ferry_disconnect(c_);
-  }
-  // Lets at least 3 rounds verify (10 s at most), stops, and returns how many
-  // rounds verified, or -1 on any failure.
-  int64_t finish() {
-    for (int i = 0; i < 1000 && rounds_ < 3 && !failed_ && thread_.joinable(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    return failed_ ? -1 : static_cast<int64_t>(rounds_.load());
-  }
-
- private:
-  static constexpr uint64_t kBytes = 256 * 1024;
-  void run() {
-    std::vector<uint8_t> src(kBytes), back(kBytes);
-    for (uint64_t round = 1; !stop_; ++round) {
-      for (uint64_t i = 0; i < kBytes; ++i) src[i] = static_cast<uint8_t>(i * 7 + round);
-      ferry_ticket t = 0;
-      if (ferry_upload(c_, buf_, 0, src.data(), kBytes, &t) != 0 || ferry_wait(c_, t, -1) != 0 ||
-          ferry_download(c_, buf_, 0, back.data(), kBytes) != 0 || back != src) {
-        failed_ = true;
-        return;
-      }
-      ++rounds_;
-    }
-  }
-  ferry_client* c_ = nullptr;
-  ferry_buffer buf_ = 0;
-  std::atomic<bool> stop_{false}, failed_{false};
-  std::atomic<uint64_t> rounds_{0};
-  std::thread thread_;
-};
-
 }  // namespace
 
 TEST_CASE("200 clients killed at random moments of an upload stream: all reclaimed, others intact", "[faults]") {

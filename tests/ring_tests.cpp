@@ -1,0 +1,197 @@
+// The submission ring (kFeatureSubmitRing): transfers published in the
+// segment, the Doorbell only while the poller sleeps, and a ring a client
+// fills with nonsense ending only its own session.
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <random>
+#include <thread>
+
+#include "daemon_fixture.hpp"
+
+using namespace ferry::test;
+namespace proto = ferry::proto;
+
+namespace {
+
+// A raw client that asked for the ring, with one 64 KiB buffer.
+struct RingClient : RawClient {
+  explicit RingClient(const std::string& socket) : RawClient(socket) {
+    hello("ring", proto::kFeatureSubmitRing | proto::kFeatureTimelineCounter);
+    REQUIRE((welcome.features & proto::kFeatureSubmitRing) != 0);
+    REQUIRE(welcome.ring_offset >= sizeof(proto::Segment));
+    REQUIRE(welcome.ring_offset + welcome.slot_count * sizeof(proto::SubmitEntry) <= welcome.slots_offset);
+    buffer = alloc(64 * 1024);
+  }
+  uint64_t completed() { return header()->completed.load(std::memory_order_acquire); }
+  // No message of any kind within `ms`.
+  bool quiet(int ms) {
+    timeval tv{0, ms * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK);
+    timeval back{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &back, sizeof back);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+  uint64_t buffer = 0;
+};
+
+// The session ended with a fatal error whose text names `what`.
+void closed_for(RawClient& r, const std::string& what) {
+  proto::Error e{};
+  REQUIRE(r.expect(proto::Type::error, &e));
+  CHECK((e.h.flags & proto::kErrorFatal) != 0);
+  CHECK(e.code == -EPROTO);
+  INFO(e.text);
+  CHECK(std::string(e.text).find(what) != std::string::npos);
+  CHECK(r.closed_by_peer());
+}
+
+}  // namespace
+
+TEST_CASE("ring: uploads and downloads go through the segment, completions are read there, not sent", "[ring]") {
+  Daemon d;
+  RingClient r(d.socket);
+  const uint32_t n = r.welcome.slot_count * 3;  // three times round the ring
+  for (uint64_t t = 1; t <= n; t += 2) {
+    // Upload 4 KiB of a pattern of t, then download it into the next slot.
+    REQUIRE(eventually([&] { return r.completed() + r.welcome.slot_count >= t + 1; }));
+    std::memset(r.slot(static_cast<uint32_t>((t - 1) % r.welcome.slot_count)), static_cast<int>(t), 4096);
+    r.publish(t, proto::Type::upload, 4096, r.buffer, t * 64);
+    r.publish(t + 1, proto::Type::download, 4096, r.buffer, t * 64);
+    REQUIRE(eventually([&] { return r.completed() >= t + 1; }));
+    const char* back = r.slot(static_cast<uint32_t>(t % r.welcome.slot_count));
+    CHECK(std::count(back, back + 4096, static_cast<char>(t)) == 4096);
+  }
+  CHECK(r.header()->failures.load() == 0);
+  // Every copy succeeded: nothing was said on the socket.
+  CHECK(r.quiet(100));
+}
+
+TEST_CASE("ring: a failed ticket still comes as a message; the session goes on", "[ring]") {
+  Daemon d;
+  RingClient r(d.socket);
+  r.publish(1, proto::Type::upload, 4096, 999, 0);  // no such buffer
+  proto::TicketFailed f{};
+  REQUIRE(r.expect(proto::Type::ticket_failed, &f));
+  CHECK(f.ticket == 1);
+  CHECK(f.error == -ENOENT);
+  REQUIRE(eventually([&] { return r.completed() >= 1; }));
+  CHECK(r.header()->failures.load() == 1);
+  r.publish(2, proto::Type::upload, 4096, r.buffer, 0);
+  REQUIRE(eventually([&] { return r.completed() >= 2; }));
+  CHECK(r.header()->failures.load() == 1);
+}
+
+TEST_CASE("ring: the Doorbell is asked for only while the poller sleeps", "[ring]") {
+  SECTION("a poller that never polls wants a Doorbell for every entry") {
+    Daemon d({"--poll-idle-us", "0"});
+    RingClient r(d.socket);
+    CHECK(r.header()->doorbell.load() == 1);
+    r.publish(1, proto::Type::upload, 4096, r.buffer, 0, 0, false);
+    // Published without ringing: nobody looks.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CHECK(r.completed() == 0);
+    r.send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    REQUIRE(eventually([&] { return r.completed() >= 1; }));
+  }
+  SECTION("an awake poller takes entries without any message, and sleeps again when idle") {
+    Daemon d({"--poll-idle-us", "300000"});
+    RingClient r(d.socket);
+    // The Alloc woke it; it stays awake for 0.3 s after its last work.
+    CHECK(r.header()->doorbell.load() == 0);
+    r.publish(1, proto::Type::upload, 4096, r.buffer, 0, 0, false);
+    REQUIRE(eventually([&] { return r.completed() >= 1; }, std::chrono::milliseconds(250)));
+    // Idle: it sleeps, and says so to the rings.
+    REQUIRE(eventually([&] { return r.header()->doorbell.load() == 1; }));
+    r.publish(2, proto::Type::upload, 4096, r.buffer, 0);  // rings the bell
+    REQUIRE(eventually([&] { return r.completed() >= 2; }));
+  }
+}
+
+TEST_CASE("ring: a bad entry closes only its own session", "[ring][badinput]") {
+  Daemon d({"--max-clients", "8"});
+  Witness w(d.socket);  // a well-behaved client, uploading and checking all along
+  RingClient r(d.socket);
+  SECTION("a type that is no transfer") {
+    r.publish(1, proto::Type::alloc, 4096, r.buffer, 0);
+    closed_for(r, "no transfer");
+  }
+  SECTION("a length past the slot") {
+    r.publish(1, proto::Type::upload, r.welcome.slot_bytes + 1, r.buffer, 0);
+    closed_for(r, "length");
+  }
+  SECTION("a zero length") {
+    r.publish(1, proto::Type::upload, 0, r.buffer, 0);
+    closed_for(r, "length");
+  }
+  SECTION("UploadAfter with no value") {
+    r.publish(1, proto::Type::upload_after, 4096, r.buffer, 0, 0);
+    closed_for(r, "no value");
+  }
+  SECTION("an event index past 32 bits") {
+    proto::SubmitEntry& e = r.entry(1);
+    e.event = uint64_t{1} << 40;
+    e.pool = 1;
+    e.type = static_cast<uint64_t>(proto::Type::upload_signal);
+    e.length = 4096;
+    e.buffer = r.buffer;
+    e.offset = 0;
+    e.ticket.store(1);
+    r.send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    closed_for(r, "32 bits");
+  }
+  SECTION("a ticket past the window (the first one held, the ring published all round)") {
+    const uint32_t n = r.welcome.slot_count;
+    r.publish(1, proto::Type::upload_after, 4096, r.buffer, 0, ~uint64_t{0});  // held: app_value never gets there
+    for (uint64_t t = 2; t <= n; ++t) r.publish(t, proto::Type::upload, 4096, r.buffer, 0);
+    // Any request makes the daemon take the ring first: after this reply
+    // entry 1 is taken and may be rewritten (as ticket n + 1).
+    r.alloc(4096);
+    r.publish(n + 1, proto::Type::upload, 4096, r.buffer, 0);
+    closed_for(r, "window");
+  }
+  SECTION("a transfer as a message from a client with a ring") {
+    r.send(r.transfer(proto::Type::upload, 1, 4096, r.buffer, 0));
+    closed_for(r, "submission ring");
+  }
+  SECTION("entries that skip a ticket are not taken, and the next message does not take them either") {
+    r.publish(2, proto::Type::upload, 4096, r.buffer, 0);
+    r.send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    CHECK(r.alloc(4096) != 0);  // the session is fine: ticket 1 has not come yet
+    CHECK(r.completed() == 0);
+    r.publish(1, proto::Type::upload, 4096, r.buffer, 0);
+    REQUIRE(eventually([&] { return r.completed() >= 2; }));
+  }
+  CHECK(w.finish() >= 3);
+  // The daemon took no harm: a new client with a ring works.
+  RingClient again(d.socket);
+  again.publish(1, proto::Type::upload, 4096, again.buffer, 0);
+  REQUIRE(eventually([&] { return again.completed() >= 1; }));
+}
+
+TEST_CASE("ring: a client rewriting its whole ring at random ends only its own session", "[ring][badinput]") {
+  Daemon d({"--max-clients", "8"});
+  Witness w(d.socket);
+  for (int round = 0; round < 5; ++round) {
+    RingClient r(d.socket);
+    std::mt19937_64 rng(static_cast<uint64_t>(round) * 7919 + 1);
+    auto* words = reinterpret_cast<std::atomic<uint64_t>*>(&r.entry(1));
+    const size_t count = r.welcome.slot_count * sizeof(proto::SubmitEntry) / 8;
+    const auto bell = proto::make<proto::Doorbell>(proto::Type::doorbell);
+    // Random words, with tickets that are sometimes the expected ones.
+    for (int i = 0; i < 20000; ++i) {
+      const size_t k = rng() % count;
+      uint64_t v = rng();
+      if (k % 8 == 0 && (v & 1)) v = 1 + (v >> 1) % 4;
+      if (k % 8 == 1 && (v & 1)) v = static_cast<uint64_t>(proto::Type::upload) + (v >> 1) % 2;
+      words[k].store(v, std::memory_order_release);
+      if (i % 1000 == 0) ::send(r.fd, &bell, sizeof bell, MSG_NOSIGNAL);  // the session may be gone
+    }
+  }
+  CHECK(w.finish() >= 3);
+  int st = 0;
+  CHECK(waitpid(d.pid, &st, WNOHANG) == 0);  // still running
+}
