@@ -34,6 +34,10 @@ struct Options {
   // (every ring entry then comes with a Doorbell, completions through the
   // retire thread).
   uint32_t poll_idle_us = 50;
+  // While the device holds 4 or more copies and the rings are quiet, the
+  // poller naps this long per queued copy (at most 50 µs) instead of
+  // spinning; 0: it never naps.
+  uint32_t poll_nap_us = 3;
 };
 
 }  // namespace ferry::ferryd

@@ -15,7 +15,6 @@ constexpr auto kIoEvery = std::chrono::microseconds(10);
 // the poller naps instead of spinning: the device has work for longer than
 // the nap, so nothing waits for us, and one wake-up then retires a batch.
 constexpr uint32_t kNapFrom = 4;
-constexpr auto kNapPerCopy = std::chrono::microseconds(3);
 constexpr auto kMaxNap = std::chrono::microseconds(50);
 
 inline void relax() {
@@ -53,8 +52,9 @@ void Poller::run() {
         engine_.sleep_end();
       }
       last_work = last_io = Clock::now();
-    } else if (const uint32_t queued = engine_.stats().in_flight; n == 0 && queued >= kNapFrom) {
-      std::this_thread::sleep_for(std::min(kMaxNap, queued * kNapPerCopy));  // ferryd's timer slack is 1 µs
+    } else if (const uint32_t queued = engine_.stats().in_flight; n == 0 && nap_us_ != 0 && queued >= kNapFrom) {
+      // ferryd's timer slack is 1 µs
+      std::this_thread::sleep_for(std::min<std::chrono::microseconds>(kMaxNap, std::chrono::microseconds(queued * nap_us_)));
     } else if (n == 0) {
       relax();
     }

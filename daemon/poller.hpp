@@ -15,8 +15,8 @@ namespace ferry::ferryd {
 
 class Poller {
  public:
-  Poller(boost::asio::io_context& io, TransferEngine& engine, uint32_t idle_us)
-      : io_(io), engine_(engine), idle_us_(idle_us) {}
+  Poller(boost::asio::io_context& io, TransferEngine& engine, uint32_t idle_us, uint32_t nap_us)
+      : io_(io), engine_(engine), idle_us_(idle_us), nap_us_(nap_us) {}
   // Until the io_context stops.
   void run();
 
@@ -24,6 +24,7 @@ class Poller {
   boost::asio::io_context& io_;
   TransferEngine& engine_;
   uint32_t idle_us_;
+  uint32_t nap_us_;  // per queued copy; 0: never nap
 };
 
 }  // namespace ferry::ferryd

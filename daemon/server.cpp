@@ -108,7 +108,7 @@ int Server::listen(const std::string& path, int fd, std::string& why) {
 }
 
 void Server::run() {
-  Poller(io_, engine_, opts_.poll_idle_us).run();
+  Poller(io_, engine_, opts_.poll_idle_us, opts_.poll_nap_us).run();
   // Every session is closed by now; the handlers still pending on their
   // sockets (a write a client never read, say) end here, while the engine
   // their client states return everything to is still alive.

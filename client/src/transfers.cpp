@@ -1,10 +1,12 @@
 // Uploads and downloads through the client's slots.
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "client.hpp"
+#include "stage_copy.hpp"
 #include "tsan.hpp"
 
 namespace ferry::client {
@@ -12,19 +14,47 @@ namespace ferry::client {
 namespace {
 
 // How much of an upload goes in one slot. An upload of a few slots or less is
-// cut into at least kMinPieces pieces (of at least kMinPiece bytes) so that
-// staging the next piece overlaps with the device copying this one.
-constexpr uint64_t kMinPieces = 4;
-constexpr uint64_t kMinPiece = 64 * 1024;
+// cut into at least min_pieces() pieces (of at least kMinPiece bytes) so that
+// staging the next piece overlaps with the device copying this one. Every
+// piece costs the daemon a submission (on CUDA a copy, a timeline write and
+// an event, a few µs), so pieces are at least 256 KiB: an upload up to that
+// is one piece. Four pieces, not two: with four, uploads from 1 MiB stage on
+// the thread pool, which measured 1 MiB at 7.3-8.1 GB/s against 4.7 with two
+// (H200 machine, scripts/h200-tune.sh). $FERRY_MIN_PIECES changes the count.
+constexpr uint64_t kMinPiece = 256 * 1024;
+uint64_t min_pieces() {
+  static const uint64_t v = [] {
+    const char* e = std::getenv("FERRY_MIN_PIECES");
+    const unsigned long long n = e != nullptr ? std::strtoull(e, nullptr, 10) : 0;
+    return n != 0 && n <= 64 ? static_cast<uint64_t>(n) : uint64_t{4};
+  }();
+  return v;
+}
 uint64_t piece_bytes(uint64_t slot_bytes, uint64_t bytes) {
-  if (bytes >= kMinPieces * slot_bytes) return slot_bytes;
-  uint64_t p = (bytes + kMinPieces - 1) / kMinPieces;
+  const uint64_t k = min_pieces();
+  if (bytes >= k * slot_bytes) return slot_bytes;
+  uint64_t p = (bytes + k - 1) / k;
   p = (p + 4095) / 4096 * 4096;
   return std::min(slot_bytes, std::max(p, kMinPiece));
 }
 
+// Streaming stores (stage_copy) pay below this upload size; above it, with
+// eight staging threads, plain stores measured faster on the H200 machine
+// (1 GiB: 49 against 37 GB/s; 64 MiB: 30 against 34).
+constexpr uint64_t kStreamBelow = 128ull << 20;
+
 // Uploads at least this large stage several pieces at once (see Stager).
-constexpr uint64_t kParallelFrom = 8ull << 20;
+// Measured on the H200 machine (scripts/h200-tune.sh): from 1 MiB the pool
+// wins (4 MiB: 4.7 -> 7.9 GB/s); at 256 KiB its wake-ups cost more than
+// the copy (4.3 -> 1.7 GB/s). $FERRY_PARALLEL_FROM (bytes) moves it.
+uint64_t parallel_from() {
+  static const uint64_t v = [] {
+    const char* e = std::getenv("FERRY_PARALLEL_FROM");
+    const unsigned long long n = e != nullptr ? std::strtoull(e, nullptr, 10) : 0;
+    return n != 0 ? static_cast<uint64_t>(n) : uint64_t{1} << 20;
+  }();
+  return v;
+}
 
 // One transfer of ticket t, as the daemon takes it: an entry in the
 // submission ring (a Doorbell only if ferryd's poller sleeps), or a message.
@@ -117,7 +147,7 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
     const uint64_t off = i * piece;
     const uint64_t n = std::min(piece, bytes - off);
     if (int r = tl.wait_slot(t, c->conn.timeout_ms()); r != 0) return r;
-    std::memcpy(tl.slot_of(t), from + off, n);
+    stage_copy(tl.slot_of(t), from + off, n, bytes < kStreamBelow);
     FERRY_SLOT_HANDED_ON(tl.slot_of(t));
     Submit s{proto::Type::upload, t, n, dst, dst_offset + off};
     if (signal != nullptr && i + 1 == pieces) {
@@ -137,7 +167,7 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
   int r = 0;
   // With a signal, the last piece goes last, after the others were sent.
   const uint64_t parallel = signal != nullptr ? pieces - 1 : pieces;
-  if (parallel >= 4 && bytes >= kParallelFrom) {
+  if (parallel >= 4 && bytes >= parallel_from()) {
     r = c->stager.run(parallel, one);
   } else {
     for (uint64_t i = 0; i < parallel && r == 0; ++i) r = one(i);
