@@ -571,7 +571,7 @@ void daemon_cpu(pid_t daemon) {
   const double own = c1.ferry - c0.ferry, dev = c1.device - c0.device;
   std::printf("## 6. Daemon CPU time per small upload\n\n");
   std::printf("%d uploads of 1 KiB back to back from one client. User+system time of ferryd's own threads "
-              "(the io thread and the retire thread) from /proc, 10 ms ticks, divided by the count. The "
+              "(the polling io thread and the retire thread) from /proc, 10 ms ticks, divided by the count. The "
               "simulated GPU's engine thread lives in the same process; its time (it spins out the modelled "
               "per-command latency) is shown apart: on real hardware that work is the GPU's.\n\n",
               n);
@@ -611,7 +611,7 @@ void print_goals() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string data_dir;
+  std::string data_dir, only;
   pid_t daemon = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -621,11 +621,13 @@ int main(int argc, char** argv) {
       g_socket = argv[++i];
     } else if (a == "--data" && i + 1 < argc) {
       data_dir = argv[++i];
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
     } else if (a == "--daemon-pid" && i + 1 < argc) {
       daemon = static_cast<pid_t>(std::atoi(argv[++i]));
     } else {
       std::fprintf(stderr,
-                   "usage: ferry_bench --socket PATH [--daemon-pid PID] [--data DIR] [--quick]\n"
+                   "usage: ferry_bench --socket PATH [--daemon-pid PID] [--data DIR] [--quick] [--only 1,2,...]\n"
                    "Compares ferry with direct Level Zero uploads on the simulated device; prints Markdown.\n"
                    "bench/run.sh starts the daemon and writes docs/BENCHMARKS.md.\n");
       return a == "--help" || a == "-h" ? 0 : 2;
@@ -639,13 +641,15 @@ int main(int argc, char** argv) {
     const char* drv = std::getenv("FERRY_SIM_DRIVER");
     setenv("ZE_ENABLE_ALT_DRIVERS", drv != nullptr ? drv : FERRY_SIM_PATH, 1);
   }
+  // --only: the sections named (numbers), without the goals table.
+  auto run = [&](char n) { return only.empty() || only.find(n) != std::string::npos; };
   Direct d;
-  idle_small(d);
-  ordered_loop(d);
-  bandwidth(d, data_dir);
-  many_clients();
-  small_beside_large();
-  daemon_cpu(daemon);
-  print_goals();
+  if (run('1')) idle_small(d);
+  if (run('2')) ordered_loop(d);
+  if (run('3')) bandwidth(d, data_dir);
+  if (run('4')) many_clients();
+  if (run('5')) small_beside_large();
+  if (run('6')) daemon_cpu(daemon);
+  if (only.empty()) print_goals();
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "poller.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -15,6 +17,11 @@ constexpr auto kIoEvery = std::chrono::microseconds(10);
 // the poller naps instead of spinning: the device has work for longer than
 // the nap, so nothing waits for us, and one wake-up then retires a batch.
 constexpr uint32_t kNapFrom = 4;
+// After this long without work the poller yields its core at every empty
+// round (sched_yield): on a small machine the threads it would take the core
+// from are the ones it waits for (the client staging, the device's engine).
+// Measured on the 2-core machine: the ordered loop 83 -> 68 ms.
+constexpr auto kYieldAfter = std::chrono::microseconds(5);
 constexpr auto kMaxNap = std::chrono::microseconds(50);
 
 inline void relax() {
@@ -55,6 +62,8 @@ void Poller::run() {
     } else if (const uint32_t queued = engine_.stats().in_flight; n == 0 && nap_us_ != 0 && queued >= kNapFrom) {
       // ferryd's timer slack is 1 µs
       std::this_thread::sleep_for(std::min<std::chrono::microseconds>(kMaxNap, std::chrono::microseconds(queued * nap_us_)));
+    } else if (n == 0 && now - last_work >= kYieldAfter) {
+      sched_yield();
     } else if (n == 0) {
       relax();
     }
