@@ -149,8 +149,11 @@ void ClientState::publish(size_t new_failures, bool host_writes_device_word) {
   if (host_writes_device_word) seg->device_completed.store(completed_, std::memory_order_release);
   // A sleeper raises `sleepers` before it looks at the words: it sees them,
   // or this sees it and wakes it (the fence orders our stores before the load).
+  // Only once `completed` reached what one of them waits for (wake_at).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (seg->sleepers.load(std::memory_order_relaxed) != 0) {
+  if (seg->sleepers.load(std::memory_order_relaxed) != 0 &&
+      completed_ >= seg->wake_at.load(std::memory_order_relaxed)) {
+    seg->wake_at.store(UINT64_MAX, std::memory_order_relaxed);
     seg->wake.fetch_add(1, std::memory_order_seq_cst);
     ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seg->wake), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
   }

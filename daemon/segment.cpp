@@ -36,6 +36,7 @@ int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
   h->segment_bytes = bytes;
   h->completed.store(0, std::memory_order_relaxed);
   h->failures.store(0, std::memory_order_relaxed);
+  h->wake_at.store(UINT64_MAX, std::memory_order_relaxed);
   h->daemon_state.store(1, std::memory_order_release);
   return 0;
 }

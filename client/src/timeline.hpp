@@ -69,8 +69,11 @@ class Timeline {
   uint32_t slot_count() const { return slot_count_; }
 
  private:
+  // Waits until ready(); spins for `spin`, then sleeps until ferryd's
+  // `completed` reaches `target` (it wakes us no sooner) or a thread of ours
+  // wakes us.
   template <class Ready>
-  int wait_for(Clock::time_point deadline, bool forever, Ready ready, Clock::duration spin);
+  int wait_for(Clock::time_point deadline, bool forever, Ready ready, Clock::duration spin, uint64_t target);
   void settle_groups(uint64_t completed);  // mu_ held
   // Wakes this client's threads asleep on the segment's futex word.
   void wake_sleepers();

@@ -413,6 +413,11 @@ struct alignas(64) Segment {
   // while `sleepers` is non-zero.
   alignas(64) std::atomic<uint32_t> wake;
   std::atomic<uint32_t> sleepers;  // threads of the client asleep on `wake`
+  // The smallest `completed` a sleeper waits for (the client lowers it before
+  // it sleeps; the daemon wakes only once `completed` reaches it, then sets
+  // it to UINT64_MAX). Read by the daemon as a number that decides only
+  // this client's wake-ups.
+  std::atomic<uint64_t> wake_at;
   // 1 while ferryd's poller sleeps (or never polls): a client that published
   // a ring entry then sends a Doorbell. The daemon stores 1, then looks at
   // the ring once more; the client stores its entry, then looks here (both
@@ -427,6 +432,7 @@ static_assert(offsetof(Segment, device_completed) == 256);
 static_assert(offsetof(Segment, app_value) == 320);
 static_assert(offsetof(Segment, wake) == 384);
 static_assert(offsetof(Segment, sleepers) == 388);
+static_assert(offsetof(Segment, wake_at) == 392);
 static_assert(offsetof(Segment, doorbell) == 448);
 static_assert(sizeof(Segment) == 512);
 inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // the ring starts on the next page
