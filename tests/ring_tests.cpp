@@ -195,3 +195,24 @@ TEST_CASE("ring: a client rewriting its whole ring at random ends only its own s
   int st = 0;
   CHECK(waitpid(d.pid, &st, WNOHANG) == 0);  // still running
 }
+
+TEST_CASE("wake_at: ferryd wakes a sleeping client only once completed reaches what it waits for", "[ring][wake]") {
+  Daemon d;
+  RingClient r(d.socket);
+  proto::Segment* h = r.header();
+  CHECK(h->wake_at.load() == UINT64_MAX);  // nobody waits yet
+  // A sleeper that waits for ticket 5 (as libferry's would, before its futex wait).
+  h->sleepers.store(1);
+  h->wake_at.store(5);
+  const uint32_t before = h->wake.load();
+  for (uint64_t t = 1; t <= 3; ++t) r.publish(t, proto::Type::upload, 4096, r.buffer, 0);
+  REQUIRE(eventually([&] { return r.completed() >= 3; }));
+  r.alloc(4096);  // a round trip: anything ferryd would publish for ticket 3 is out
+  CHECK(h->wake.load() == before);  // 3 < 5: not woken
+  CHECK(h->wake_at.load() == 5);
+  for (uint64_t t = 4; t <= 5; ++t) r.publish(t, proto::Type::upload, 4096, r.buffer, 0);
+  REQUIRE(eventually([&] { return h->wake.load() != before; }));
+  CHECK(r.completed() >= 5);
+  CHECK(h->wake_at.load() == UINT64_MAX);  // taken: the next sleeper sets its own
+  h->sleepers.store(0);
+}
