@@ -66,6 +66,8 @@ for side in client daemon; do
   echo "|---|---|---|"
   top3 "$work/$side.cg"
   echo
+  echo "System calls per upload, all of them: $(awk -v n="$n" '$NF == "total" {print $4 / n}' "$work/$side.st" | xargs printf '%.3f')."
+  echo
   echo "System calls per upload: $(awk -v n="$n" '$NF ~ /^[a-z_0-9]+$/ && $NF != "total" && $4 ~ /^[0-9]+$/ {c[$NF]=$4} $NF ~ /^[a-z_0-9]+$/ && $4 !~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ {c[$NF]=$4} END {for (k in c) if (c[k] / n >= 0.05) printf "%s %.2f, ", k, c[k] / n}' "$work/$side.st" | sed 's/, $//')."
   echo
 done

@@ -10,12 +10,20 @@
 namespace ferry::ferryd {
 
 int ClientState::create_segment(uint32_t slots, uint64_t slot_bytes) {
-  if (int r = segment_.create(slots, slot_bytes); r != 0) return r;
+  StagingSegment seg;
+  if (int r = seg.create(slots, slot_bytes); r != 0) return r;
+  adopt_segment(std::move(seg));
+  return 0;
+}
+
+void ClientState::adopt_segment(StagingSegment seg) {
+  const uint32_t slots = seg.slot_count();
+  const uint64_t slot_bytes = seg.slot_bytes();
+  segment_ = std::move(seg);
   slot_count_ = slots;
   slot_bytes_ = slot_bytes;
   slot_state_.assign(slots, kFree);
   slot_status_.assign(slots, 0);
-  return 0;
 }
 
 uint64_t ClientState::adopt(BufferRef b) {

@@ -49,6 +49,10 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
 
   // Creates the staging segment: slots of slot_bytes, zero-filled. 0 or -errno.
   int create_segment(uint32_t slots, uint64_t slot_bytes);
+  // Takes a segment made beforehand (SegmentPool), never used by anyone.
+  void adopt_segment(StagingSegment seg);
+  // Gives the segment away (the engine's release, to unmap it elsewhere).
+  StagingSegment take_segment() { return std::move(segment_); }
 
   uint64_t id() const { return id_; }
   StagingSegment& segment() { return segment_; }

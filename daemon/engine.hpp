@@ -24,6 +24,7 @@
 #include "client_state.hpp"
 #include "ferry/proto.hpp"
 #include "grants.hpp"
+#include "segment_pool.hpp"
 #include "stats.hpp"
 
 namespace ferry::ferryd {
@@ -51,6 +52,8 @@ class TransferEngine {
   const EngineStats& stats() const { return stats_; }
   const Holdings& holdings() const { return holdings_; }
   void set_limits(const ClientLimits& l) { limits_ = l; }
+  // Where add_client takes ready-made segments from (none: it makes each itself).
+  void set_segment_pool(std::unique_ptr<SegmentPool> p) { pool_ = std::move(p); }
 
   // ---- clients (engine_clients.cpp)
   // A new client with a staging segment of `slots` slots, registered with the
@@ -143,6 +146,7 @@ class TransferEngine {
 
   boost::asio::io_context& io_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<SegmentPool> pool_;
   GrantRegistry grants_;
   ClientLimits limits_;
   std::map<uint64_t, ClientState*> clients_;

@@ -17,7 +17,16 @@ int TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* o
   });
   clients_[raw->id()] = raw;
   ++holdings_.clients;
-  if (int r = c->create_segment(slots, slot_bytes); r != 0) return r;
+  // Made ahead by the pool's thread where it can: a segment costs milliseconds.
+  StagingSegment ready;
+  if (pool_ != nullptr && pool_->take(slots, slot_bytes, &ready)) {
+    c->adopt_segment(std::move(ready));
+    ++stats_.segments_pooled;
+  } else if (int r = c->create_segment(slots, slot_bytes); r != 0) {
+    return r;
+  } else {
+    ++stats_.segments_made;
+  }
   // Registered once, for the client's whole life: copies from it then skip
   // the per-call import a pageable source costs.
   // The whole segment, header included: the device writes the timeline there.
@@ -33,6 +42,7 @@ void TransferEngine::release(ClientState* c) {
   // Its buffers go with the object itself, right after this: each one's
   // memory returns once no copy in flight holds it.
   if (c->registered) backend_->unregister_host(c->segment().header());
+  if (pool_ != nullptr) pool_->discard(c->take_segment());
   clients_.erase(c->id());
   --holdings_.clients;
 }

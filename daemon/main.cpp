@@ -106,6 +106,9 @@ int main(int argc, char** argv) {
     ("poll-idle-us", po::value(&o.poll_idle_us)->default_value(50),
      "microseconds the poller keeps looking at clients' submission rings and the device after its last work "
      "before it sleeps (0: never poll; every upload then wakes ferryd)")
+    ("segment-pool", po::value(&o.segment_pool)->default_value(2),
+     "staging segments kept ready by a thread of their own, so a client's connect costs the others nothing "
+     "(0: each Hello makes its own on the io thread)")
     ("poll-nap-us", po::value(&o.poll_nap_us)->default_value(3),
      "while the device holds 4+ copies and no ring has news, the poller naps this many microseconds per "
      "queued copy (at most 50) instead of spinning: less CPU, batches retired together (0: never nap)")
@@ -147,6 +150,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.max_connections == 0) o.max_connections = o.max_clients + 64;
+  if (o.segment_pool > 64) {
+    std::cerr << "ferryd: --segment-pool must be between 0 and 64\n";
+    return 2;
+  }
   if (o.poll_nap_us > 50) {
     std::cerr << "ferryd: --poll-nap-us must be between 0 and 50\n";
     return 2;

@@ -38,6 +38,9 @@ struct Options {
   // poller naps this long per queued copy (at most 50 µs) instead of
   // spinning; 0: it never naps.
   uint32_t poll_nap_us = 3;
+  // Staging segments of the default geometry kept ready by a thread of their
+  // own, so that a Hello costs the io thread no segment creation; 0: none.
+  uint32_t segment_pool = 2;
 };
 
 }  // namespace ferry::ferryd

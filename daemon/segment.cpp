@@ -6,12 +6,22 @@
 
 #include <cerrno>
 #include <new>
+#include <utility>
 
 namespace ferry::ferryd {
 
 StagingSegment::~StagingSegment() {
   if (base_ != nullptr) munmap(base_, bytes_);
   if (fd_ >= 0) close(fd_);
+}
+
+void StagingSegment::swap(StagingSegment& o) noexcept {
+  std::swap(fd_, o.fd_);
+  std::swap(base_, o.base_);
+  std::swap(bytes_, o.bytes_);
+  std::swap(slot_bytes_, o.slot_bytes_);
+  std::swap(slots_offset_, o.slots_offset_);
+  std::swap(slot_count_, o.slot_count_);
 }
 
 int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
@@ -27,6 +37,7 @@ int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
   bytes_ = bytes;
   slot_bytes_ = slot_bytes;
   slots_offset_ = proto::slots_offset(slot_count);
+  slot_count_ = slot_count;
   auto* h = new (p) proto::Segment{};
   h->magic = proto::kMagic;
   h->version = proto::kVersion;

@@ -14,12 +14,20 @@ class StagingSegment {
   StagingSegment() = default;
   StagingSegment(const StagingSegment&) = delete;
   StagingSegment& operator=(const StagingSegment&) = delete;
+  StagingSegment(StagingSegment&& o) noexcept { swap(o); }
+  StagingSegment& operator=(StagingSegment&& o) noexcept {
+    swap(o);
+    return *this;
+  }
   ~StagingSegment();
+  void swap(StagingSegment& o) noexcept;
 
   // Creates and maps slot_count slots of slot_bytes. Returns 0 or -errno.
   int create(uint32_t slot_count, uint64_t slot_bytes);
 
   int fd() const { return fd_; }
+  uint32_t slot_count() const { return slot_count_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
   uint64_t bytes() const { return bytes_; }
   proto::Segment* header() const { return static_cast<proto::Segment*>(base_); }
   char* slot(uint32_t i) const;
@@ -35,6 +43,7 @@ class StagingSegment {
   uint64_t bytes_ = 0;
   uint64_t slot_bytes_ = 0;
   uint64_t slots_offset_ = 0;
+  uint32_t slot_count_ = 0;
 };
 
 }  // namespace ferry::ferryd

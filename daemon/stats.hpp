@@ -40,6 +40,8 @@ struct EngineStats {
   uint64_t ring_entries = 0;   // transfers taken from submission rings
   uint64_t doorbells = 0;      // Doorbell messages received
   uint64_t poller_sleeps = 0;  // times the poller went to sleep
+  uint64_t segments_pooled = 0;  // Hellos served a segment made ahead of time
+  uint64_t segments_made = 0;    // Hellos that made their own (pool empty, or other geometry)
 };
 
 // What the engine holds on behalf of clients right now, connected or gone

@@ -100,6 +100,9 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
     << ",\"slots_free\":" << (slots_total - slots_busy) << ",\"bytes_in_flight\":" << st.in_flight_bytes
     << "},\"totals\":{\"uploads\":" << st.uploads << ",\"upload_bytes\":" << st.upload_bytes
     << ",\"downloads\":" << st.downloads << ",\"failed\":" << st.failed << ",\"connections\":" << ctx.stats.connections
+    << "},\"poller\":{\"ring_entries\":" << st.ring_entries << ",\"doorbells\":" << st.doorbells
+    << ",\"sleeps\":" << st.poller_sleeps << ",\"segments_pooled\":" << st.segments_pooled
+    << ",\"segments_made\":" << st.segments_made
     << "},\"held\":{\"clients\":" << held.clients << ",\"buffers\":" << held.buffers
     << ",\"device_bytes\":" << held.device_bytes << ",\"copies_in_flight\":" << st.in_flight
     << "},\"clients\":[" << clients.str() << "],\"all_clients_visible\":" << json_bool(all);
