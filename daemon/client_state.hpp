@@ -66,6 +66,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   size_t buffer_count() const { return buffers_.size(); }
   uint32_t opened() const { return opened_; }
   uint32_t imported() const { return imported_; }
+  // Allocations of its own (not imports, not buffers opened through grants).
+  size_t allocated() const { return buffers_.size() - opened_ - imported_; }
   ClientStats& stats() { return stats_; }
   const ClientStats& stats() const { return stats_; }
 

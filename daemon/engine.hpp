@@ -24,6 +24,7 @@
 #include "client_state.hpp"
 #include "ferry/proto.hpp"
 #include "grants.hpp"
+#include "log.hpp"
 #include "segment_pool.hpp"
 #include "stats.hpp"
 
@@ -37,6 +38,11 @@ struct ClientLimits {
   uint32_t max_opens = 1024;
   uint32_t max_imports = 256;
   uint32_t max_event_pools = 64;
+  uint32_t max_buffers = 1024;  // allocations held at once
+  // Allocations of every client together (0: no bound). Where each
+  // allocation holds a descriptor (the simulated device's memfds) this keeps
+  // the daemon's descriptor table from filling up.
+  uint64_t max_buffers_total = 0;
 };
 
 class TransferEngine {
@@ -153,6 +159,7 @@ class TransferEngine {
   uint64_t next_client_ = 0;
   Histogram departed_slot_waits_;  // of clients already gone
   Holdings holdings_;
+  log::Every refused_total_{std::chrono::seconds(10)};
   std::deque<Record> records_;  // io thread only, in submission order
   uint64_t next_cookie_ = 1;
   bool device_lost_ = false;

@@ -80,6 +80,11 @@ int TransferEngine::alloc(ClientState& c, uint64_t bytes, uint64_t limit, uint64
   if (device_lost_) return -ENODEV;
   if (bytes == 0) return -EINVAL;
   if (limit != 0 && (bytes > limit || c.device_bytes() > limit - bytes)) return -EDQUOT;
+  if (c.allocated() >= limits_.max_buffers) return -EDQUOT;
+  if (limits_.max_buffers_total != 0 && holdings_.buffers >= limits_.max_buffers_total) {
+    refused_total_.note("allocation refused: every client together holds --max-buffers-total allocations");
+    return -EDQUOT;
+  }
   void* p = nullptr;
   if (int r = backend_->alloc(bytes, &p); r != 0) return r;
   *id = c.adopt(lend(p, bytes, false));

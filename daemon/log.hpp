@@ -1,6 +1,7 @@
 // Logging to stderr (journald adds the time under systemd).
 #pragma once
 
+#include <chrono>
 #include <cstdio>
 #include <utility>
 
@@ -24,6 +25,25 @@ void write(Level l, const char* fmt, Args&&... args) {
   }
   std::fputc('\n', stderr);
 }
+
+// A warning said at most once per interval: a bound a client keeps hitting
+// is one line in the log, not one per request.
+class Every {
+ public:
+  explicit Every(std::chrono::seconds interval) : interval_(interval) {}
+  void note(const char* what) {
+    const auto now = std::chrono::steady_clock::now();
+    if (said_ && now - last_ < interval_) return;
+    said_ = true;
+    last_ = now;
+    write(warn, "%s", what);
+  }
+
+ private:
+  std::chrono::seconds interval_;
+  std::chrono::steady_clock::time_point last_{};
+  bool said_ = false;
+};
 
 }  // namespace ferry::ferryd::log
 

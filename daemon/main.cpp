@@ -1,5 +1,6 @@
 // ferryd: one daemon per device. See `ferryd --help`.
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   ferry::ferryd::Options o;
   std::string socket_mode = "0660";
   std::string log_level = "info";
+  std::string client_memory = "50%";
   std::string config = "/etc/ferry/ferryd.conf";
   po::options_description cli(kUsage);
   // clang-format off
@@ -98,7 +100,12 @@ int main(int argc, char** argv) {
     ("max-opens", po::value(&o.max_opens)->default_value(1024), "granted buffers one client may hold open")
     ("max-imports", po::value(&o.max_imports)->default_value(256), "imported allocations one client may hold")
     ("max-event-pools", po::value(&o.max_event_pools)->default_value(64), "IPC event pools one client may register")
-    ("client-memory", po::value(&o.client_memory)->default_value(0), "device bytes one client may hold (0: no limit)")
+    ("max-buffers", po::value(&o.max_buffers)->default_value(1024), "device allocations one client may hold at once")
+    ("max-buffers-total", po::value(&o.max_buffers_total)->default_value(0),
+     "device allocations of all clients together (0: with --sim, what the descriptor limit leaves after the "
+     "connections, since each simulated allocation holds a descriptor; otherwise no bound)")
+    ("client-memory", po::value(&client_memory)->default_value("50%"),
+     "device memory one client may hold: bytes, or a share of the device's memory such as 50% (0 or 100%: no limit)")
     ("socket-mode", po::value(&socket_mode)->default_value("0660"), "permissions of the socket file (octal)")
     ("socket-group", po::value(&o.socket_group), "group that owns the socket file (with --socket-mode 0660: who may connect)")
     ("admin-group", po::value(&o.admin_group), "members see every client in `ferryctl status` (others see their own)")
@@ -150,6 +157,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.max_connections == 0) o.max_connections = o.max_clients + 64;
+  {
+    // Bytes, or a share of the device's memory ("50%"), resolved once the device is open.
+    char* end = nullptr;
+    const std::string& cm = client_memory;
+    errno = 0;
+    const unsigned long long v = std::strtoull(cm.c_str(), &end, 10);
+    const bool percent = end != nullptr && std::string(end) == "%";
+    if (cm.empty() || cm[0] == '-' || errno != 0 || end == cm.c_str() || (*end != '\0' && !percent) ||
+        (percent && v > 100)) {
+      std::cerr << "ferryd: --client-memory must be a number of bytes or a share such as 50% (got \"" << cm
+                << "\")\n";
+      return 2;
+    }
+    o.client_memory = percent ? 0 : v;
+    o.client_memory_percent = percent ? static_cast<uint32_t>(v) : 0;
+  }
   if (o.segment_pool > 64) {
     std::cerr << "ferryd: --segment-pool must be between 0 and 64\n";
     return 2;
@@ -219,6 +242,12 @@ int main(int argc, char** argv) {
             info.backend.c_str(), info.copy_engine ? "yes" : "no", info.host_import ? "yes" : "no");
 
   std::signal(SIGPIPE, SIG_IGN);
+  // Descriptors: the soft limit up to the hard one (the unit sets both); the
+  // bounds on connections and allocations are sized from it.
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
   // Timers here are tens of microseconds (held uploads look at their value
   // that often); the default 50 µs of slack would double them.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);

@@ -20,11 +20,17 @@ struct Options {
   uint32_t max_connections = 0;  // sessions at once, Hello or not; 0: max_clients + 64
   double hello_seconds = 5.0;    // a connection that sent no Hello by then is closed
   uint64_t client_memory = 0;    // device bytes one client may hold, 0 = no limit
+  // With client_memory 0: this share (percent) of the device's memory; 0 and 100: no limit.
+  uint32_t client_memory_percent = 50;
   // What else one client may make the daemon hold (-EDQUOT past it).
   uint32_t max_grants = 1024;       // grants of its own buffers
   uint32_t max_opens = 1024;        // buffers it opened through grants
   uint32_t max_imports = 256;       // allocations of its own context it handed in
   uint32_t max_event_pools = 64;    // IPC event pools it registered
+  uint32_t max_buffers = 1024;      // allocations it holds at once
+  // Allocations of all clients together; 0: with --sim, from the descriptor
+  // limit (each simulated allocation holds a descriptor), else no bound.
+  uint64_t max_buffers_total = 0;
   unsigned socket_mode = 0660;
   std::string socket_group;      // group of the socket file; empty: the daemon's
   std::string admin_group;       // members see every client in status; empty: root and the daemon's user only

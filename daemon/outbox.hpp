@@ -44,6 +44,8 @@ class Outbox {
   bool closing() const { return closing_; }
   // Nothing was ever queued.
   bool untouched() const { return !touched_; }
+  // Descriptors queued and not yet sent (a client that does not read parks them).
+  size_t queued_fds() const { return fd_marks_.size() + (sending_fd_ ? 1 : 0); }
   // Stops: closes the descriptors not sent and writes nothing more.
   void drop();
 

@@ -12,6 +12,10 @@
 namespace ferry::ferryd {
 
 namespace {
+// Export replies with a descriptor a client may leave unread at once; more
+// Exports are answered -EAGAIN until it reads them.
+constexpr size_t kMaxQueuedFds = 16;
+
 // The client chooses its name: only printable ASCII reaches logs, the status
 // document, ferryctl's terminal and metric labels; anything else becomes '?'.
 std::string printable(std::string s) {
@@ -164,16 +168,26 @@ void Requests::on_open(const proto::Open& m) {
 void Requests::on_export(const proto::Export& m) {
   auto r = proto::make<proto::ExportReply>(proto::Type::export_reply);
   r.request = m.request;
+  // Each reply carries a descriptor until the client reads it: a client that
+  // exports without reading would park them in the daemon's table.
+  if (peer_.queued_fds() >= kMaxQueuedFds) {
+    r.status = -EAGAIN;
+    return peer_.send(&r, sizeof r);
+  }
   IpcHandle h;
   uint64_t bytes = 0;
   r.status = ctx_.engine.export_buffer(*client_, m.buffer, &h, &bytes);
+  // The fd travels with the reply; the client puts its own number in the handle.
+  int fd = -1;
+  if (r.status == 0 && h.fd >= 0) {
+    fd = ::fcntl(h.fd, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0) r.status = -errno;  // out of descriptors: no success without the handle's fd
+  }
   if (r.status == 0) {
     r.kind = h.kind;
     r.bytes = bytes;
     std::memcpy(r.handle, h.data, sizeof r.handle);
   }
-  // The fd travels with the reply; the client puts its own number in the handle.
-  int fd = r.status == 0 && h.fd >= 0 ? ::fcntl(h.fd, F_DUPFD_CLOEXEC, 3) : -1;
   peer_.send(&r, sizeof r, fd);
 }
 

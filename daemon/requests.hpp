@@ -25,6 +25,8 @@ class Peer {
   virtual int take_fd() = 0;
   // Nothing was sent to this peer yet (the Welcome must come first).
   virtual bool untouched() const = 0;
+  // Descriptors queued for this peer and not yet sent.
+  virtual size_t queued_fds() const = 0;
   // Where the engine reports this client's progress.
   virtual std::weak_ptr<ProgressSink> sink() = 0;
   pid_t pid = 0;

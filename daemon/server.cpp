@@ -2,6 +2,7 @@
 
 #include "poller.hpp"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -19,6 +20,19 @@
 
 namespace ferry::ferryd {
 
+namespace {
+// The bound on all clients' allocations: as given, or with the simulated
+// device (a descriptor per allocation) what the descriptor limit leaves
+// after every connection's own (socket, segment, replies carrying one).
+uint64_t buffers_total(const Options& o) {
+  if (o.max_buffers_total != 0 || !o.sim) return o.max_buffers_total;
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
+  const uint64_t reserve = 3ull * o.max_connections + 16ull * o.max_clients + 256;
+  return rl.rlim_cur > reserve + 64 ? rl.rlim_cur - reserve : 64;
+}
+}  // namespace
+
 namespace asio = boost::asio;
 using stream = asio::local::stream_protocol;
 
@@ -32,7 +46,11 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
       timer_(io),
       status_timer_(io),
       accept_pause_(io) {
-  engine_.set_limits({opts.max_grants, opts.max_opens, opts.max_imports, opts.max_event_pools});
+  // A share of the device's memory becomes bytes now that the device is known.
+  if (opts_.client_memory == 0 && opts_.client_memory_percent != 0 && opts_.client_memory_percent < 100)
+    opts_.client_memory = engine_.device().memory_bytes / 100 * opts_.client_memory_percent;
+  engine_.set_limits({opts.max_grants, opts.max_opens, opts.max_imports, opts.max_event_pools, opts.max_buffers,
+                      buffers_total(opts)});
   if (opts.segment_pool != 0)
     engine_.set_segment_pool(std::make_unique<SegmentPool>(opts.slots, opts.slot_bytes, opts.segment_pool));
   ctx_.stats.started_unix =

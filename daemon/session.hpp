@@ -42,6 +42,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   void fatal(int code, const char* why) override;
   int take_fd() override;
   bool untouched() const override { return outbox_.untouched(); }
+  size_t queued_fds() const override { return outbox_.queued_fds(); }
   std::weak_ptr<ProgressSink> sink() override { return std::static_pointer_cast<ProgressSink>(shared_from_this()); }
 
   // ProgressSink: the engine moved this client's timeline.

@@ -87,6 +87,32 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
             << ",\"completed\":" << c->completed() << ",\"connected_since\":" << unix_seconds(c->since) << "}";
     first = false;
   }
+  // What other users did is theirs: a viewer who sees only its own clients
+  // gets totals, holdings and histograms of its own clients too.
+  uint64_t uploads = st.uploads, upload_bytes = st.upload_bytes, downloads = st.downloads, failed = st.failed;
+  uint64_t connections = ctx.stats.connections, copies = st.in_flight;
+  Holdings h = held;
+  Histogram latency = st.upload_latency, slot_wait = engine.slot_waits();
+  EngineStats poll = st;
+  if (!all) {
+    uploads = upload_bytes = downloads = failed = connections = copies = 0;
+    h = Holdings{};
+    latency = slot_wait = Histogram{};
+    poll = EngineStats{};
+    for (const auto& [id, c] : engine.clients()) {
+      if (!c->connected || c->uid != viewer) continue;
+      const ClientStats& cs = c->stats();
+      uploads += cs.uploads;
+      upload_bytes += cs.upload_bytes;
+      downloads += cs.downloads;
+      failed += cs.errors;
+      ++connections;
+      copies += c->in_flight();
+      ++h.clients;
+      h.buffers += c->buffer_count();
+      h.device_bytes += c->device_bytes();
+    }
+  }
   std::ostringstream o;
   o << "{\"version\":" << json_string(FERRY_VERSION) << ",\"pid\":" << ::getpid()
     << ",\"started\":" << ctx.stats.started_unix << ",\"device\":{\"index\":" << opts.device
@@ -98,16 +124,17 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
     << ",\"slots_per_client\":" << opts.slots << ",\"max_clients\":" << opts.max_clients
     << ",\"slots_total\":" << slots_total << ",\"slots_in_flight\":" << slots_busy
     << ",\"slots_free\":" << (slots_total - slots_busy) << ",\"bytes_in_flight\":" << st.in_flight_bytes
-    << "},\"totals\":{\"uploads\":" << st.uploads << ",\"upload_bytes\":" << st.upload_bytes
-    << ",\"downloads\":" << st.downloads << ",\"failed\":" << st.failed << ",\"connections\":" << ctx.stats.connections
-    << "},\"poller\":{\"ring_entries\":" << st.ring_entries << ",\"doorbells\":" << st.doorbells
-    << ",\"sleeps\":" << st.poller_sleeps << ",\"segments_pooled\":" << st.segments_pooled
-    << ",\"segments_made\":" << st.segments_made
-    << "},\"held\":{\"clients\":" << held.clients << ",\"buffers\":" << held.buffers
-    << ",\"device_bytes\":" << held.device_bytes << ",\"copies_in_flight\":" << st.in_flight
-    << "},\"clients\":[" << clients.str() << "],\"all_clients_visible\":" << json_bool(all);
-  o << ",\"histograms\":{\"upload_latency\":" << histogram_json(st.upload_latency)
-    << ",\"slot_wait\":" << histogram_json(engine.slot_waits()) << "}}";
+    << "},\"totals\":{\"uploads\":" << uploads << ",\"upload_bytes\":" << upload_bytes
+    << ",\"downloads\":" << downloads << ",\"failed\":" << failed << ",\"connections\":" << connections
+    << "},\"poller\":{\"ring_entries\":" << poll.ring_entries << ",\"doorbells\":" << poll.doorbells
+    << ",\"sleeps\":" << poll.poller_sleeps << ",\"segments_pooled\":" << poll.segments_pooled
+    << ",\"segments_made\":" << poll.segments_made
+    << "},\"held\":{\"clients\":" << h.clients << ",\"buffers\":" << h.buffers
+    << ",\"device_bytes\":" << h.device_bytes << ",\"copies_in_flight\":" << copies
+    << "},\"clients\":[" << clients.str() << "],\"all_clients_visible\":" << json_bool(all)
+    << ",\"scope\":" << (all ? "\"daemon\"" : "\"own clients\"");
+  o << ",\"histograms\":{\"upload_latency\":" << histogram_json(latency)
+    << ",\"slot_wait\":" << histogram_json(slot_wait) << "}}";
   return o.str();
 }
 

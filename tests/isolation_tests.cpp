@@ -95,7 +95,15 @@ TEST_CASE("status: other users see only their own clients; peer credentials are 
   Daemon d({"--socket-mode", "0666"});
   ferry_client* mine = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &mine) == 0);
+  // Activity of root's client: the other user must not see it in any count.
+  ferry_buffer b = 0;
+  REQUIRE(ferry_buffer_alloc(mine, 4096, &b) == 0);
+  std::vector<char> bytes(4096, 1);
+  for (int i = 0; i < 5; ++i) REQUIRE(ferry_upload(mine, b, 0, bytes.data(), bytes.size(), nullptr) == 0);
+  REQUIRE(ferry_flush(mine, -1) == 0);
   auto st = d.status();  // as root: everyone
+  CHECK(st.get<uint64_t>("totals.uploads") >= 5);
+  CHECK(st.get<std::string>("scope") == "daemon");
   bool saw_me = false;
   for (const auto& [k, c] : st.get_child("clients")) {
     (void)k;
@@ -113,7 +121,12 @@ TEST_CASE("status: other users see only their own clients; peer credentials are 
       ++n;
     }
     ferry_disconnect(c);
-    return n == 1 && t.get<std::string>("all_clients_visible") == "false" ? 0 : 3;
+    if (n != 1 || t.get<std::string>("all_clients_visible") != "false") return 3;
+    // Counts are of its own clients only: none of root's uploads, buffers or bytes.
+    if (t.get<uint64_t>("totals.uploads") != 0 || t.get<uint64_t>("totals.upload_bytes") != 0) return 4;
+    if (t.get<uint64_t>("held.buffers") != 0 || t.get<uint64_t>("held.clients") != 1) return 5;
+    if (t.get<uint64_t>("histograms.upload_latency.count", 0) != 0) return 6;
+    return t.get<std::string>("scope") == "own clients" ? 0 : 7;
   });
   CHECK(rc == 0);
   ferry_disconnect(mine);

@@ -491,3 +491,115 @@ TEST_CASE("connection churn costs the io thread next to nothing: segments are ma
   const auto t = status(d.socket);
   CHECK(t.get<uint64_t>("poller.segments_pooled") >= n / 2);
 }
+
+namespace {
+size_t fd_count(pid_t pid) {
+  size_t n = 0;
+  if (DIR* d = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str())) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("allocations are bounded per client and in all; the descriptor table never fills", "[faults][fds]") {
+  // Each simulated allocation holds a memfd in the daemon: 1,007 small ones
+  // filled its table before, and nobody could connect.
+  Daemon d({"--max-buffers", "5", "--max-buffers-total", "8", "--max-clients", "4"});
+  Witness w(d.socket);  // holds one allocation itself
+  const size_t fds0 = fd_count(d.pid);
+  ferry_client *a = nullptr, *b = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &a) == 0);
+  REQUIRE(ferry_connect(d.socket.c_str(), &b) == 0);
+  std::vector<ferry_buffer> mine;
+  ferry_buffer x = 0;
+  int r = 0;
+  while ((r = ferry_buffer_alloc(a, 64, &x)) == 0) mine.push_back(x);
+  CHECK(r == -EDQUOT);
+  CHECK(mine.size() == 5);  // its own bound
+  REQUIRE(ferry_buffer_free(a, mine.back()) == 0);
+  mine.pop_back();
+  REQUIRE(ferry_buffer_alloc(a, 64, &x) == 0);  // a free gives the place back
+  size_t theirs = 0;
+  while ((r = ferry_buffer_alloc(b, 64, &x)) == 0) ++theirs;
+  CHECK(r == -EDQUOT);
+  CHECK(theirs == 2);  // 8 in all: the witness's 1, a's 5, b's 2
+  // Two connections' own (socket, segment), the segment pool's two made to
+  // replace theirs, and one per allocation: a's 5 and b's 2.
+  CHECK(fd_count(d.pid) <= fds0 + 2 * 2 + 2 + 7);
+  ferry_disconnect(a);
+  // a's allocations went with it: b may have them now.
+  REQUIRE(eventually([&] { return ferry_buffer_alloc(b, 64, &x) == 0; }));
+  ferry_disconnect(b);
+  CHECK(w.finish() >= 3);
+}
+
+TEST_CASE("Export replies a client never reads park at most 16 descriptors in the daemon", "[faults][fds]") {
+  Daemon d;
+  Witness w(d.socket);
+  RawClient r(d.socket);
+  r.hello();
+  const uint64_t buf = r.alloc(4096);
+  const size_t fds0 = fd_count(d.pid);
+  const int n = 200;
+  for (int i = 0; i < n; ++i) {
+    auto e = proto::make<proto::Export>(proto::Type::export_buffer);
+    e.request = 1000 + i;
+    e.buffer = buf;
+    r.send(e);
+  }
+  // Handled while unread: the descriptors wait in the session's outbox.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(fd_count(d.pid) <= fds0 + 16);
+  int with_fd = 0, again = 0;
+  for (int i = 0; i < n; ++i) {
+    proto::ExportReply rep{};
+    REQUIRE(r.expect(proto::Type::export_reply, &rep));
+    if (rep.status == 0) ++with_fd;
+    if (rep.status == -EAGAIN) ++again;
+  }
+  CHECK(with_fd >= 1);
+  CHECK(with_fd <= 16 + 1);
+  CHECK(with_fd + again == n);
+  CHECK(w.finish() >= 3);
+}
+
+TEST_CASE("by default one client may hold half the device's memory; the bound reads as bytes or a share", "[limits]") {
+  {
+    Daemon d;
+    const uint64_t device = status(d.socket).get<uint64_t>("device.memory_bytes");
+    REQUIRE(device > 0);
+    RawClient r(d.socket);
+    r.hello();
+    CHECK(r.welcome.max_buffer_bytes == device / 100 * 50);  // what the client is told
+    auto a = proto::make<proto::Alloc>(proto::Type::alloc);
+    a.request = 5;
+    a.bytes = device / 100 * 50 + 4096;  // refused before anything is allocated
+    r.send(a);
+    proto::Reply rep{};
+    REQUIRE(r.expect(proto::Type::reply, &rep));
+    CHECK(rep.status == -EDQUOT);
+  }
+  {
+    Daemon d({"--client-memory", "100%"});  // no bound
+    RawClient r(d.socket);
+    r.hello();
+    CHECK(r.welcome.max_buffer_bytes == status(d.socket).get<uint64_t>("device.memory_bytes"));
+  }
+  // Nonsense is refused at start, with the option named.
+  for (const char* bad : {"abc", "150%", "-1", "12x"}) {
+    const std::string line = std::string(FERRYD_PATH) + " --sim --socket /tmp/ferry-never.sock --client-memory '" +
+                             bad + "' 2>&1";
+    FILE* f = ::popen(line.c_str(), "r");
+    REQUIRE(f != nullptr);
+    std::string out;
+    char buf[1024];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    const int st = ::pclose(f);
+    INFO(bad << ": " << out);
+    CHECK(WEXITSTATUS(st) == 2);
+    CHECK(out.find("--client-memory") != std::string::npos);
+  }
+}
