@@ -6,6 +6,7 @@
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -104,7 +105,9 @@ class Daemon {
   // Starts ferryd on a fresh socket: --sim, or the backend FERRY_TEST_BACKEND
   // names (tests of the real-GPU run). `env` is added to (and overrides) the
   // test's environment; FERRY_SIM_FAST=1 unless a cost is given.
-  explicit Daemon(std::vector<std::string> args = {}, std::map<std::string, std::string> env = {})
+  // nofile > 0: the daemon's descriptor limit, soft and hard.
+  explicit Daemon(std::vector<std::string> args = {}, std::map<std::string, std::string> env = {},
+                  rlim_t nofile = 0)
       : socket(temp_socket()) {
     const char* backend = std::getenv("FERRY_TEST_BACKEND");
     std::vector<std::string> argv = {FERRYD_PATH, "--socket", socket, "--log-level", "warn"};
@@ -137,6 +140,10 @@ class Daemon {
     REQUIRE(pid >= 0);
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (nofile != 0) {
+        const rlimit rl{nofile, nofile};
+        setrlimit(RLIMIT_NOFILE, &rl);
+      }
       execve(exe.c_str(), av.data(), ev.data());
       _exit(127);
     }
