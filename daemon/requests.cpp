@@ -12,9 +12,12 @@
 namespace ferry::ferryd {
 
 namespace {
-// Export replies with a descriptor a client may leave unread at once; more
-// Exports are answered -EAGAIN until it reads them.
+// Export replies with a descriptor a client may leave queued in ferryd at
+// once; more Exports are answered -EAGAIN until it reads them...
 constexpr size_t kMaxQueuedFds = 16;
+// ...nor while it leaves this much unread in its socket: descriptors already
+// written wait there too (the kernel holds them, charged to ferryd's user).
+constexpr size_t kMaxUnreadBytes = 16 * 1024;
 
 // The client chooses its name: only printable ASCII reaches logs, the status
 // document, ferryctl's terminal and metric labels; anything else becomes '?'.
@@ -170,7 +173,7 @@ void Requests::on_export(const proto::Export& m) {
   r.request = m.request;
   // Each reply carries a descriptor until the client reads it: a client that
   // exports without reading would park them in the daemon's table.
-  if (peer_.queued_fds() >= kMaxQueuedFds) {
+  if (peer_.queued_fds() >= kMaxQueuedFds || peer_.unread_bytes() > kMaxUnreadBytes) {
     r.status = -EAGAIN;
     return peer_.send(&r, sizeof r);
   }

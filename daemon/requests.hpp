@@ -27,6 +27,8 @@ class Peer {
   virtual bool untouched() const = 0;
   // Descriptors queued for this peer and not yet sent.
   virtual size_t queued_fds() const = 0;
+  // Bytes written to the peer's socket that it has not read yet (SIOCOUTQ).
+  virtual size_t unread_bytes() const = 0;
   // Where the engine reports this client's progress.
   virtual std::weak_ptr<ProgressSink> sink() = 0;
   pid_t pid = 0;

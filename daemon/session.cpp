@@ -1,5 +1,7 @@
 #include "session.hpp"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -110,6 +112,12 @@ void Session::read() {
     if (in_used_ == 0 || fds_in_.size() > 2) close_fds();
     read();
   });
+}
+
+size_t Session::unread_bytes() const {
+  int n = 0;
+  if (::ioctl(const_cast<socket_type&>(socket_).native_handle(), SIOCOUTQ, &n) != 0 || n < 0) return 0;
+  return static_cast<size_t>(n);
 }
 
 int Session::take_fd() {

@@ -43,6 +43,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   int take_fd() override;
   bool untouched() const override { return outbox_.untouched(); }
   size_t queued_fds() const override { return outbox_.queued_fds(); }
+  size_t unread_bytes() const override;
   std::weak_ptr<ProgressSink> sink() override { return std::static_pointer_cast<ProgressSink>(shared_from_this()); }
 
   // ProgressSink: the engine moved this client's timeline.

@@ -9,7 +9,7 @@ pkgs=(
   libze1 libze-dev
   libboost1.81-dev libboost-program-options1.81-dev
   catch2 libsystemd-dev systemd
-  python3
+  python3 python3-numpy
 )
 
 need=()

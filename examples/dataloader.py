@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""A data-loader pipeline across processes, through ferry.
+
+The training process (this one) allocates a few device buffers and grants
+them; N worker processes, with no GPU context of their own, each produce
+numpy batches and upload them straight into a granted buffer (one host copy:
+into ferryd's pinned slot). The trainer consumes the batches in order: here,
+on any device, it reads each batch back and checks every byte, where a real
+trainer would launch its kernels on the buffer.
+
+    ferryd --sim --socket /tmp/ferry.sock &
+    python3 examples/dataloader.py --socket /tmp/ferry.sock --workers 4 --batches 64
+"""
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import numpy as np  # noqa: E402
+
+import ferry  # noqa: E402
+
+
+def batch(b, nbytes):
+    """Batch b's contents: what a worker decodes and augments, made up here."""
+    rng = np.random.default_rng(b)
+    return rng.integers(0, 256, size=nbytes, dtype=np.uint8)
+
+
+def worker(socket, tokens, nbytes, jobs, ready):
+    with ferry.Client(socket) as c:
+        bufs = [c.open(t) for t in tokens]
+        for b, slot in iter(jobs.get, None):  # (batch, device buffer to fill); None: done
+            data = batch(b, nbytes)          # produce (decode, augment, ...)
+            c.wait(bufs[slot].upload(data))  # on the device once this returns
+            ready.put((b, slot))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--socket", default=None, help="ferryd's socket (default: $FERRY_SOCKET)")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--batches", type=int, default=64)
+    ap.add_argument("--batch-bytes", type=int, default=1 << 20)
+    ap.add_argument("--buffers", type=int, default=8, help="device buffers in rotation")
+    a = ap.parse_args()
+
+    ctx = mp.get_context("spawn")  # workers connect on their own; nothing of ours is inherited
+    with ferry.Client(a.socket) as c:
+        bufs = [c.alloc(a.batch_bytes) for _ in range(a.buffers)]
+        tokens = [b.grant(ferry.RIGHT_UPLOAD) for b in bufs]
+        # Jobs go out in batch order, one per free buffer: the oldest batch
+        # not yet consumed always has a buffer, whichever worker is slow.
+        jobs, ready = ctx.Queue(), ctx.Queue()
+        for b in range(min(a.buffers, a.batches)):
+            jobs.put((b, b))
+        t0 = time.monotonic()
+        procs = [
+            ctx.Process(target=worker, args=(a.socket, tokens, a.batch_bytes, jobs, ready)) for _ in range(a.workers)
+        ]
+        for p in procs:
+            p.start()
+        waiting, wrong = {}, 0
+        host = np.empty(a.batch_bytes, dtype=np.uint8)
+        for b in range(a.batches):           # consumed in batch order
+            while b not in waiting:
+                got, slot = ready.get(timeout=60)
+                waiting[got] = slot
+            slot = waiting.pop(b)
+            bufs[slot].download(host)        # the trainer's "kernel": read the batch
+            if not np.array_equal(host, batch(b, a.batch_bytes)):
+                wrong += 1
+            if b + a.buffers < a.batches:
+                jobs.put((b + a.buffers, slot))  # the buffer is free again
+        for _ in procs:
+            jobs.put(None)
+        elapsed = time.monotonic() - t0
+        for p in procs:
+            p.join()
+        failed = [p.exitcode for p in procs if p.exitcode != 0]
+    print(f"dataloader: {a.batches} batches of {a.batch_bytes} bytes from {a.workers} workers in {elapsed:.2f} s "
+          f"({a.batches / elapsed:.1f} batches/s); {a.batches - wrong} verified, {wrong} wrong")
+    return 1 if wrong or failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""ferry for Python: non-blocking uploads to a GPU through ferryd.
+
+Pure Python over libferry's C ABI (ctypes): nothing to build beyond the
+library. Uploads take any buffer-protocol object (bytes, bytearray,
+memoryview, array.array, numpy arrays, ...) without a copy on the Python
+side; the bytes are staged into ferryd's pinned slots before the call
+returns, so the object is free to change right after.
+
+    import ferry, numpy as np
+    with ferry.Client() as c, c.alloc(1 << 20) as buf:
+        c.wait(buf.upload(np.arange(1000, dtype=np.float32)))
+
+Every error of the C layer is raised as ferry.Error, an OSError that carries
+the errno and ferry's own message.
+"""
+
+from ._api import (
+    RIGHT_DOWNLOAD,
+    RIGHT_UPLOAD,
+    Buffer,
+    Client,
+    Error,
+    Info,
+    Timeline,
+    library_version,
+)
+
+__all__ = [
+    "Buffer",
+    "Client",
+    "Error",
+    "Info",
+    "RIGHT_DOWNLOAD",
+    "RIGHT_UPLOAD",
+    "Timeline",
+    "library_version",
+]
+__version__ = "0.1.0"

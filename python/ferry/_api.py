@@ -1,0 +1,286 @@
+"""Client, Buffer and errors over the C ABI."""
+
+import contextlib
+import ctypes
+import errno as _errno
+import os
+from dataclasses import dataclass
+
+from . import _lib
+
+_c = _lib.load()
+
+RIGHT_UPLOAD = 1
+RIGHT_DOWNLOAD = 2
+
+
+class Error(OSError):
+    """A ferry call failed: .errno is the error number, str() ferry's message."""
+
+    def __init__(self, code, what):
+        code = -code if code < 0 else code
+        msg = _c.ferry_strerror(-code).decode(errors="replace")
+        super().__init__(code, f"{what}: {msg}")
+
+
+def _check(r, what):
+    if r != 0:
+        raise Error(r, what)
+
+
+def library_version():
+    """The version of the libferry this package loaded."""
+    return _c.ferry_version().decode()
+
+
+# ---------------------------------------------------------------- buffer protocol
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.py_object),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("strides", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("suboffsets", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+_PyBUF_WRITABLE = 0x0001
+_PyBUF_C_CONTIGUOUS = 0x0038  # PyBUF_STRIDES | 0x0020
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_get_buffer.restype = ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+
+
+@contextlib.contextmanager
+def _view(obj, writable):
+    """(address, length) of any C-contiguous buffer-protocol object, held
+    (so it cannot move or shrink) until the block ends. No copy."""
+    b = _PyBuffer()
+    flags = _PyBUF_C_CONTIGUOUS | (_PyBUF_WRITABLE if writable else 0)
+    try:
+        _get_buffer(obj, ctypes.byref(b), flags)
+    except (BufferError, TypeError) as e:
+        need = "a writable, C-contiguous" if writable else "a C-contiguous"
+        raise ValueError(f"ferry needs {need} buffer-protocol object ({type(obj).__name__}): {e}") from e
+    try:
+        yield b.buf or 0, b.len
+    finally:
+        _release_buffer(ctypes.byref(b))
+
+
+def _timeout_ns(timeout):
+    """None: wait for ever; else seconds (float)."""
+    if timeout is None:
+        return -1
+    if timeout < 0:
+        raise ValueError("timeout must be None or >= 0 seconds")
+    return int(timeout * 1e9)
+
+
+# ---------------------------------------------------------------- records
+@dataclass(frozen=True)
+class Info:
+    client_id: int
+    slot_bytes: int
+    slot_count: int
+    device: str
+    backend: str
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Where this client's timeline words lie in its segment (see ferry.h)."""
+
+    segment: int          # address of the mapped segment
+    segment_bytes: int
+    completed_address: int  # every ticket <= the word here is on the device
+    app_value_address: int  # the application's value (upload_after)
+    device_written: bool
+
+
+# ---------------------------------------------------------------- client
+class Client:
+    """A connection to ferryd. socket: its path; None reads $FERRY_SOCKET,
+    else the default /run/ferry/ferryd-0.sock. Use as a context manager, or
+    call close(). Methods may be called from several threads at once."""
+
+    def __init__(self, socket=None):
+        self._c = _lib.c_client_p()
+        path = None if socket is None else os.fsencode(socket)
+        _check(_c.ferry_connect(path, ctypes.byref(self._c)), f"connect to {socket or 'the default socket'}")
+
+    # ---- lifetime
+    def close(self):
+        """Disconnects; the daemon frees every buffer this client still holds."""
+        if self._c:
+            _c.ferry_disconnect(self._c)
+            self._c = _lib.c_client_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def _h(self):
+        if not self._c:
+            raise Error(-_errno.ENOTCONN, "ferry client")
+        return self._c
+
+    # ---- buffers
+    def alloc(self, nbytes):
+        """A device buffer of nbytes; a Buffer (a context manager that frees it)."""
+        out = _lib.c_buffer()
+        _check(_c.ferry_buffer_alloc(self._h(), int(nbytes), ctypes.byref(out)), f"alloc {nbytes} bytes")
+        return Buffer(self, out.value, int(nbytes), owned=True)
+
+    def open(self, token):
+        """Opens a buffer another client granted (token: 32 bytes from Buffer.grant)."""
+        t = _token(token)
+        out, size = _lib.c_buffer(), ctypes.c_uint64()
+        _check(_c.ferry_buffer_open(self._h(), ctypes.byref(t), ctypes.byref(out), ctypes.byref(size)), "open")
+        return Buffer(self, out.value, size.value, owned=False)
+
+    # ---- transfers
+    def upload(self, buffer, data, offset=0, after=None):
+        """Stages `data` (any C-contiguous buffer-protocol object) and queues
+        its copy to `buffer` at `offset`; returns the ticket once the bytes are
+        staged (data may change right after). after: the copy waits until the
+        application's value reaches it (see signal())."""
+        bid = _buffer_id(buffer)
+        ticket = _lib.c_ticket()
+        with _view(data, writable=False) as (addr, n):
+            if n == 0:
+                raise ValueError("nothing to upload (0 bytes)")
+            if after is None:
+                r = _c.ferry_upload(self._h(), bid, int(offset), addr, n, ctypes.byref(ticket))
+            else:
+                r = _c.ferry_upload_after(self._h(), bid, int(offset), addr, n, int(after), ctypes.byref(ticket))
+        _check(r, f"upload of {n} bytes to buffer {bid} at {offset}")
+        return ticket.value
+
+    def download(self, buffer, out=None, offset=0, nbytes=None):
+        """Copies device bytes back: into `out` (a writable C-contiguous
+        buffer, filled entirely), or into a new bytearray of nbytes (default:
+        the rest of the buffer from offset). Returns out, or the bytearray."""
+        bid = _buffer_id(buffer)
+        if out is None:
+            if nbytes is None:
+                if not isinstance(buffer, Buffer):
+                    raise ValueError("download: give nbytes or out for a buffer id")
+                nbytes = buffer.size - offset
+            out = bytearray(int(nbytes))
+        with _view(out, writable=True) as (addr, n):
+            if n == 0:
+                raise ValueError("nothing to download into (0 bytes)")
+            _check(_c.ferry_download(self._h(), bid, int(offset), addr, n), f"download of {n} bytes")
+        return out
+
+    def wait(self, ticket, timeout=None):
+        """Until the upload with this ticket is on the device (timeout: seconds,
+        None for ever); raises its error if it failed."""
+        _check(_c.ferry_wait(self._h(), int(ticket), _timeout_ns(timeout)), f"wait for ticket {ticket}")
+
+    def flush(self, timeout=None):
+        """Until every upload so far is on the device; raises the oldest failure."""
+        _check(_c.ferry_flush(self._h(), _timeout_ns(timeout)), "flush")
+
+    @property
+    def completed(self):
+        """The highest ticket such that it and every earlier one are done (no wait)."""
+        return _c.ferry_completed(self._h())
+
+    # ---- queue order
+    def signal(self, value):
+        """Raises this client's application value (never lowers it): uploads
+        made with after=v start once it reaches v."""
+        _check(_c.ferry_signal(self._h(), int(value)), f"signal {value}")
+
+    def timeline(self):
+        t = _lib.CTimeline()
+        _check(_c.ferry_get_timeline(self._h(), ctypes.byref(t)), "timeline")
+        return Timeline(
+            t.segment or 0,
+            t.segment_bytes,
+            ctypes.cast(t.completed, ctypes.c_void_p).value or 0,
+            ctypes.cast(t.app_value, ctypes.c_void_p).value or 0,
+            bool(t.device_written),
+        )
+
+    def info(self):
+        i = _lib.CInfo()
+        _check(_c.ferry_get_info(self._h(), ctypes.byref(i)), "info")
+        return Info(i.client_id, i.slot_bytes, i.slot_count, i.device.decode(errors="replace"),
+                    i.backend.decode(errors="replace"))
+
+
+def _buffer_id(buffer):
+    return buffer.id if isinstance(buffer, Buffer) else int(buffer)
+
+
+def _token(token):
+    raw = bytes(token)
+    if len(raw) != 32:
+        raise ValueError(f"a ferry token is 32 bytes, not {len(raw)}")
+    t = _lib.Token()
+    ctypes.memmove(t.bytes, raw, 32)
+    return t
+
+
+class Buffer:
+    """A device buffer as this client names it. Owned ones (from alloc) are
+    freed by free() or at the end of a with-block; opened ones are let go
+    with the client."""
+
+    def __init__(self, client, buffer_id, size, owned):
+        self.client = client
+        self.id = buffer_id
+        self.size = size
+        self.owned = owned
+
+    def __repr__(self):
+        return f"<ferry.Buffer {self.id} of {self.size} bytes{'' if self.owned else ' (opened)'}>"
+
+    def upload(self, data, offset=0, after=None):
+        return self.client.upload(self, data, offset, after)
+
+    def download(self, out=None, offset=0, nbytes=None):
+        return self.client.download(self, out, offset, nbytes)
+
+    def grant(self, rights=RIGHT_UPLOAD | RIGHT_DOWNLOAD):
+        """A 32-byte token whose holder may open this buffer with `rights`."""
+        t = _lib.Token()
+        _check(_c.ferry_buffer_grant(self.client._h(), self.id, int(rights), ctypes.byref(t)), "grant")
+        return bytes(t.bytes)
+
+    def revoke(self, token=None):
+        """Ends one grant (token) or, with None, every grant of this buffer."""
+        t = None if token is None else ctypes.byref(_token(token))
+        _check(_c.ferry_buffer_revoke(self.client._h(), self.id, t), "revoke")
+
+    def free(self):
+        if self.owned and self.id:
+            _check(_c.ferry_buffer_free(self.client._h(), self.id), f"free buffer {self.id}")
+            self.id = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.client._c:
+            self.free()

@@ -1,0 +1,107 @@
+"""Finding libferry and declaring its C functions (ferry/ferry.h)."""
+
+import ctypes
+import ctypes.util
+import os
+
+c_client_p = ctypes.c_void_p
+c_buffer = ctypes.c_uint64
+c_ticket = ctypes.c_uint64
+
+
+class Token(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint8 * 32)]
+
+
+class IpcHandle(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_uint32),
+        ("fd", ctypes.c_int32),
+        ("bytes", ctypes.c_uint64),
+        ("data", ctypes.c_uint8 * 64),
+    ]
+
+
+class CTimeline(ctypes.Structure):
+    _fields_ = [
+        ("segment", ctypes.c_void_p),
+        ("segment_bytes", ctypes.c_uint64),
+        ("completed", ctypes.POINTER(ctypes.c_uint64)),
+        ("app_value", ctypes.POINTER(ctypes.c_uint64)),
+        ("device_written", ctypes.c_int),
+    ]
+
+
+class CInfo(ctypes.Structure):
+    _fields_ = [
+        ("client_id", ctypes.c_uint64),
+        ("slot_bytes", ctypes.c_uint64),
+        ("slot_count", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("device", ctypes.c_char * 64),
+        ("backend", ctypes.c_char * 16),
+    ]
+
+
+def _candidates():
+    env = os.environ.get("FERRY_LIBRARY")
+    if env:
+        yield env
+    found = ctypes.util.find_library("ferry")
+    if found:
+        yield found
+    yield "libferry.so.0"
+    # An installed package next to an installed library (prefix/lib/...).
+    here = os.path.dirname(os.path.abspath(__file__))
+    for up in ("../../..", "../../../.."):
+        base = os.path.normpath(os.path.join(here, up))
+        for sub in ("lib", "lib64", "lib/x86_64-linux-gnu"):
+            yield os.path.join(base, sub, "libferry.so.0")
+
+
+def load():
+    errors = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path, use_errno=True)
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+            continue
+        _declare(lib)
+        return lib
+    raise ImportError(
+        "ferry: libferry.so.0 not found (install ferry, or set FERRY_LIBRARY to its path); tried: "
+        + "; ".join(errors)
+    )
+
+
+def _declare(lib):
+    P = ctypes.POINTER
+    u64, i64, u32, i32 = ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint32, ctypes.c_int
+    vp = ctypes.c_void_p
+    sig = {
+        "ferry_connect": (i32, [ctypes.c_char_p, P(c_client_p)]),
+        "ferry_disconnect": (None, [c_client_p]),
+        "ferry_buffer_alloc": (i32, [c_client_p, u64, P(c_buffer)]),
+        "ferry_buffer_free": (i32, [c_client_p, c_buffer]),
+        "ferry_buffer_size": (i32, [c_client_p, c_buffer, P(u64)]),
+        "ferry_upload": (i32, [c_client_p, c_buffer, u64, vp, u64, P(c_ticket)]),
+        "ferry_upload_after": (i32, [c_client_p, c_buffer, u64, vp, u64, u64, P(c_ticket)]),
+        "ferry_wait": (i32, [c_client_p, c_ticket, i64]),
+        "ferry_flush": (i32, [c_client_p, i64]),
+        "ferry_download": (i32, [c_client_p, c_buffer, u64, vp, u64]),
+        "ferry_buffer_grant": (i32, [c_client_p, c_buffer, u32, P(Token)]),
+        "ferry_buffer_revoke": (i32, [c_client_p, c_buffer, P(Token)]),
+        "ferry_buffer_open": (i32, [c_client_p, P(Token), P(c_buffer), P(u64)]),
+        "ferry_buffer_export": (i32, [c_client_p, c_buffer, P(IpcHandle)]),
+        "ferry_get_timeline": (i32, [c_client_p, P(CTimeline)]),
+        "ferry_signal": (i32, [c_client_p, u64]),
+        "ferry_get_info": (i32, [c_client_p, P(CInfo)]),
+        "ferry_completed": (c_ticket, [c_client_p]),
+        "ferry_strerror": (ctypes.c_char_p, [i32]),
+        "ferry_version": (ctypes.c_char_p, []),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args

@@ -1,0 +1,228 @@
+"""The Python package against a real ferryd on the simulated device.
+
+Run by ctest (python_tests): FERRYD names the daemon binary and
+FERRY_LIBRARY the library; the package is imported from python/.
+"""
+
+import errno
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import ferry  # noqa: E402
+
+try:
+    import numpy as np
+except ImportError:  # the test command installs python3-numpy; without it those tests skip
+    np = None
+
+
+class Daemon:
+    def __init__(self, *args):
+        self.dir = tempfile.TemporaryDirectory()
+        self.socket = os.path.join(self.dir.name, "ferryd.sock")
+        env = dict(os.environ, FERRY_SIM_FAST="1")
+        self.proc = subprocess.Popen(
+            [os.environ["FERRYD"], "--sim", "--socket", self.socket, "--log-level", "warn", *args], env=env
+        )
+        for _ in range(500):
+            if os.path.exists(self.socket):
+                try:
+                    ferry.Client(self.socket).close()
+                    return
+                except ferry.Error:
+                    pass
+            if self.proc.poll() is not None:
+                raise RuntimeError("ferryd exited at start")
+            time.sleep(0.01)
+        raise RuntimeError("ferryd did not start")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.dir.cleanup()
+
+
+class FerryTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon("--slots", "4", "--slot-size", "65536")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def client(self):
+        c = ferry.Client(self.d.socket)
+        self.addCleanup(c.close)
+        return c
+
+    def test_round_trip_of_every_kind_of_buffer(self):
+        c = self.client()
+        with c.alloc(300_000) as buf:  # larger than a slot: several pieces
+            for data in (b"abc" * 100_000, bytearray(range(256)) * 1000, memoryview(b"x" * 4096)):
+                c.wait(buf.upload(data))
+                self.assertEqual(bytes(buf.download(nbytes=len(data))), bytes(data))
+            # at an offset, and into a caller's bytearray
+            c.wait(buf.upload(b"hello", offset=1000))
+            out = bytearray(5)
+            buf.download(out, offset=1000)
+            self.assertEqual(out, b"hello")
+
+    def test_the_source_may_change_once_upload_returns(self):
+        c = self.client()
+        with c.alloc(65536) as buf:
+            src = bytearray(b"\x01" * 65536)
+            t = buf.upload(src)
+            src[:] = b"\x02" * 65536  # before the copy is known done
+            c.wait(t)
+            self.assertEqual(bytes(buf.download()), b"\x01" * 65536)
+
+    def test_errors_are_exceptions_with_the_errno(self):
+        c = self.client()
+        with self.assertRaises(ferry.Error) as e:
+            c.alloc(0)
+        self.assertEqual(e.exception.errno, errno.EINVAL)
+        self.assertIn("alloc", str(e.exception))
+        with self.assertRaises(ferry.Error) as e:
+            c.upload(12345, b"x")  # no such buffer
+        self.assertEqual(e.exception.errno, errno.ENOENT)
+        with c.alloc(16) as buf:
+            with self.assertRaises(ferry.Error) as e:
+                buf.upload(b"x" * 17)  # past its end
+            self.assertEqual(e.exception.errno, errno.EINVAL)
+        with self.assertRaises(ferry.Error) as e:
+            ferry.Client(os.path.join(self.d.dir.name, "nobody.sock"))
+        self.assertEqual(e.exception.errno, errno.ENOENT)
+        self.assertIsInstance(e.exception, OSError)
+
+    def test_non_contiguous_and_read_only_targets_are_refused_clearly(self):
+        c = self.client()
+        with c.alloc(4096) as buf:
+            with self.assertRaises(ValueError):
+                buf.download(b"read-only")
+            with self.assertRaises(ValueError):
+                buf.upload(memoryview(b"abcdef")[::2])
+
+    def test_closed_client_raises(self):
+        c = ferry.Client(self.d.socket)
+        c.close()
+        with self.assertRaises(ferry.Error) as e:
+            c.alloc(16)
+        self.assertEqual(e.exception.errno, errno.ENOTCONN)
+
+    def test_grant_and_open_between_clients(self):
+        owner, producer = self.client(), self.client()
+        with owner.alloc(8192) as buf:
+            token = buf.grant(ferry.RIGHT_UPLOAD)
+            self.assertEqual(len(token), 32)
+            theirs = producer.open(token)
+            self.assertEqual(theirs.size, 8192)
+            producer.wait(theirs.upload(b"\x07" * 8192))
+            self.assertEqual(bytes(buf.download()), b"\x07" * 8192)
+            with self.assertRaises(ferry.Error) as e:  # upload right only
+                theirs.download()
+            self.assertEqual(e.exception.errno, errno.EACCES)
+            buf.revoke(token)
+            with self.assertRaises(ferry.Error) as e:
+                producer.wait(theirs.upload(b"\x08" * 16))
+            self.assertEqual(e.exception.errno, errno.EACCES)
+            forged = bytes(32)
+            with self.assertRaises(ferry.Error) as e:
+                producer.open(forged)
+            self.assertEqual(e.exception.errno, errno.EACCES)
+
+    def test_upload_after_waits_for_the_value(self):
+        c = self.client()
+        with c.alloc(64) as buf:
+            c.wait(buf.upload(b"old!" * 16))
+            t = buf.upload(b"new!" * 16, after=5)
+            time.sleep(0.05)
+            self.assertLess(c.completed, t)  # held until the value comes
+            c.signal(5)
+            c.wait(t, timeout=5)
+            self.assertEqual(bytes(buf.download()), b"new!" * 16)
+            tl = c.timeline()
+            self.assertNotEqual(tl.completed_address, 0)
+            self.assertGreater(tl.segment_bytes, 0)
+
+    def test_wait_with_a_timeout(self):
+        c = self.client()
+        with c.alloc(64) as buf:
+            t = buf.upload(b"z" * 64, after=10**12)  # never comes
+            with self.assertRaises(ferry.Error) as e:
+                c.wait(t, timeout=0.05)
+            self.assertEqual(e.exception.errno, errno.ETIMEDOUT)
+
+    def test_info_and_version(self):
+        c = self.client()
+        i = c.info()
+        self.assertEqual(i.slot_count, 4)
+        self.assertEqual(i.slot_bytes, 65536)
+        self.assertEqual(i.backend, "level-zero")
+        self.assertEqual(ferry.library_version(), ferry.__version__)
+
+    def test_threads_upload_at_once(self):
+        c = self.client()
+        bufs = [c.alloc(100_000) for _ in range(4)]
+        errors = []
+
+        def run(k):
+            try:
+                for r in range(20):
+                    data = bytes([(k * 31 + r) % 256]) * 100_000
+                    c.wait(bufs[k].upload(data))
+                    if bytes(bufs[k].download()) != data:
+                        errors.append((k, r))
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        ts = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [])
+        for b in bufs:
+            b.free()
+
+    @unittest.skipIf(np is None, "numpy is not installed")
+    def test_numpy_arrays_without_a_copy(self):
+        c = self.client()
+        a = np.arange(50_000, dtype=np.float32)
+        with c.alloc(a.nbytes) as buf:
+            c.wait(buf.upload(a))
+            back = np.empty_like(a)
+            buf.download(back)
+            np.testing.assert_array_equal(a, back)
+            # a read-only array uploads; a strided view is refused
+            ro = a.copy()
+            ro.setflags(write=False)
+            c.wait(buf.upload(ro))
+            with self.assertRaises(ValueError):
+                buf.upload(a[::2])
+            # 2-D, C order
+            m = np.random.default_rng(1).integers(0, 255, size=(100, 300), dtype=np.uint8)
+            c.wait(buf.upload(m))
+            self.assertTrue(np.array_equal(np.frombuffer(buf.download(nbytes=m.nbytes), np.uint8).reshape(m.shape), m))
+
+
+    @unittest.skipIf(np is None, "numpy is not installed")
+    def test_the_dataloader_example_verifies_every_batch(self):
+        example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "dataloader.py")
+        r = subprocess.run(
+            [sys.executable, example, "--socket", self.d.socket, "--workers", "3", "--batches", "30",
+             "--batch-bytes", "200000", "--buffers", "4"],
+            capture_output=True, text=True, timeout=120,
+        )
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("30 verified, 0 wrong", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
