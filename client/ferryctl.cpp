@@ -52,6 +52,7 @@ Options:
       --json          machine-readable output (status)
       --interval SEC  refresh period of watch (default 1)
   -h, --help          this text
+  -V, --version       ferryctl's own version (without asking the daemon)
 
 Exit status: 0 ok, 1 the daemon answered with an error, 2 usage error,
 3 cannot connect (the message names the path and the likely cause).
@@ -323,6 +324,15 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::fputs(kHelp, stdout);
       return kOk;
+    } else if (a == "-V" || a == "--version") {
+      std::printf("ferryctl %s\n", FERRY_VERSION);
+      return kOk;
+    } else if (a.rfind("--interval=", 0) == 0) {
+      interval = std::atof(a.c_str() + 11);
+      if (interval <= 0) {
+        std::fprintf(stderr, "ferryctl: --interval needs a positive number of seconds\n");
+        return kUsage;
+      }
     } else if (a == "-s" || a == "--socket") {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "ferryctl: %s needs a path\n", a.c_str());

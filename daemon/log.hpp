@@ -12,12 +12,19 @@ inline Level& threshold() {
   static Level l = info;
   return l;
 }
+// Under systemd (stderr is the journal: $JOURNAL_STREAM is set) each line
+// starts with its syslog priority, "<3>" for errors, which journald takes
+// as the entry's priority (journalctl -p err). Set once at start.
+inline bool& priority_prefix() {
+  static bool on = false;
+  return on;
+}
 
 template <class... Args>
 void write(Level l, const char* fmt, Args&&... args) {
   if (l > threshold()) return;
   static const char* const kTag[] = {"<3>error", "<4>warning", "<6>info", "<7>debug"};
-  std::fprintf(stderr, "%s: ", kTag[l] + 3);
+  std::fprintf(stderr, "%s: ", priority_prefix() ? kTag[l] : kTag[l] + 3);
   if constexpr (sizeof...(Args) == 0) {
     std::fputs(fmt, stderr);
   } else {

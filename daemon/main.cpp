@@ -242,6 +242,7 @@ int main(int argc, char** argv) {
             info.backend.c_str(), info.copy_engine ? "yes" : "no", info.host_import ? "yes" : "no");
 
   std::signal(SIGPIPE, SIG_IGN);
+  ferry::ferryd::log::priority_prefix() = std::getenv("JOURNAL_STREAM") != nullptr;
   // Descriptors: the soft limit up to the hard one (the unit sets both); the
   // bounds on connections and allocations are sized from it.
   if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

@@ -42,7 +42,7 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
       engine_(io, std::move(backend)),
       ctx_{engine_, opts_, {}, false},
       acceptor_(io),
-      signals_(io, SIGTERM, SIGINT),
+      signals_(io, SIGTERM, SIGINT, SIGHUP),
       timer_(io),
       status_timer_(io),
       accept_pause_(io) {
@@ -118,13 +118,23 @@ int Server::listen(const std::string& path, int fd, std::string& why) {
   }
   systemd::notify("READY=1\nSTATUS=" + status_line(engine_));
   status_tick();
+  wait_signal();
+  accept();
+  return 0;
+}
+
+void Server::wait_signal() {
   signals_.async_wait([this](const boost::system::error_code& e, int sig) {
     if (e) return;
+    if (sig == SIGHUP) {
+      // Nothing is re-read while running (a new setting needs a restart);
+      // a reload must not stop the daemon.
+      FERRY_LOG(info, "SIGHUP: settings are read at start only; restart ferryd to change them");
+      return wait_signal();
+    }
     FERRY_LOG(info, "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     stop();
   });
-  accept();
-  return 0;
 }
 
 void Server::run() {

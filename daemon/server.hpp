@@ -35,6 +35,7 @@ class Server {
 
  private:
   void accept();
+  void wait_signal();
   // Logs why a connection was refused, at most once per 10 s.
   void refused(const char* why);
   void drain_tick();

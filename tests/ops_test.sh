@@ -94,7 +94,33 @@ wait_for_socket "$sock2"
 "$tmp/consumer-pkgconfig" "$sock2" || fail "consumer built with pkg-config"
 "$tmp/consumer-cmake/consumer" "$sock2" || fail "consumer built with find_package(ferry)"
 "$prefix/bin/ferryctl" --socket "$sock2" version || fail "installed ferryctl"
+"$prefix/bin/ferryctl" --version | grep -q '^ferryctl [0-9]' || fail "ferryctl --version"
+# The Python package lands where Debian's python3 looks under the prefix.
+[[ -f $prefix/lib/python3/dist-packages/ferry/__init__.py ]] || fail "not installed: the Python package"
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  PYTHONPATH=$prefix/lib/python3/dist-packages FERRY_LIBRARY=$prefix/lib/libferry.so.0 /usr/bin/python3 -c "
+import ferry
+with ferry.Client('$sock2') as c, c.alloc(64) as b:
+    c.wait(b.upload(b'x' * 64)); assert bytes(b.download()) == b'x' * 64
+" || fail "the installed Python package"
+fi
+# SIGHUP (a reload) leaves the daemon serving; SIGTERM still stops it with 0.
+kill -HUP "$d2"
+sleep 0.2
+"$prefix/bin/ferryctl" --socket "$sock2" version >/dev/null || fail "ferryd died of SIGHUP"
 kill -TERM "$d2"
 wait "$d2" || fail "installed ferryd did not exit 0"
-echo "ok: installed tree works through pkg-config and find_package"
+echo "ok: installed tree works through pkg-config, find_package and Python; SIGHUP is survived"
+
+echo "== journald sees each line's priority"
+sock3=$tmp/journal.sock
+JOURNAL_STREAM=8:1 "$build/daemon/ferryd" --sim --socket "$sock3" --log-level info 2>"$tmp/journal.err" &
+d3=$!
+pids+=($d3)
+wait_for_socket "$sock3"
+kill -TERM "$d3"
+wait "$d3" || true
+grep -q '^<6>info: ' "$tmp/journal.err" || fail "no <6> priority prefix under journald: $(head -3 "$tmp/journal.err")"
+"$build/daemon/ferryd" --sim --socket "$tmp/nojournal.sock" --version >/dev/null
+echo "ok: lines carry <N> priorities for journald"
 echo "ops_test: all checks held"
