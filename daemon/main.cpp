@@ -10,6 +10,7 @@
 #include <climits>
 #include <csignal>
 #include <cstdlib>
+#include <stdexcept>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -124,20 +125,58 @@ int main(int argc, char** argv) {
   po::options_description all;
   all.add(cli).add(desc);
   po::variables_map vm;
+  // Counts and sizes are unsigned: "-1" would wrap to 4294967295 unnoticed.
+  struct Negative : std::runtime_error {
+    Negative(const std::string& k, const std::string& v) : std::runtime_error(k + " must not be negative (got " + v + ")"), key(k) {}
+    std::string key;
+  };
+  auto refuse_negative = [](const po::parsed_options& p) {
+    for (const auto& opt : p.options)
+      for (const auto& v : opt.value)
+        if (!v.empty() && v[0] == '-' && opt.string_key != "log-level" && opt.string_key != "socket" &&
+            opt.string_key != "config" && opt.string_key != "backend")
+          throw Negative(opt.string_key, v);
+  };
+  std::string where = "command line";
+  std::string path;
   try {
-    po::store(po::parse_command_line(argc, argv, all), vm);
+    auto cmdline = po::parse_command_line(argc, argv, all);
+    refuse_negative(cmdline);
+    po::store(cmdline, vm);
     // The file fills only what the command line left unset.
-    const std::string path = vm["config"].as<std::string>();
+    path = vm["config"].as<std::string>();
     std::ifstream in(path);
     if (in) {
-      po::store(po::parse_config_file(in, desc), vm);
+      where = path;
+      auto file = po::parse_config_file(in, desc);
+      refuse_negative(file);
+      po::store(file, vm);
     } else if (!vm["config"].defaulted()) {
       std::cerr << "ferryd: cannot read the configuration file " << path << "\n";
       return 2;
     }
     po::notify(vm);
   } catch (const std::exception& e) {
-    std::cerr << "ferryd: " << e.what() << "\n(try ferryd --help)\n";
+    // Name the file and line of a bad setting in the configuration file.
+    std::string at = where;
+    if (where != "command line") {
+      std::string name = e.what();
+      if (auto* pe = dynamic_cast<const po::error_with_option_name*>(&e)) name = pe->get_option_name();
+      if (auto* ne = dynamic_cast<const Negative*>(&e)) name = ne->key;
+      while (!name.empty() && name[0] == '-') name.erase(0, 1);
+      std::ifstream again(where);
+      int n = 0;
+      for (std::string line; std::getline(again, line);) {
+        ++n;
+        const auto k = line.find_first_not_of(" \t");
+        if (k != std::string::npos && !name.empty() && line.compare(k, name.size(), name) == 0 &&
+            line.find('=', k) != std::string::npos) {
+          at = where + ":" + std::to_string(n);
+          break;
+        }
+      }
+    }
+    std::cerr << "ferryd: " << at << ": " << e.what() << "\n(try ferryd --help)\n";
     return 2;
   }
   if (vm.count("help")) {

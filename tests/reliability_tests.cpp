@@ -603,8 +603,41 @@ TEST_CASE("by default one client may hold half the device's memory; the bound re
     const int st = ::pclose(f);
     INFO(bad << ": " << out);
     CHECK(WEXITSTATUS(st) == 2);
-    CHECK(out.find("--client-memory") != std::string::npos);
+    CHECK(out.find("client-memory") != std::string::npos);
   }
+}
+
+TEST_CASE("bad settings name the option, and the file and line they came from", "[limits][config]") {
+  auto run = [](const std::string& args) {
+    const std::string line = std::string(FERRYD_PATH) + " --sim --socket /tmp/ferry-never.sock " + args + " 2>&1";
+    FILE* f = ::popen(line.c_str(), "r");
+    REQUIRE(f != nullptr);
+    std::string out;
+    char buf[1024];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    const int st = ::pclose(f);
+    return std::make_pair(WEXITSTATUS(st), out);
+  };
+  char path[] = "/tmp/ferry-conf-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  const std::string text = "# ferryd.conf\nslot-size = 65536\nslots = abc\n";
+  REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  auto [rc, out] = run(std::string("--config ") + path);
+  INFO(out);
+  CHECK(rc == 2);
+  CHECK(out.find(std::string(path) + ":3:") != std::string::npos);
+  CHECK(out.find("slots") != std::string::npos);
+  // Counts are never negative: -1 used to wrap to 4294967295.
+  for (const char* args : {"--max-clients -1", "--device -1", "--slots=-4"}) {
+    auto [rc2, out2] = run(args);
+    INFO(args << ": " << out2);
+    CHECK(rc2 == 2);
+    CHECK(out2.find("must not be negative") != std::string::npos);
+  }
+  ::unlink(path);
 }
 
 TEST_CASE("out of descriptors, accept backs off instead of spinning, and serves again once some are free",
