@@ -485,3 +485,31 @@ TEST_CASE("ferryctl exit codes: 3 when it cannot connect, 2 on a usage error", "
   CHECK(rc == 0);
   CHECK(help.find("metrics") != std::string::npos);
 }
+
+TEST_CASE("a failed connect says which socket and what to do", "[connect]") {
+  const std::string missing = "/tmp/ferry-no-daemon-here.sock";
+  ::unlink(missing.c_str());
+  ferry_client* c = nullptr;
+  CHECK(ferry_connect(missing.c_str(), &c) == -ENOENT);
+  CHECK(c == nullptr);
+  const std::string why = ferry_last_error();
+  CHECK(why.find(missing) != std::string::npos);
+  CHECK(why.find("is ferryd running") != std::string::npos);
+  // A socket file nobody accepts on (a daemon that died and left it).
+  const std::string stale = "/tmp/ferry-stale-test.sock";
+  ::unlink(stale.c_str());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, stale.c_str(), sizeof a.sun_path - 1);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  ::close(fd);  // bound, never listening
+  CHECK(ferry_connect(stale.c_str(), &c) == -ECONNREFUSED);
+  CHECK(std::string(ferry_last_error()).find("stopped ferryd") != std::string::npos);
+  ::unlink(stale.c_str());
+  // A success clears it.
+  Daemon d;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  CHECK(std::string(ferry_last_error()).empty());
+  ferry_disconnect(c);
+}

@@ -63,20 +63,48 @@ int map_segment(ferry_client* c, int seg_fd) {
   return 0;
 }
 
+// The calling thread's last connect failure, in words (ferry_last_error).
+std::string& last_error() {
+  thread_local std::string s;
+  return s;
+}
+
+int connect_failed(const std::string& path, int r) {
+  std::string& s = last_error();
+  switch (r) {
+    case -ENOENT:
+      s = "no daemon socket at " + path + ": is ferryd running? (libferry uses $FERRY_SOCKET, else " +
+          proto::default_socket_path() + ")";
+      break;
+    case -EACCES:
+    case -EPERM:
+      s = "not allowed to connect to " + path +
+          ": the socket belongs to ferryd's --socket-group (mode --socket-mode); ask to be added to that group";
+      break;
+    case -ECONNREFUSED:
+      s = "nothing accepts on " + path + ": a socket file left by a stopped ferryd? start ferryd again";
+      break;
+    default:
+      s = "connect to " + path + ": " + ferry_strerror(r);
+  }
+  return r;
+}
+
 }  // namespace
 
 extern "C" {
 
 int ferry_connect(const char* socket_path, ferry_client** out) {
+  last_error().clear();
   if (out == nullptr) return -EINVAL;
   *out = nullptr;
   const std::string path = socket_path != nullptr ? socket_path : proto::socket_path_from_env();
   auto c = std::make_unique<ferry_client>();
   int seg_fd = -1;
-  if (int r = c->conn.open(path, hello_message(), &c->welcome, &seg_fd); r != 0) return r;
+  if (int r = c->conn.open(path, hello_message(), &c->welcome, &seg_fd); r != 0) return connect_failed(path, r);
   int r = map_segment(c.get(), seg_fd);
   ::close(seg_fd);
-  if (r != 0) return r;
+  if (r != 0) return connect_failed(path, r);
   c->conn.start();
   *out = c.release();
   return 0;
@@ -281,7 +309,7 @@ ferry_ticket ferry_completed(ferry_client* c) { return c == nullptr ? 0 : c->tim
 const char* ferry_strerror(int err) {
   switch (err) {
     case 0: return "success";
-    case -ENOENT: return "no such buffer, or no daemon socket at that path";
+    case -ENOENT: return "no such buffer, or no daemon socket at that path (ferry_last_error says which path)";
     case -ECONNREFUSED: return "no daemon accepts on that socket (stale socket file?)";
     case -ECONNRESET: return "the daemon closed the connection";
     case -ESHUTDOWN: return "the daemon is shutting down";
@@ -301,5 +329,7 @@ const char* ferry_strerror(int err) {
 }
 
 const char* ferry_version(void) { return FERRY_VERSION_STRING; }
+
+const char* ferry_last_error(void) { return last_error().c_str(); }
 
 }  // extern "C"

@@ -116,7 +116,10 @@ class Client:
     def __init__(self, socket=None):
         self._c = _lib.c_client_p()
         path = None if socket is None else os.fsencode(socket)
-        _check(_c.ferry_connect(path, ctypes.byref(self._c)), f"connect to {socket or 'the default socket'}")
+        r = _c.ferry_connect(path, ctypes.byref(self._c))
+        if r != 0:
+            # The library says which socket and what to do about it.
+            raise Error(r, _c.ferry_last_error().decode(errors="replace") or "connect")
 
     # ---- lifetime
     def close(self):

@@ -100,6 +100,7 @@ def _declare(lib):
         "ferry_completed": (c_ticket, [c_client_p]),
         "ferry_strerror": (ctypes.c_char_p, [i32]),
         "ferry_version": (ctypes.c_char_p, []),
+        "ferry_last_error": (ctypes.c_char_p, []),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)

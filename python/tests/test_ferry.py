@@ -96,9 +96,12 @@ class FerryTest(unittest.TestCase):
             with self.assertRaises(ferry.Error) as e:
                 buf.upload(b"x" * 17)  # past its end
             self.assertEqual(e.exception.errno, errno.EINVAL)
+        nobody = os.path.join(self.d.dir.name, "nobody.sock")
         with self.assertRaises(ferry.Error) as e:
-            ferry.Client(os.path.join(self.d.dir.name, "nobody.sock"))
+            ferry.Client(nobody)
         self.assertEqual(e.exception.errno, errno.ENOENT)
+        self.assertIn(nobody, str(e.exception))  # which socket, and a hint
+        self.assertIn("is ferryd running", str(e.exception))
         self.assertIsInstance(e.exception, OSError)
 
     def test_non_contiguous_and_read_only_targets_are_refused_clearly(self):

@@ -212,6 +212,12 @@ ferry_ticket ferry_completed(ferry_client *c);
 /* A description of a value returned by any ferry function (static storage). */
 const char *ferry_strerror(int err);
 
+/* What the calling thread's last failed ferry_connect was about, in words:
+ * the socket path and what to do ("no daemon socket at /run/ferry/ferryd-0.sock:
+ * is ferryd running?"). "" after a success. Static per thread; valid until the
+ * thread's next ferry_connect. */
+const char *ferry_last_error(void);
+
 /* The library's version, e.g. "0.1.0"; compare with FERRY_VERSION_STRING. */
 const char *ferry_version(void);
 
