@@ -688,3 +688,82 @@ TEST_CASE("device properties: the timer's resolution in both forms of the struct
   ZE_OK(zeDeviceGetProperties(s.device, &p12));
   CHECK(p12.timerResolution == 1'000'000'000ull);  // ticks per second
 }
+
+TEST_CASE("core 1.4 functions the loader used to refuse: contexts, device properties, timestamps", "[sim][core14]") {
+  Sim s;
+  ze_context_desc_t cd{ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
+  ze_context_handle_t ctx2 = nullptr;
+  ZE_OK(zeContextCreateEx(s.driver, &cd, 1, &s.device, &ctx2));
+  ZE_OK(zeContextSystemBarrier(ctx2, s.device));
+  ZE_OK(zeContextDestroy(ctx2));
+  uint32_t n = 0;
+  ZE_OK(zeDeviceGetCacheProperties(s.device, &n, nullptr));
+  REQUIRE(n == 1);
+  ze_device_cache_properties_t cp{ZE_STRUCTURE_TYPE_DEVICE_CACHE_PROPERTIES, nullptr, 0, 0};
+  ZE_OK(zeDeviceGetCacheProperties(s.device, &n, &cp));
+  CHECK(cp.cacheSize > 0);
+  ze_device_image_properties_t ip{};
+  ip.stype = ZE_STRUCTURE_TYPE_DEVICE_IMAGE_PROPERTIES;
+  ip.maxImageDims2D = 77;
+  ZE_OK(zeDeviceGetImageProperties(s.device, &ip));
+  CHECK(ip.maxImageDims2D == 0);  // no images, said the way the specification asks
+  ze_device_module_properties_t mp{};
+  mp.stype = ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES;
+  ZE_OK(zeDeviceGetModuleProperties(s.device, &mp));
+  CHECK(mp.maxArgumentsSize > 0);
+  uint64_t h0 = 0, d0 = 0, h1 = 0, d1 = 0;
+  ZE_OK(zeDeviceGetGlobalTimestamps(s.device, &h0, &d0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ZE_OK(zeDeviceGetGlobalTimestamps(s.device, &h1, &d1));
+  CHECK(d1 > d0);
+  CHECK(d1 - d0 >= 2'000'000);  // 1 ns ticks, as timerResolution says
+  CHECK(zeDeviceGetGlobalTimestamps(s.device, nullptr, &d0) == ZE_RESULT_ERROR_INVALID_NULL_POINTER);
+}
+
+TEST_CASE("a region copy moves exactly its rectangle; ranges barriers order; hints are accepted", "[sim][core14]") {
+  Sim s;
+  // A 64 x 16 byte image in a 100-byte pitch; copy the 20 x 5 rectangle at (7, 3)
+  // to (1, 2) of a destination with a pitch of 40.
+  const uint32_t sp = 100, dp = 40;
+  std::vector<unsigned char> src(sp * 16), out(dp * 10, 0xee);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 13 + 1);
+  void* dev_src = s.device_alloc(src.size());
+  void* dev_dst = s.device_alloc(out.size());
+  s.copy_sync(dev_src, src.data(), src.size());
+  s.copy_sync(dev_dst, out.data(), out.size());
+  ze_copy_region_t sr{7, 3, 0, 20, 5, 0};
+  ze_copy_region_t dr{1, 2, 0, 20, 5, 0};
+  ZE_OK(zeCommandListAppendMemoryCopyRegion(s.copy, dev_dst, &dr, dp, 0, dev_src, &sr, sp, 0, s.events[0], 0, nullptr));
+  ZE_OK(zeEventHostSynchronize(s.events[0], UINT64_MAX));
+  s.copy_sync(out.data(), dev_dst, out.size());
+  for (uint32_t y = 0; y < 10; ++y)
+    for (uint32_t x = 0; x < dp; ++x) {
+      const bool inside = y >= 2 && y < 7 && x >= 1 && x < 21;
+      const unsigned char want = inside ? src[(3 + y - 2) * sp + 7 + x - 1] : 0xee;
+      INFO("x " << x << " y " << y);
+      REQUIRE(out[y * dp + x] == want);
+    }
+  // Regions of different sizes, or rows past their pitch, are refused.
+  ze_copy_region_t wide{0, 0, 0, 21, 5, 0};
+  CHECK(zeCommandListAppendMemoryCopyRegion(s.copy, dev_dst, &wide, dp, 0, dev_src, &sr, sp, 0, nullptr, 0, nullptr) ==
+        ZE_RESULT_ERROR_INVALID_SIZE);
+  ze_copy_region_t past{30, 0, 0, 20, 5, 0};
+  CHECK(zeCommandListAppendMemoryCopyRegion(s.copy, dev_dst, &past, dp, 0, dev_src, &sr, sp, 0, nullptr, 0, nullptr) ==
+        ZE_RESULT_ERROR_INVALID_SIZE);
+  // A copy from another context's allocation, behind a ranges barrier.
+  ze_context_desc_t cd{ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
+  ze_context_handle_t other = nullptr;
+  ZE_OK(zeContextCreate(s.driver, &cd, &other));
+  const size_t sizes[] = {16};
+  const void* ranges[] = {dev_dst};
+  ZE_OK(zeCommandListAppendMemoryRangesBarrier(s.copy, 1, sizes, ranges, nullptr, 0, nullptr));
+  ZE_OK(zeCommandListAppendMemoryCopyFromContext(s.copy, dev_dst, other, dev_src, 16, s.events[1], 0, nullptr));
+  ZE_OK(zeEventHostSynchronize(s.events[1], UINT64_MAX));
+  s.copy_sync(out.data(), dev_dst, 16);
+  CHECK(std::equal(out.begin(), out.begin() + 16, src.begin()));
+  ZE_OK(zeContextDestroy(other));
+  ZE_OK(zeCommandListAppendMemoryPrefetch(s.copy, dev_src, 64));
+  ZE_OK(zeCommandListAppendMemAdvise(s.copy, s.device, dev_src, 64, ZE_MEMORY_ADVICE_SET_READ_MOSTLY));
+  ZE_OK(zeMemFree(s.ctx, dev_src));
+  ZE_OK(zeMemFree(s.ctx, dev_dst));
+}

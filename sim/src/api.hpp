@@ -77,4 +77,17 @@ ze_result_t zeKernelSetArgumentValue(ze_kernel_handle_t h, uint32_t index, size_
 ze_result_t zeKernelGetName(ze_kernel_handle_t h, size_t* pSize, char* name);
 ze_result_t zeCommandListAppendLaunchKernel(ze_command_list_handle_t h, ze_kernel_handle_t hk, const ze_group_count_t* groups, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
 
+// api_core14.cpp
+ze_result_t zeContextCreateEx(ze_driver_handle_t h, const ze_context_desc_t* desc, uint32_t ndev, ze_device_handle_t* devices, ze_context_handle_t* out);
+ze_result_t zeContextSystemBarrier(ze_context_handle_t hc, ze_device_handle_t hd);
+ze_result_t zeDeviceGetCacheProperties(ze_device_handle_t h, uint32_t* pCount, ze_device_cache_properties_t* p);
+ze_result_t zeDeviceGetImageProperties(ze_device_handle_t h, ze_device_image_properties_t* p);
+ze_result_t zeDeviceGetModuleProperties(ze_device_handle_t h, ze_device_module_properties_t* p);
+ze_result_t zeDeviceGetGlobalTimestamps(ze_device_handle_t h, uint64_t* host, uint64_t* device);
+ze_result_t zeCommandListAppendMemoryCopyRegion(ze_command_list_handle_t h, void* dst, const ze_copy_region_t* dr, uint32_t dst_pitch, uint32_t dst_slice, const void* src, const ze_copy_region_t* sr, uint32_t src_pitch, uint32_t src_slice, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeCommandListAppendMemoryCopyFromContext(ze_command_list_handle_t h, void* dst, ze_context_handle_t hcs, const void* src, size_t size, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeCommandListAppendMemoryRangesBarrier(ze_command_list_handle_t h, uint32_t n, const size_t* sizes, const void** ranges, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeCommandListAppendMemoryPrefetch(ze_command_list_handle_t h, const void* ptr, size_t size);
+ze_result_t zeCommandListAppendMemAdvise(ze_command_list_handle_t h, ze_device_handle_t hd, const void* ptr, size_t size, ze_memory_advice_t advice);
+
 }  // namespace ferry::sim

@@ -58,12 +58,18 @@ FERRY_TABLE(zeGetDeviceProcAddrTable, ze_device_dditable_t, {
   t->pfnGetMemoryAccessProperties = s::zeDeviceGetMemoryAccessProperties;
   t->pfnGetExternalMemoryProperties = s::zeDeviceGetExternalMemoryProperties;
   t->pfnGetStatus = s::zeDeviceGetStatus;
+  t->pfnGetCacheProperties = s::zeDeviceGetCacheProperties;
+  t->pfnGetImageProperties = s::zeDeviceGetImageProperties;
+  t->pfnGetModuleProperties = s::zeDeviceGetModuleProperties;
+  t->pfnGetGlobalTimestamps = s::zeDeviceGetGlobalTimestamps;
 })
 
 FERRY_TABLE(zeGetContextProcAddrTable, ze_context_dditable_t, {
   t->pfnCreate = s::zeContextCreate;
   t->pfnDestroy = s::zeContextDestroy;
   t->pfnGetStatus = s::zeContextGetStatus;
+  t->pfnCreateEx = s::zeContextCreateEx;
+  t->pfnSystemBarrier = s::zeContextSystemBarrier;
 })
 
 FERRY_TABLE(zeGetCommandQueueProcAddrTable, ze_command_queue_dditable_t, {
@@ -81,6 +87,11 @@ FERRY_TABLE(zeGetCommandListProcAddrTable, ze_command_list_dditable_t, {
   t->pfnReset = s::zeCommandListReset;
   t->pfnAppendBarrier = s::zeCommandListAppendBarrier;
   t->pfnAppendMemoryCopy = s::zeCommandListAppendMemoryCopy;
+  t->pfnAppendMemoryCopyRegion = s::zeCommandListAppendMemoryCopyRegion;
+  t->pfnAppendMemoryCopyFromContext = s::zeCommandListAppendMemoryCopyFromContext;
+  t->pfnAppendMemoryRangesBarrier = s::zeCommandListAppendMemoryRangesBarrier;
+  t->pfnAppendMemoryPrefetch = s::zeCommandListAppendMemoryPrefetch;
+  t->pfnAppendMemAdvise = s::zeCommandListAppendMemAdvise;
   t->pfnAppendMemoryFill = s::zeCommandListAppendMemoryFill;
   t->pfnAppendSignalEvent = s::zeCommandListAppendSignalEvent;
   t->pfnAppendWaitOnEvents = s::zeCommandListAppendWaitOnEvents;
