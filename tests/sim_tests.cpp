@@ -762,6 +762,18 @@ TEST_CASE("a region copy moves exactly its rectangle; ranges barriers order; hin
   s.copy_sync(out.data(), dev_dst, 16);
   CHECK(std::equal(out.begin(), out.begin() + 16, src.begin()));
   ZE_OK(zeContextDestroy(other));
+  // A timestamp written when the command runs: after the copy before it, in
+  // the device's clock (the host's, here), between the host's readings around it.
+  uint64_t* when = static_cast<uint64_t*>(s.host_alloc(8));
+  *when = 0;
+  uint64_t before = 0, after = 0, dev = 0;
+  ZE_OK(zeDeviceGetGlobalTimestamps(s.device, &before, &dev));
+  ZE_OK(zeCommandListAppendWriteGlobalTimestamp(s.copy, when, s.events[2], 0, nullptr));
+  ZE_OK(zeEventHostSynchronize(s.events[2], UINT64_MAX));
+  ZE_OK(zeDeviceGetGlobalTimestamps(s.device, &after, &dev));
+  CHECK(*when >= before);
+  CHECK(*when <= after);
+  ZE_OK(zeMemFree(s.ctx, when));
   ZE_OK(zeCommandListAppendMemoryPrefetch(s.copy, dev_src, 64));
   ZE_OK(zeCommandListAppendMemAdvise(s.copy, s.device, dev_src, 64, ZE_MEMORY_ADVICE_SET_READ_MOSTLY));
   ZE_OK(zeMemFree(s.ctx, dev_src));

@@ -791,6 +791,20 @@ ze_result_t zeCommandListAppendMemoryCopy(ze_command_list_handle_t h, void* dst,
   return append(l, std::move(c), nwait, waits);
 }
 
+ze_result_t zeCommandListAppendWriteGlobalTimestamp(ze_command_list_handle_t h, uint64_t* dst, ze_event_handle_t hSignal,
+                                                    uint32_t nwait, ze_event_handle_t* waits) {
+  CmdList* l = get<CmdList>(h);
+  if (l == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (dst == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  if (reinterpret_cast<uintptr_t>(dst) % 8 != 0) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  if (ze_result_t r = memory().check_range(dst, 8); r != ZE_RESULT_SUCCESS) return r;
+  Command c;
+  c.op = Command::Op::timestamp;
+  c.dst = dst;
+  if (ze_result_t r = signal_event(hSignal, &c.signal); r != ZE_RESULT_SUCCESS) return r;
+  return append(l, std::move(c), nwait, waits);
+}
+
 ze_result_t zeCommandListAppendMemoryFill(ze_command_list_handle_t h, void* dst, const void* pattern,
                                           size_t pattern_size, size_t size, ze_event_handle_t hSignal, uint32_t nwait,
                                           ze_event_handle_t* waits) {

@@ -77,6 +77,7 @@ ze_result_t zeKernelSetArgumentValue(ze_kernel_handle_t h, uint32_t index, size_
 ze_result_t zeKernelGetName(ze_kernel_handle_t h, size_t* pSize, char* name);
 ze_result_t zeCommandListAppendLaunchKernel(ze_command_list_handle_t h, ze_kernel_handle_t hk, const ze_group_count_t* groups, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
 
+ze_result_t zeCommandListAppendWriteGlobalTimestamp(ze_command_list_handle_t h, uint64_t* dst, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
 // api_core14.cpp
 ze_result_t zeContextCreateEx(ze_driver_handle_t h, const ze_context_desc_t* desc, uint32_t ndev, ze_device_handle_t* devices, ze_context_handle_t* out);
 ze_result_t zeContextSystemBarrier(ze_context_handle_t hc, ze_device_handle_t hd);

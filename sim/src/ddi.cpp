@@ -92,6 +92,7 @@ FERRY_TABLE(zeGetCommandListProcAddrTable, ze_command_list_dditable_t, {
   t->pfnAppendMemoryRangesBarrier = s::zeCommandListAppendMemoryRangesBarrier;
   t->pfnAppendMemoryPrefetch = s::zeCommandListAppendMemoryPrefetch;
   t->pfnAppendMemAdvise = s::zeCommandListAppendMemAdvise;
+  t->pfnAppendWriteGlobalTimestamp = s::zeCommandListAppendWriteGlobalTimestamp;
   t->pfnAppendMemoryFill = s::zeCommandListAppendMemoryFill;
   t->pfnAppendSignalEvent = s::zeCommandListAppendSignalEvent;
   t->pfnAppendWaitOnEvents = s::zeCommandListAppendWaitOnEvents;

@@ -177,6 +177,14 @@ void Engine::execute(Command& c) {
       if (faulted_) break;  // skipped, not failed: the copies around it report for themselves
       __atomic_store_n(static_cast<uint64_t*>(c.dst), c.value, __ATOMIC_RELEASE);
       break;
+    case Command::Op::timestamp:
+      if (faults().device_lost.load()) {
+        failed = true;
+        break;
+      }
+      // Written when this command runs, after everything before it on the list.
+      __atomic_store_n(static_cast<uint64_t*>(c.dst), now_ns(), __ATOMIC_RELEASE);
+      break;
     case Command::Op::wait_mem:
       // Holds only this queue: spin briefly, then poll with short sleeps.
       for (uint64_t spins = 0; !memory_condition(c) && !stopping_.load(std::memory_order_relaxed); ++spins) {

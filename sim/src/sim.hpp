@@ -226,7 +226,7 @@ struct Kernel : Object {
 
 // ---------------------------------------------------------------- engine
 struct Command {
-  enum class Op { copy, fill, signal, reset, barrier, kernel, fence, write_mem, wait_mem } op = Op::barrier;
+  enum class Op { copy, fill, signal, reset, barrier, kernel, fence, write_mem, wait_mem, timestamp } op = Op::barrier;
   void* dst = nullptr;
   const void* src = nullptr;
   size_t bytes = 0;
@@ -236,6 +236,7 @@ struct Command {
   std::vector<Event*> waits;
   Event* signal = nullptr;
   struct Fence* fence = nullptr;
+  // timestamp: stores the device's clock (now_ns) at dst when it executes.
   // write_mem: stores `value` (8 bytes) at dst. wait_mem: holds this queue
   // until the 4- or 8-byte word at dst compares to `value` as `wait_flags` say.
   uint64_t value = 0;
