@@ -42,8 +42,10 @@ void Poller::run() {
     return;
   }
   const auto idle = std::chrono::microseconds(idle_us_);
-  // It starts asleep: nothing to poll yet.
-  auto last_work = Clock::now() - idle;
+  // It starts awake, and says so (the engine starts as if asleep, for use
+  // without a poller): it polls for `idle`, then sleeps the proper way.
+  engine_.sleep_end();
+  auto last_work = Clock::now();
   auto last_io = last_work;
   while (!io_.stopped()) {
     const size_t n = engine_.poll();
