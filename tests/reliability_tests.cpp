@@ -20,6 +20,18 @@ namespace proto = ferry::proto;
 
 namespace {
 
+// Runs a shell command; its exit code and everything it wrote (stdout and stderr).
+std::pair<int, std::string> run_command(const std::string& cmd) {
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(f != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const int st = ::pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
 // How many of the process's descriptors point at `target`.
 int fds_to(pid_t pid, const std::string& target) {
   int n = 0;
@@ -335,14 +347,8 @@ TEST_CASE("a client's program name reaches status, logs and metrics only as prin
   CHECK(seen);
   // ferryctl shows it and exports it without a control byte reaching the terminal.
   for (const char* cmd : {"status", "metrics"}) {
-    const std::string line = std::string(FERRYCTL_PATH) + " --socket " + d.socket + " " + cmd;
-    FILE* f = ::popen(line.c_str(), "r");
-    REQUIRE(f != nullptr);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-    CHECK(::pclose(f) == 0);
+    const auto [rc, out] = run_command(std::string(FERRYCTL_PATH) + " --socket " + d.socket + " " + cmd);
+    CHECK(rc == 0);
     INFO(cmd);
     for (unsigned char ch : out) CHECK((ch == '\n' || (ch >= 0x20 && ch < 0x7f) || ch >= 0x80));
     CHECK(out.find('\x1b') == std::string::npos);
@@ -592,32 +598,17 @@ TEST_CASE("by default one client may hold half the device's memory; the bound re
   }
   // Nonsense is refused at start, with the option named.
   for (const char* bad : {"abc", "150%", "-1", "12x"}) {
-    const std::string line = std::string(FERRYD_PATH) + " --sim --socket /tmp/ferry-never.sock --client-memory '" +
-                             bad + "' 2>&1";
-    FILE* f = ::popen(line.c_str(), "r");
-    REQUIRE(f != nullptr);
-    std::string out;
-    char buf[1024];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-    const int st = ::pclose(f);
+    const auto [rc, out] = run_command(std::string(FERRYD_PATH) +
+                                       " --sim --socket /tmp/ferry-never.sock --client-memory '" + bad + "'");
     INFO(bad << ": " << out);
-    CHECK(WEXITSTATUS(st) == 2);
+    CHECK(rc == 2);
     CHECK(out.find("client-memory") != std::string::npos);
   }
 }
 
 TEST_CASE("bad settings name the option, and the file and line they came from", "[limits][config]") {
   auto run = [](const std::string& args) {
-    const std::string line = std::string(FERRYD_PATH) + " --sim --socket /tmp/ferry-never.sock " + args + " 2>&1";
-    FILE* f = ::popen(line.c_str(), "r");
-    REQUIRE(f != nullptr);
-    std::string out;
-    char buf[1024];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-    const int st = ::pclose(f);
-    return std::make_pair(WEXITSTATUS(st), out);
+    return run_command(std::string(FERRYD_PATH) + " --sim --socket /tmp/ferry-never.sock " + args);
   };
   char path[] = "/tmp/ferry-conf-XXXXXX";
   const int fd = mkstemp(path);
