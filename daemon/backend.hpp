@@ -55,6 +55,8 @@ class Backend {
 
   // Registers a host range (a staging segment) so copies from it run at
   // pinned speed. -ENOTSUP: the driver cannot; copies still work, slower.
+  // Both are called from the segment pool's thread as well as the io
+  // thread's: they must be safe beside every other call.
   virtual int register_host(void* ptr, uint64_t bytes) = 0;
   virtual void unregister_host(void* ptr) = 0;
 

@@ -184,14 +184,19 @@ class Cuda final : public Backend {
     if (cu_.cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
       return -ENOTSUP;
     CUdeviceptr dev = 0;
-    if (info_.device_writes && cu_.cuMemHostGetDevicePointer(&dev, ptr, 0) == CUDA_SUCCESS)
+    if (info_.device_writes && cu_.cuMemHostGetDevicePointer(&dev, ptr, 0) == CUDA_SUCCESS) {
+      std::lock_guard lock(mapped_mu_);
       mapped_[reinterpret_cast<uintptr_t>(ptr)] = {bytes, dev};
+    }
     return 0;
   }
 
   void unregister_host(void* ptr) override {
     current();
-    mapped_.erase(reinterpret_cast<uintptr_t>(ptr));
+    {
+      std::lock_guard lock(mapped_mu_);
+      mapped_.erase(reinterpret_cast<uintptr_t>(ptr));
+    }
     cu_.cuMemHostUnregister(ptr);
   }
 
@@ -221,6 +226,7 @@ class Cuda final : public Backend {
   bool device_address(const uint64_t* word, CUdeviceptr* out) const {
     if (!info_.device_writes) return false;
     const auto w = reinterpret_cast<uintptr_t>(word);
+    std::lock_guard lock(mapped_mu_);
     auto it = mapped_.upper_bound(w);
     if (it == mapped_.begin()) return false;
     --it;
@@ -336,7 +342,10 @@ class Cuda final : public Backend {
   CUstream stream_ = nullptr;
   std::mutex mu_;  // events
   InFlight<CUevent> inflight_;
-  std::map<uintptr_t, std::pair<uint64_t, CUdeviceptr>> mapped_;  // registered host ranges: bytes, device address
+  // Registered host ranges: bytes, device address. The segment pool's thread
+  // registers and unregisters; the io thread looks words up.
+  mutable std::mutex mapped_mu_;
+  std::map<uintptr_t, std::pair<uint64_t, CUdeviceptr>> mapped_;
   std::atomic<bool> sticky_{false};
   std::vector<CUevent> free_events_;
   std::vector<CUevent> all_events_;

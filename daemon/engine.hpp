@@ -59,7 +59,10 @@ class TransferEngine {
   const Holdings& holdings() const { return holdings_; }
   void set_limits(const ClientLimits& l) { limits_ = l; }
   // Where add_client takes ready-made segments from (none: it makes each itself).
-  void set_segment_pool(std::unique_ptr<SegmentPool> p) { pool_ = std::move(p); }
+  // Segments made and registered ahead, `ready` at a time, on a thread of their own.
+  void use_segment_pool(uint32_t slots, uint64_t slot_bytes, size_t ready) {
+    pool_ = std::make_unique<SegmentPool>(slots, slot_bytes, ready, backend_.get());
+  }
 
   // ---- clients (engine_clients.cpp)
   // A new client with a staging segment of `slots` slots, registered with the

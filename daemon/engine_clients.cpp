@@ -18,19 +18,22 @@ int TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* o
   clients_[raw->id()] = raw;
   ++holdings_.clients;
   // Made ahead by the pool's thread where it can: a segment costs milliseconds.
+  // Registered once, for the client's whole life: copies from it then skip
+  // the per-call import a pageable source costs. The pool's segments come
+  // registered (that takes milliseconds on CUDA too).
   StagingSegment ready;
-  if (pool_ != nullptr && pool_->take(slots, slot_bytes, &ready)) {
+  bool registered = false;
+  if (pool_ != nullptr && pool_->take(slots, slot_bytes, &ready, &registered)) {
     c->adopt_segment(std::move(ready));
+    c->registered = registered;
     ++stats_.segments_pooled;
   } else if (int r = c->create_segment(slots, slot_bytes); r != 0) {
     return r;
   } else {
     ++stats_.segments_made;
+    // The whole segment, header included: the device writes the timeline there.
+    c->registered = backend_->register_host(c->segment().header(), c->segment().bytes()) == 0;
   }
-  // Registered once, for the client's whole life: copies from it then skip
-  // the per-call import a pageable source costs.
-  // The whole segment, header included: the device writes the timeline there.
-  c->registered = backend_->register_host(c->segment().header(), c->segment().bytes()) == 0;
   *out = std::move(c);
   return 0;
 }
@@ -41,8 +44,11 @@ void TransferEngine::release(ClientState* c) {
   for (const auto& [id, backend_id] : c->event_pools()) backend_->close_event_pool(backend_id);
   // Its buffers go with the object itself, right after this: each one's
   // memory returns once no copy in flight holds it.
-  if (c->registered) backend_->unregister_host(c->segment().header());
-  if (pool_ != nullptr) pool_->discard(c->take_segment());
+  if (pool_ != nullptr) {
+    pool_->discard(c->take_segment(), c->registered);
+  } else if (c->registered) {
+    backend_->unregister_host(c->segment().header());
+  }
   clients_.erase(c->id());
   --holdings_.clients;
 }

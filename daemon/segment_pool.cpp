@@ -6,8 +6,8 @@
 
 namespace ferry::ferryd {
 
-SegmentPool::SegmentPool(uint32_t slots, uint64_t slot_bytes, size_t ready)
-    : slots_(slots), slot_bytes_(slot_bytes), target_(ready), thread_([this] { run(); }) {}
+SegmentPool::SegmentPool(uint32_t slots, uint64_t slot_bytes, size_t ready, Backend* backend)
+    : slots_(slots), slot_bytes_(slot_bytes), target_(ready), backend_(backend), thread_([this] { run(); }) {}
 
 SegmentPool::~SegmentPool() {
   {
@@ -16,26 +16,38 @@ SegmentPool::~SegmentPool() {
   }
   cv_.notify_all();
   thread_.join();
+  // The backend outlives the pool: nothing stays registered after it.
+  drop(ready_);
+  drop(dead_);
 }
 
-bool SegmentPool::take(uint32_t slots, uint64_t slot_bytes, StagingSegment* out) {
+bool SegmentPool::take(uint32_t slots, uint64_t slot_bytes, StagingSegment* out, bool* registered) {
   if (slots != slots_ || slot_bytes != slot_bytes_) return false;
   {
     std::lock_guard lock(mu_);
     if (ready_.empty()) return false;
-    *out = std::move(ready_.front());
+    *out = std::move(ready_.front().seg);
+    *registered = ready_.front().registered;
     ready_.pop_front();
   }
   cv_.notify_one();  // make the next one
   return true;
 }
 
-void SegmentPool::discard(StagingSegment seg) {
+void SegmentPool::discard(StagingSegment seg, bool registered) {
   {
     std::lock_guard lock(mu_);
-    dead_.push_back(std::move(seg));
+    dead_.push_back({std::move(seg), registered});
   }
   cv_.notify_one();
+}
+
+// Unregistered before unmapped: the address cannot be mapped again (and
+// registered for someone else) while the device still knows it.
+void SegmentPool::drop(std::deque<Entry>& dead) {
+  for (Entry& e : dead)
+    if (e.registered && backend_ != nullptr) backend_->unregister_host(e.seg.header());
+  dead.clear();  // munmap and close
 }
 
 void SegmentPool::run() {
@@ -43,10 +55,10 @@ void SegmentPool::run() {
   std::unique_lock lock(mu_);
   while (!stop_) {
     if (!dead_.empty()) {
-      std::deque<StagingSegment> dead;
+      std::deque<Entry> dead;
       dead.swap(dead_);
       lock.unlock();
-      dead.clear();  // munmap and close, off the io thread
+      drop(dead);  // off the io thread
       lock.lock();
       continue;
     }
@@ -55,11 +67,13 @@ void SegmentPool::run() {
       continue;
     }
     lock.unlock();
-    StagingSegment seg;
-    const int r = seg.create(slots_, slot_bytes_);
+    Entry e;
+    const int r = e.seg.create(slots_, slot_bytes_);
+    // The whole segment, header included: the device writes the timeline there.
+    if (r == 0 && backend_ != nullptr) e.registered = backend_->register_host(e.seg.header(), e.seg.bytes()) == 0;
     lock.lock();
     if (r == 0) {
-      ready_.push_back(std::move(seg));
+      ready_.push_back(std::move(e));
     } else {
       // Out of memory or descriptors now: Hellos make their own (and fail
       // with the reason) until a later try here succeeds.

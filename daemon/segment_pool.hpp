@@ -1,8 +1,10 @@
 // Staging segments made ahead of time, on a thread of their own: creating one
 // (a memfd, its zero-filled pages mapped and populated) takes milliseconds,
-// and the io thread is the poller every client's uploads go through. A Hello
-// takes a ready segment; the pool's thread makes the next, and unmaps the
-// segments of clients that left.
+// and the io thread is the poller every client's uploads go through; so does
+// registering one with the device (cuMemHostRegister pins and maps 64 MiB in
+// milliseconds). A Hello takes a ready, registered segment; the pool's thread
+// makes and registers the next, and unregisters and unmaps the segments of
+// clients that left.
 #pragma once
 
 #include <condition_variable>
@@ -11,35 +13,46 @@
 #include <mutex>
 #include <thread>
 
+#include "backend.hpp"
 #include "segment.hpp"
 
 namespace ferry::ferryd {
 
 class SegmentPool {
  public:
-  // Keeps `ready` segments of slots × slot_bytes (the daemon's default geometry).
-  SegmentPool(uint32_t slots, uint64_t slot_bytes, size_t ready);
+  // Keeps `ready` segments of slots × slot_bytes (the daemon's default
+  // geometry), each registered with `backend` where it takes host ranges.
+  // The backend's register_host/unregister_host must be callable from
+  // another thread than the io thread's (both backends' are).
+  SegmentPool(uint32_t slots, uint64_t slot_bytes, size_t ready, Backend* backend);
   ~SegmentPool();
   SegmentPool(const SegmentPool&) = delete;
   SegmentPool& operator=(const SegmentPool&) = delete;
 
   // A ready segment of this geometry (true), or false: none ready, or a
   // client that asked for fewer slots; the caller then makes one itself.
-  bool take(uint32_t slots, uint64_t slot_bytes, StagingSegment* out);
-  // A segment no one uses any more: unmapped and closed on the pool's thread
-  // (giving back its pages takes milliseconds too).
-  void discard(StagingSegment seg);
+  // *registered says whether the device took the segment.
+  bool take(uint32_t slots, uint64_t slot_bytes, StagingSegment* out, bool* registered);
+  // A segment no one uses any more: unregistered (if `registered`), unmapped
+  // and closed on the pool's thread (giving back its pages takes milliseconds too).
+  void discard(StagingSegment seg, bool registered);
 
  private:
+  struct Entry {
+    StagingSegment seg;
+    bool registered = false;
+  };
   void run();
+  void drop(std::deque<Entry>& dead);
 
   const uint32_t slots_;
   const uint64_t slot_bytes_;
   const size_t target_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<StagingSegment> ready_;
-  std::deque<StagingSegment> dead_;
+  Backend* const backend_;
+  std::deque<Entry> ready_;
+  std::deque<Entry> dead_;
   bool stop_ = false;
   std::thread thread_;
 };

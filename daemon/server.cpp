@@ -52,7 +52,7 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
   engine_.set_limits({opts.max_grants, opts.max_opens, opts.max_imports, opts.max_event_pools, opts.max_buffers,
                       buffers_total(opts)});
   if (opts.segment_pool != 0)
-    engine_.set_segment_pool(std::make_unique<SegmentPool>(opts.slots, opts.slot_bytes, opts.segment_pool));
+    engine_.use_segment_pool(opts.slots, opts.slot_bytes, opts.segment_pool);
   ctx_.stats.started_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }

@@ -15,6 +15,11 @@ FERRY_TEST_BACKEND=cuda "$B/tests/upload_tests" "~[simonly]" >"$OUT/tests.log" 2
 echo "upload_tests exit: $?" | tee -a "$OUT/tests.log"
 tail -3 "$OUT/tests.log"
 
+echo "== connection churn on the CUDA backend: segments made and registered off the io thread"
+LD_LIBRARY_PATH=$B/lib FERRY_TEST_BACKEND=cuda "$B/tests/reliability_tests" "[churn]" >"$OUT/churn.log" 2>&1
+echo "reliability_tests [churn] exit: $?" | tee -a "$OUT/churn.log"
+grep -A1 "warning" "$OUT/churn.log" | tail -1
+
 echo "== the C++ wrapper on the CUDA backend"
 FERRY_TEST_BACKEND=cuda "$B/tests/cpp_api_tests" >"$OUT/cpp_api.log" 2>&1
 echo "cpp_api_tests exit: $?" | tee -a "$OUT/cpp_api.log"

@@ -476,24 +476,39 @@ double thread_cpu(pid_t pid, pid_t tid) {
 }
 }  // namespace
 
-TEST_CASE("connection churn costs the io thread next to nothing: segments are made and unmapped off it",
-          "[faults][churn]") {
-  Daemon d;
-  const int n = 20;
-  // No other client meanwhile: the io thread polls while anyone uploads,
-  // and that CPU is not the churn's.
-  const double before = thread_cpu(d.pid, d.pid);  // the io thread is the main thread
+namespace {
+// CPU the io thread (ferryd's main thread) spends per connect and disconnect,
+// in ms, with no other client meanwhile (the io thread polls while anyone
+// uploads, and that CPU is not the churn's).
+double io_ms_per_connect(const Daemon& d, int n) {
+  const double before = thread_cpu(d.pid, d.pid);
   for (int i = 0; i < n; ++i) {
     ferry_client* c = nullptr;
     REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
     ferry_disconnect(c);
-    // The pool's thread makes the next segment meanwhile.
+    // The pool's thread makes (and registers) the next segment meanwhile.
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
-  const double per_connect_ms = (thread_cpu(d.pid, d.pid) - before) * 1000 / n;
+  return (thread_cpu(d.pid, d.pid) - before) * 1000 / n;
+}
+}  // namespace
+
+TEST_CASE("connection churn costs the io thread next to nothing: segments are made, registered and unmapped off it",
+          "[faults][churn]") {
+  const int n = 20;
+  double pooled = 0, unpooled = 0;
+  {
+    Daemon d({"--segment-pool", "0"});
+    unpooled = io_ms_per_connect(d, n);
+  }
+  Daemon d;
+  pooled = io_ms_per_connect(d, n);
   // Making a 16 MiB segment and unmapping it cost the io thread about 15 ms
-  // per connect on the 2-core machine; pooled, about 0.2 ms.
-  CHECK(per_connect_ms < 5);
+  // per connect on the 2-core machine; pooled, about 0.2 ms. On CUDA,
+  // cuMemHostRegister/Unregister add milliseconds more, also off it now.
+  WARN("io thread per connect: " << pooled << " ms with the segment pool, " << unpooled << " ms without");
+  CHECK(pooled < 5);
+  CHECK(pooled * 4 < unpooled);
   const auto t = status(d.socket);
   CHECK(t.get<uint64_t>("poller.segments_pooled") >= n / 2);
 }
