@@ -29,8 +29,9 @@ struct IpcPool {
   int32_t fd;
   uint32_t magic;
   uint32_t count;
-  uint32_t reserved;
+  uint32_t flags;  // kIpcPoolKernelTimestamps
 };
+constexpr uint32_t kIpcPoolKernelTimestamps = 1;
 static_assert(sizeof(IpcMem) <= ZE_MAX_IPC_HANDLE_SIZE);
 static_assert(sizeof(IpcPool) <= ZE_MAX_IPC_HANDLE_SIZE);
 
@@ -139,7 +140,6 @@ ze_result_t fail_copy(ze_driver_handle_t h, uint64_t nth, int lost) {
 // with the compute runtime's signatures. The descriptors are plain structs
 // whose first word is the action (wait) or the scope (write); scopes are
 // accepted and change nothing here, where every agent sees memory at once.
-ze_result_t signal_event(ze_event_handle_t h, Event** out);
 
 struct WaitOnMemDesc {
   uint32_t action_flags;  // ZEX_WAIT_ON_MEMORY_FLAG_*: EQUAL 1, NOT_EQUAL 2, GT 4, GE 8, LT 16, LE 32
@@ -485,6 +485,7 @@ ze_result_t zeEventPoolCreate(ze_context_handle_t hc, const ze_event_pool_desc_t
   auto pool = std::make_unique<EventPool>();
   pool->count = desc->count;
   pool->ipc_capable = (desc->flags & ZE_EVENT_POOL_FLAG_IPC) != 0;
+  pool->kernel_timestamps = (desc->flags & ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP) != 0;
   pool->mapped = (static_cast<size_t>(desc->count) * sizeof(EventSlot) + 4095) / 4096 * 4096;
   pool->fd = sealed_memfd("ferry-sim-events", pool->mapped);
   if (pool->fd < 0) return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
@@ -508,7 +509,7 @@ ze_result_t zeEventPoolGetIpcHandle(ze_event_pool_handle_t h, ze_ipc_event_pool_
   if (out == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
   if (!p->ipc_capable) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   std::memset(out->data, 0, sizeof out->data);
-  IpcPool m{p->fd, kIpcMagic, p->count, 0};
+  IpcPool m{p->fd, kIpcMagic, p->count, p->kernel_timestamps ? kIpcPoolKernelTimestamps : 0};
   std::memcpy(out->data, &m, sizeof m);
   return ZE_RESULT_SUCCESS;
 }
@@ -523,6 +524,7 @@ ze_result_t zeEventPoolOpenIpcHandle(ze_context_handle_t hc, ze_ipc_event_pool_h
   auto pool = std::make_unique<EventPool>();
   pool->count = m.count;
   pool->opened_from_ipc = true;
+  pool->kernel_timestamps = (m.flags & kIpcPoolKernelTimestamps) != 0;
   pool->fd = m.fd;
   pool->mapped = (static_cast<size_t>(m.count) * sizeof(EventSlot) + 4095) / 4096 * 4096;
   // The count comes from the handle: the memory must really hold that many
@@ -757,14 +759,12 @@ ze_result_t zeCommandListReset(ze_command_list_handle_t h) {
   return ZE_RESULT_SUCCESS;
 }
 
-namespace {
 ze_result_t signal_event(ze_event_handle_t h, Event** out) {
   *out = nullptr;
   if (h == nullptr) return ZE_RESULT_SUCCESS;
   *out = get<Event>(h);
   return *out == nullptr ? ZE_RESULT_ERROR_INVALID_NULL_HANDLE : ZE_RESULT_SUCCESS;
 }
-}  // namespace
 
 ze_result_t zeCommandListAppendMemoryCopy(ze_command_list_handle_t h, void* dst, const void* src, size_t size,
                                           ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits) {
@@ -993,29 +993,36 @@ ze_result_t zeKernelGetName(ze_kernel_handle_t h, size_t* pSize, char* name) {
   return ZE_RESULT_SUCCESS;
 }
 
-ze_result_t zeCommandListAppendLaunchKernel(ze_command_list_handle_t h, ze_kernel_handle_t hk,
-                                            const ze_group_count_t* groups, ze_event_handle_t hSignal, uint32_t nwait,
-                                            ze_event_handle_t* waits) {
-  CmdList* l = get<CmdList>(h);
-  Kernel* k = get<Kernel>(hk);
+ze_result_t prepare_launch(CmdList* l, Kernel* k, Command::Launch* out) {
   if (l == nullptr || k == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
-  if (groups == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
   if (l->ordinal != kComputeOrdinal) return ZE_RESULT_ERROR_INVALID_ARGUMENT;  // copy engines run no kernels
   if (ze_result_t r = check_lost(); r != ZE_RESULT_SUCCESS) return r;
   for (int i = 0; i < k->nargs; ++i)
     if (!k->arg_set[i]) return ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_INDEX;
-  Command c;
-  c.op = Command::Op::kernel;
-  c.builtin = k->builtin;
-  std::memcpy(c.args, k->args, sizeof c.args);  // arguments are captured at append time
+  out->builtin = k->builtin;
+  std::memcpy(out->args, k->args, sizeof out->args);  // arguments are captured at append time
   if (k->builtin == Builtin::checksum) {
-    if (ze_result_t r = memory().check_range(reinterpret_cast<void*>(c.args[0]), c.args[1]); r != ZE_RESULT_SUCCESS)
+    if (ze_result_t r = memory().check_range(reinterpret_cast<void*>(out->args[0]), out->args[1]); r != ZE_RESULT_SUCCESS)
       return r;
-    if (ze_result_t r = memory().check_range(reinterpret_cast<void*>(c.args[2]), 8); r != ZE_RESULT_SUCCESS) return r;
+    if (ze_result_t r = memory().check_range(reinterpret_cast<void*>(out->args[2]), 8); r != ZE_RESULT_SUCCESS) return r;
   } else if (k->builtin == Builtin::fill) {
-    if (ze_result_t r = memory().check_range(reinterpret_cast<void*>(c.args[0]), c.args[1]); r != ZE_RESULT_SUCCESS)
+    if (ze_result_t r = memory().check_range(reinterpret_cast<void*>(out->args[0]), out->args[1]); r != ZE_RESULT_SUCCESS)
       return r;
   }
+  return ZE_RESULT_SUCCESS;
+}
+
+ze_result_t zeCommandListAppendLaunchKernel(ze_command_list_handle_t h, ze_kernel_handle_t hk,
+                                            const ze_group_count_t* groups, ze_event_handle_t hSignal, uint32_t nwait,
+                                            ze_event_handle_t* waits) {
+  CmdList* l = get<CmdList>(h);
+  Command::Launch launch{};
+  if (ze_result_t r = prepare_launch(l, get<Kernel>(hk), &launch); r != ZE_RESULT_SUCCESS) return r;
+  if (groups == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  Command c;
+  c.op = Command::Op::kernel;
+  c.builtin = launch.builtin;
+  std::memcpy(c.args, launch.args, sizeof c.args);
   if (ze_result_t r = signal_event(hSignal, &c.signal); r != ZE_RESULT_SUCCESS) return r;
   return append(l, std::move(c), nwait, waits);
 }

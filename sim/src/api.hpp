@@ -90,5 +90,50 @@ ze_result_t zeCommandListAppendMemoryCopyFromContext(ze_command_list_handle_t h,
 ze_result_t zeCommandListAppendMemoryRangesBarrier(ze_command_list_handle_t h, uint32_t n, const size_t* sizes, const void** ranges, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
 ze_result_t zeCommandListAppendMemoryPrefetch(ze_command_list_handle_t h, const void* ptr, size_t size);
 ze_result_t zeCommandListAppendMemAdvise(ze_command_list_handle_t h, ze_device_handle_t hd, const void* ptr, size_t size, ze_memory_advice_t advice);
+// api_core14.cpp: images and samplers (the device has none)
+ze_result_t zeImageGetProperties(ze_device_handle_t hd, const ze_image_desc_t* desc, ze_image_properties_t* p);
+ze_result_t zeImageCreate(ze_context_handle_t hc, ze_device_handle_t hd, const ze_image_desc_t* desc, ze_image_handle_t* out);
+ze_result_t zeImageDestroy(ze_image_handle_t h);
+ze_result_t zeContextMakeImageResident(ze_context_handle_t hc, ze_device_handle_t hd, ze_image_handle_t hi);
+ze_result_t zeContextEvictImage(ze_context_handle_t hc, ze_device_handle_t hd, ze_image_handle_t hi);
+ze_result_t zeCommandListAppendImageCopy(ze_command_list_handle_t h, ze_image_handle_t dst, ze_image_handle_t src, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeCommandListAppendImageCopyRegion(ze_command_list_handle_t h, ze_image_handle_t dst, ze_image_handle_t src, const ze_image_region_t* dr, const ze_image_region_t* sr, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeCommandListAppendImageCopyToMemory(ze_command_list_handle_t h, void* dst, ze_image_handle_t src, const ze_image_region_t* sr, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeCommandListAppendImageCopyFromMemory(ze_command_list_handle_t h, ze_image_handle_t dst, const void* src, const ze_image_region_t* dr, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeSamplerCreate(ze_context_handle_t hc, ze_device_handle_t hd, const ze_sampler_desc_t* desc, ze_sampler_handle_t* out);
+ze_result_t zeSamplerDestroy(ze_sampler_handle_t h);
+
+// api_kernels.cpp
+ze_result_t zeEventQueryKernelTimestamp(ze_event_handle_t h, ze_kernel_timestamp_result_t* out);
+ze_result_t zeCommandListAppendQueryKernelTimestamps(ze_command_list_handle_t h, uint32_t n, ze_event_handle_t* events, void* dst, const size_t* offsets, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeCommandListAppendLaunchCooperativeKernel(ze_command_list_handle_t h, ze_kernel_handle_t hk, const ze_group_count_t* groups, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeCommandListAppendLaunchKernelIndirect(ze_command_list_handle_t h, ze_kernel_handle_t hk, const ze_group_count_t* groups, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeCommandListAppendLaunchMultipleKernelsIndirect(ze_command_list_handle_t h, uint32_t n, ze_kernel_handle_t* kernels, const uint32_t* count, const ze_group_count_t* groups, ze_event_handle_t hSignal, uint32_t nwait, ze_event_handle_t* waits);
+ze_result_t zeModuleDynamicLink(uint32_t n, ze_module_handle_t* modules, ze_module_build_log_handle_t* log);
+ze_result_t zeModuleGetNativeBinary(ze_module_handle_t h, size_t* size, uint8_t* out);
+ze_result_t zeModuleGetGlobalPointer(ze_module_handle_t h, const char* name, size_t* size, void** ptr);
+ze_result_t zeModuleGetProperties(ze_module_handle_t h, ze_module_properties_t* p);
+ze_result_t zeModuleGetFunctionPointer(ze_module_handle_t h, const char* name, void** out);
+ze_result_t zeKernelSetCacheConfig(ze_kernel_handle_t h, ze_cache_config_flags_t flags);
+ze_result_t zeKernelSuggestMaxCooperativeGroupCount(ze_kernel_handle_t h, uint32_t* count);
+ze_result_t zeKernelSetIndirectAccess(ze_kernel_handle_t h, ze_kernel_indirect_access_flags_t flags);
+ze_result_t zeKernelGetIndirectAccess(ze_kernel_handle_t h, ze_kernel_indirect_access_flags_t* flags);
+ze_result_t zeKernelGetSourceAttributes(ze_kernel_handle_t h, uint32_t* size, char** out);
+ze_result_t zeKernelGetProperties(ze_kernel_handle_t h, ze_kernel_properties_t* p);
+
+// api_memory.cpp
+ze_result_t zeVirtualMemQueryPageSize(ze_context_handle_t hc, ze_device_handle_t hd, size_t size, size_t* out);
+ze_result_t zeVirtualMemReserve(ze_context_handle_t hc, const void* hint, size_t size, void** out);
+ze_result_t zeVirtualMemFree(ze_context_handle_t hc, const void* ptr, size_t size);
+ze_result_t zeVirtualMemMap(ze_context_handle_t hc, const void* ptr, size_t size, ze_physical_mem_handle_t hp, size_t offset, ze_memory_access_attribute_t access);
+ze_result_t zeVirtualMemUnmap(ze_context_handle_t hc, const void* ptr, size_t size);
+ze_result_t zeVirtualMemSetAccessAttribute(ze_context_handle_t hc, const void* ptr, size_t size, ze_memory_access_attribute_t access);
+ze_result_t zeVirtualMemGetAccessAttribute(ze_context_handle_t hc, const void* ptr, size_t size, ze_memory_access_attribute_t* access, size_t* out_size);
+ze_result_t zePhysicalMemCreate(ze_context_handle_t hc, ze_device_handle_t hd, ze_physical_mem_desc_t* desc, ze_physical_mem_handle_t* out);
+ze_result_t zePhysicalMemDestroy(ze_context_handle_t hc, ze_physical_mem_handle_t hp);
+ze_result_t zeContextMakeMemoryResident(ze_context_handle_t hc, ze_device_handle_t hd, void* ptr, size_t size);
+ze_result_t zeContextEvictMemory(ze_context_handle_t hc, ze_device_handle_t hd, void* ptr, size_t size);
+ze_result_t zeDeviceGetP2PProperties(ze_device_handle_t h, ze_device_handle_t peer, ze_device_p2p_properties_t* p);
+ze_result_t zeDeviceCanAccessPeer(ze_device_handle_t h, ze_device_handle_t peer, ze_bool_t* value);
 
 }  // namespace ferry::sim

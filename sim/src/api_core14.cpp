@@ -134,4 +134,63 @@ ze_result_t zeCommandListAppendMemAdvise(ze_command_list_handle_t h, ze_device_h
   return memory().check_range(ptr, size);  // advice is a hint; one memory takes none
 }
 
+// ---------------------------------------------------------------- images
+// The device has no images (zeDeviceGetImageProperties says so, every limit
+// 0): no format is supported, so no image handle can exist for the calls
+// that take one, and samplers, which only images use, are not offered.
+ze_result_t zeImageGetProperties(ze_device_handle_t hd, const ze_image_desc_t* desc, ze_image_properties_t* p) {
+  if (get<Device>(hd) == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (desc == nullptr || p == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  return ZE_RESULT_ERROR_UNSUPPORTED_IMAGE_FORMAT;
+}
+
+ze_result_t zeImageCreate(ze_context_handle_t hc, ze_device_handle_t hd, const ze_image_desc_t* desc,
+                          ze_image_handle_t* out) {
+  if (get<Context>(hc) == nullptr || get<Device>(hd) == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (desc == nullptr || out == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  return ZE_RESULT_ERROR_UNSUPPORTED_IMAGE_FORMAT;
+}
+
+ze_result_t zeImageDestroy(ze_image_handle_t) { return ZE_RESULT_ERROR_INVALID_NULL_HANDLE; }
+
+ze_result_t zeContextMakeImageResident(ze_context_handle_t, ze_device_handle_t, ze_image_handle_t) {
+  return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+}
+
+ze_result_t zeContextEvictImage(ze_context_handle_t, ze_device_handle_t, ze_image_handle_t) {
+  return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+}
+
+ze_result_t zeCommandListAppendImageCopy(ze_command_list_handle_t, ze_image_handle_t, ze_image_handle_t,
+                                         ze_event_handle_t, uint32_t, ze_event_handle_t*) {
+  return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+}
+
+ze_result_t zeCommandListAppendImageCopyRegion(ze_command_list_handle_t, ze_image_handle_t, ze_image_handle_t,
+                                               const ze_image_region_t*, const ze_image_region_t*, ze_event_handle_t,
+                                               uint32_t, ze_event_handle_t*) {
+  return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+}
+
+ze_result_t zeCommandListAppendImageCopyToMemory(ze_command_list_handle_t, void*, ze_image_handle_t,
+                                                 const ze_image_region_t*, ze_event_handle_t, uint32_t,
+                                                 ze_event_handle_t*) {
+  return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+}
+
+ze_result_t zeCommandListAppendImageCopyFromMemory(ze_command_list_handle_t, ze_image_handle_t, const void*,
+                                                   const ze_image_region_t*, ze_event_handle_t, uint32_t,
+                                                   ze_event_handle_t*) {
+  return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+}
+
+ze_result_t zeSamplerCreate(ze_context_handle_t hc, ze_device_handle_t hd, const ze_sampler_desc_t* desc,
+                            ze_sampler_handle_t* out) {
+  if (get<Context>(hc) == nullptr || get<Device>(hd) == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (desc == nullptr || out == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  return ZE_RESULT_ERROR_UNSUPPORTED_FEATURE;  // maxSamplers is 0
+}
+
+ze_result_t zeSamplerDestroy(ze_sampler_handle_t) { return ZE_RESULT_ERROR_INVALID_NULL_HANDLE; }
+
 }  // namespace ferry::sim

@@ -1,6 +1,7 @@
 // The only symbols the simulated driver exports: the table getters the
-// Level Zero loader dlsym()s. Tables we do not implement are returned with
-// NULL entries, which the loader turns into ZE_RESULT_ERROR_UNSUPPORTED_FEATURE.
+// Level Zero loader dlsym()s. Every core (ze) function of API 1.4 has an
+// entry; the tools (zet) and sysman (zes) tables are returned with NULL
+// entries, which the loader turns into ZE_RESULT_ERROR_UNSUPPORTED_FEATURE.
 #include <level_zero/ze_ddi.h>
 #include <level_zero/zes_ddi.h>
 #include <level_zero/zet_ddi.h>
@@ -62,6 +63,8 @@ FERRY_TABLE(zeGetDeviceProcAddrTable, ze_device_dditable_t, {
   t->pfnGetImageProperties = s::zeDeviceGetImageProperties;
   t->pfnGetModuleProperties = s::zeDeviceGetModuleProperties;
   t->pfnGetGlobalTimestamps = s::zeDeviceGetGlobalTimestamps;
+  t->pfnGetP2PProperties = s::zeDeviceGetP2PProperties;
+  t->pfnCanAccessPeer = s::zeDeviceCanAccessPeer;
 })
 
 FERRY_TABLE(zeGetContextProcAddrTable, ze_context_dditable_t, {
@@ -70,6 +73,10 @@ FERRY_TABLE(zeGetContextProcAddrTable, ze_context_dditable_t, {
   t->pfnGetStatus = s::zeContextGetStatus;
   t->pfnCreateEx = s::zeContextCreateEx;
   t->pfnSystemBarrier = s::zeContextSystemBarrier;
+  t->pfnMakeMemoryResident = s::zeContextMakeMemoryResident;
+  t->pfnEvictMemory = s::zeContextEvictMemory;
+  t->pfnMakeImageResident = s::zeContextMakeImageResident;
+  t->pfnEvictImage = s::zeContextEvictImage;
 })
 
 FERRY_TABLE(zeGetCommandQueueProcAddrTable, ze_command_queue_dditable_t, {
@@ -98,6 +105,14 @@ FERRY_TABLE(zeGetCommandListProcAddrTable, ze_command_list_dditable_t, {
   t->pfnAppendWaitOnEvents = s::zeCommandListAppendWaitOnEvents;
   t->pfnAppendEventReset = s::zeCommandListAppendEventReset;
   t->pfnAppendLaunchKernel = s::zeCommandListAppendLaunchKernel;
+  t->pfnAppendImageCopy = s::zeCommandListAppendImageCopy;
+  t->pfnAppendImageCopyRegion = s::zeCommandListAppendImageCopyRegion;
+  t->pfnAppendImageCopyToMemory = s::zeCommandListAppendImageCopyToMemory;
+  t->pfnAppendImageCopyFromMemory = s::zeCommandListAppendImageCopyFromMemory;
+  t->pfnAppendQueryKernelTimestamps = s::zeCommandListAppendQueryKernelTimestamps;
+  t->pfnAppendLaunchCooperativeKernel = s::zeCommandListAppendLaunchCooperativeKernel;
+  t->pfnAppendLaunchKernelIndirect = s::zeCommandListAppendLaunchKernelIndirect;
+  t->pfnAppendLaunchMultipleKernelsIndirect = s::zeCommandListAppendLaunchMultipleKernelsIndirect;
 })
 
 FERRY_TABLE(zeGetFenceProcAddrTable, ze_fence_dditable_t, {
@@ -123,12 +138,18 @@ FERRY_TABLE(zeGetEventProcAddrTable, ze_event_dditable_t, {
   t->pfnHostSynchronize = s::zeEventHostSynchronize;
   t->pfnQueryStatus = s::zeEventQueryStatus;
   t->pfnHostReset = s::zeEventHostReset;
+  t->pfnQueryKernelTimestamp = s::zeEventQueryKernelTimestamp;
 })
 
 FERRY_TABLE(zeGetModuleProcAddrTable, ze_module_dditable_t, {
   t->pfnCreate = s::zeModuleCreate;
   t->pfnDestroy = s::zeModuleDestroy;
   t->pfnGetKernelNames = s::zeModuleGetKernelNames;
+  t->pfnDynamicLink = s::zeModuleDynamicLink;
+  t->pfnGetNativeBinary = s::zeModuleGetNativeBinary;
+  t->pfnGetGlobalPointer = s::zeModuleGetGlobalPointer;
+  t->pfnGetProperties = s::zeModuleGetProperties;
+  t->pfnGetFunctionPointer = s::zeModuleGetFunctionPointer;
 })
 
 FERRY_TABLE(zeGetModuleBuildLogProcAddrTable, ze_module_build_log_dditable_t, {
@@ -143,6 +164,12 @@ FERRY_TABLE(zeGetKernelProcAddrTable, ze_kernel_dditable_t, {
   t->pfnSuggestGroupSize = s::zeKernelSuggestGroupSize;
   t->pfnSetArgumentValue = s::zeKernelSetArgumentValue;
   t->pfnGetName = s::zeKernelGetName;
+  t->pfnSetCacheConfig = s::zeKernelSetCacheConfig;
+  t->pfnSuggestMaxCooperativeGroupCount = s::zeKernelSuggestMaxCooperativeGroupCount;
+  t->pfnSetIndirectAccess = s::zeKernelSetIndirectAccess;
+  t->pfnGetIndirectAccess = s::zeKernelGetIndirectAccess;
+  t->pfnGetSourceAttributes = s::zeKernelGetSourceAttributes;
+  t->pfnGetProperties = s::zeKernelGetProperties;
 })
 
 FERRY_TABLE(zeGetMemProcAddrTable, ze_mem_dditable_t, {
@@ -157,11 +184,31 @@ FERRY_TABLE(zeGetMemProcAddrTable, ze_mem_dditable_t, {
   t->pfnCloseIpcHandle = s::zeMemCloseIpcHandle;
 })
 
-// Mandatory for the loader, none implemented.
-FERRY_TABLE(zeGetImageProcAddrTable, ze_image_dditable_t, {})
-FERRY_TABLE(zeGetPhysicalMemProcAddrTable, ze_physical_mem_dditable_t, {})
-FERRY_TABLE(zeGetSamplerProcAddrTable, ze_sampler_dditable_t, {})
-FERRY_TABLE(zeGetVirtualMemProcAddrTable, ze_virtual_mem_dditable_t, {})
+FERRY_TABLE(zeGetImageProcAddrTable, ze_image_dditable_t, {
+  t->pfnGetProperties = s::zeImageGetProperties;
+  t->pfnCreate = s::zeImageCreate;
+  t->pfnDestroy = s::zeImageDestroy;
+})
+
+FERRY_TABLE(zeGetSamplerProcAddrTable, ze_sampler_dditable_t, {
+  t->pfnCreate = s::zeSamplerCreate;
+  t->pfnDestroy = s::zeSamplerDestroy;
+})
+
+FERRY_TABLE(zeGetPhysicalMemProcAddrTable, ze_physical_mem_dditable_t, {
+  t->pfnCreate = s::zePhysicalMemCreate;
+  t->pfnDestroy = s::zePhysicalMemDestroy;
+})
+
+FERRY_TABLE(zeGetVirtualMemProcAddrTable, ze_virtual_mem_dditable_t, {
+  t->pfnReserve = s::zeVirtualMemReserve;
+  t->pfnFree = s::zeVirtualMemFree;
+  t->pfnQueryPageSize = s::zeVirtualMemQueryPageSize;
+  t->pfnMap = s::zeVirtualMemMap;
+  t->pfnUnmap = s::zeVirtualMemUnmap;
+  t->pfnSetAccessAttribute = s::zeVirtualMemSetAccessAttribute;
+  t->pfnGetAccessAttribute = s::zeVirtualMemGetAccessAttribute;
+})
 
 FERRY_TABLE(zetGetDeviceProcAddrTable, zet_device_dditable_t, {})
 FERRY_TABLE(zetGetContextProcAddrTable, zet_context_dditable_t, {})

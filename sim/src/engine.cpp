@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ferry/sim.h"
@@ -191,6 +192,35 @@ void Engine::execute(Command& c) {
         if (spins > 2000) wait_until(now_ns() + 5'000);
       }
       break;
+    case Command::Op::query_timestamps:
+      if (faults().device_lost.load()) {
+        failed = true;
+        break;
+      }
+      for (size_t i = 0; i < c.queried.size(); ++i) {
+        const EventSlot& slot = c.queried[i]->pool->slots[c.queried[i]->index];
+        ze_kernel_timestamp_result_t r{};
+        r.global.kernelStart = r.context.kernelStart = __atomic_load_n(&slot.started_ns, __ATOMIC_RELAXED);
+        r.global.kernelEnd = r.context.kernelEnd = __atomic_load_n(&slot.ended_ns, __ATOMIC_RELAXED);
+        std::memcpy(c.stamps[i], &r, sizeof r);
+      }
+      break;
+    case Command::Op::kernels_indirect: {
+      if (faults().device_lost.load()) {
+        failed = true;
+        break;
+      }
+      // The count is read when the command runs, as a device reads it.
+      const uint32_t n = std::min<uint64_t>(__atomic_load_n(c.count_word, __ATOMIC_ACQUIRE), c.kernels.size());
+      for (uint32_t i = 0; i < n; ++i) {
+        Command k;
+        k.builtin = c.kernels[i].builtin;
+        std::memcpy(k.args, c.kernels[i].args, sizeof k.args);
+        run_builtin(k);
+      }
+      wait_until(start + config().cost.latency_ns);
+      break;
+    }
     case Command::Op::signal:
     case Command::Op::barrier:
       break;
@@ -199,7 +229,7 @@ void Engine::execute(Command& c) {
   // barrier after a failed copy fails too.
   if (failed) pending_failure_ = faulted_ = true;
   if (c.signal != nullptr) {
-    c.signal->signal(pending_failure_ ? kFailed : kSignaled);
+    c.signal->signal(pending_failure_ ? kFailed : kSignaled, start, now_ns());
     pending_failure_ = false;
   }
 }

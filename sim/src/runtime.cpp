@@ -265,6 +265,15 @@ void Event::signal(uint32_t value) {
   if (waiting->load(std::memory_order_seq_cst) != 0) futex(word, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
+void Event::signal(uint32_t value, uint64_t started_ns, uint64_t ended_ns) {
+  EventSlot& slot = pool->slots[index];
+  // Relaxed stores the signal's seq_cst store publishes: a reader that sees
+  // the state signalled sees these.
+  __atomic_store_n(&slot.started_ns, started_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&slot.ended_ns, ended_ns, __ATOMIC_RELAXED);
+  signal(value);
+}
+
 uint32_t Event::wait(uint64_t timeout_ns) {
   uint32_t s = state().load(std::memory_order_acquire);
   if (s != kClear || timeout_ns == 0) return s;

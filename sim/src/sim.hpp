@@ -62,6 +62,7 @@ enum class Tag : uint32_t {
   module,
   kernel,
   build_log,
+  physical_mem,
 };
 
 struct Object {
@@ -168,7 +169,11 @@ enum EventState : uint32_t { kClear = 0, kSignaled = 1, kFailed = 2 };
 struct EventSlot {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> waiters;  // threads (of any process) in FUTEX_WAIT on state
-  uint32_t pad[14];
+  // The device clock (now_ns) when the command that signals it started and
+  // ended: zeEventQueryKernelTimestamp. Written before the state.
+  uint64_t started_ns;
+  uint64_t ended_ns;
+  uint32_t pad[10];
 };
 static_assert(sizeof(EventSlot) == 64);
 
@@ -180,6 +185,7 @@ struct EventPool : Object {
   int fd = -1;
   bool ipc_capable = false;
   bool opened_from_ipc = false;
+  bool kernel_timestamps = false;  // ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP
   EventSlot* slots = nullptr;
   size_t mapped = 0;
 };
@@ -192,6 +198,8 @@ struct Event : Object {
   std::atomic<uint32_t>& state() { return pool->slots[index].state; }
   std::atomic<uint32_t>& waiters() { return pool->slots[index].waiters; }
   void signal(uint32_t value);
+  // Records when the command that signals it ran, then signals it.
+  void signal(uint32_t value, uint64_t started_ns, uint64_t ended_ns);
   // Waits until the event is no longer clear or timeout_ns passes.
   // Returns the state seen.
   uint32_t wait(uint64_t timeout_ns);
@@ -222,11 +230,16 @@ struct Kernel : Object {
   size_t arg_size[kMaxKernelArgs] = {};
   uint64_t args[kMaxKernelArgs] = {};
   bool arg_set[kMaxKernelArgs] = {};
+  ze_kernel_indirect_access_flags_t indirect_access = 0;
 };
 
 // ---------------------------------------------------------------- engine
 struct Command {
-  enum class Op { copy, fill, signal, reset, barrier, kernel, fence, write_mem, wait_mem, timestamp } op = Op::barrier;
+  enum class Op {
+    copy, fill, signal, reset, barrier, kernel, fence, write_mem, wait_mem, timestamp,
+    query_timestamps,  // writes `queried` events' kernel timestamps to `stamps`
+    kernels_indirect,  // runs the first *count_word of `kernels`
+  } op = Op::barrier;
   void* dst = nullptr;
   const void* src = nullptr;
   size_t bytes = 0;
@@ -242,6 +255,14 @@ struct Command {
   uint64_t value = 0;
   uint32_t wait_flags = 0;
   uint32_t wait_bytes = 8;
+  std::vector<Event*> queried;
+  std::vector<ze_kernel_timestamp_result_t*> stamps;
+  struct Launch {
+    Builtin builtin;
+    uint64_t args[kMaxKernelArgs];
+  };
+  std::vector<Launch> kernels;
+  const uint32_t* count_word = nullptr;
 };
 
 // One in-order engine: a thread that executes commands in submission order.
@@ -298,5 +319,10 @@ struct CmdList : Object {
 
 // Adds c to the list: executes it on an immediate list, records it otherwise.
 ze_result_t append(CmdList* list, Command c, uint32_t nwait, ze_event_handle_t* waits);
+// The event an append signals (nullptr for none), or INVALID_NULL_HANDLE.
+ze_result_t signal_event(ze_event_handle_t h, Event** out);
+// Checks a launch of k on l (engine, arguments, the memory they name) and
+// captures its arguments.
+ze_result_t prepare_launch(CmdList* l, Kernel* k, Command::Launch* out);
 
 }  // namespace ferry::sim
