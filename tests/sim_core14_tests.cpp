@@ -39,6 +39,11 @@ TEST_CASE("core 1.4 functions the loader used to refuse: contexts, device proper
   mp.stype = ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES;
   ZE_OK(zeDeviceGetModuleProperties(s.device, &mp));
   CHECK(mp.maxArgumentsSize > 0);
+  // The device works in host memory: plain malloc'd memory is reachable too.
+  ze_device_memory_access_properties_t ap{};
+  ap.stype = ZE_STRUCTURE_TYPE_DEVICE_MEMORY_ACCESS_PROPERTIES;
+  ZE_OK(zeDeviceGetMemoryAccessProperties(s.device, &ap));
+  CHECK((ap.sharedSystemAllocCapabilities & ZE_MEMORY_ACCESS_CAP_FLAG_RW) != 0);
   uint64_t h0 = 0, d0 = 0, h1 = 0, d1 = 0;
   ZE_OK(zeDeviceGetGlobalTimestamps(s.device, &h0, &d0));
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -242,6 +247,12 @@ TEST_CASE("module and kernel queries: native binary round trip, properties, indi
   char* str = text;
   ZE_OK(zeKernelGetSourceAttributes(k, &asize, &str));
   CHECK(text[0] == '\0');
+  // A handle that was never ours (an uninitialised variable after a failed
+  // create, as in one of Intel's tests) is refused, not read.
+  const uint64_t v = 1;
+  for (uintptr_t garbage : {~uintptr_t{0} - 159, uintptr_t{8}, reinterpret_cast<uintptr_t>(&v) + 1})
+    CHECK(zeKernelSetArgumentValue(reinterpret_cast<ze_kernel_handle_t>(garbage), 0, sizeof v, &v) ==
+          ZE_RESULT_ERROR_INVALID_NULL_HANDLE);
   ZE_OK(zeKernelDestroy(k));
   ZE_OK(zeModuleDestroy(again));
   ZE_OK(zeModuleDestroy(m));

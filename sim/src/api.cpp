@@ -324,8 +324,10 @@ ze_result_t zeDeviceGetMemoryAccessProperties(ze_device_handle_t h, ze_device_me
   p->hostAllocCapabilities = rw;
   p->deviceAllocCapabilities = rw;
   p->sharedSingleDeviceAllocCapabilities = rw;
-  p->sharedCrossDeviceAllocCapabilities = 0;
-  p->sharedSystemAllocCapabilities = 0;
+  // Every simulated device works in the host's own memory: another device's
+  // shared allocations and plain malloc'd memory are as reachable as its own.
+  p->sharedCrossDeviceAllocCapabilities = rw;
+  p->sharedSystemAllocCapabilities = rw;
   return ZE_RESULT_SUCCESS;
 }
 

@@ -73,10 +73,18 @@ struct Object {
   Tag tag;
 };
 
+// A handle that cannot be one of ours (null, the first page, misaligned, or
+// outside user space: an uninitialised variable, say) is refused before it
+// is read, so a caller's garbage gets INVALID_NULL_HANDLE, not a crash here.
+inline bool plausible(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return a >= 4096 && a < (uintptr_t{1} << 47) && a % alignof(Object) == 0;
+}
+
 template <class T, class H>
 T* get(H handle) {
   auto* o = reinterpret_cast<Object*>(handle);
-  if (o == nullptr || o->tag != T::kTag) return nullptr;
+  if (!plausible(o) || o->tag != T::kTag) return nullptr;
   return static_cast<T*>(o);
 }
 
