@@ -16,7 +16,9 @@
 // trainer, the workers and ferryd (for (b)).
 //
 //   loader_bench --socket S --ferryd-pid P [--workers 1,4,8,16] [--mib 1,16,64]
-//                [--reps 3] [--total-mib 4096]
+//                [--reps 3] [--total-mib 4096] [--device N] [--only pinned|ferry]
+// --device: the GPU the trainer uses (ferryd on S must serve the same one);
+// --only: one pattern (two instances on two GPUs at once, say).
 #include <cuda_runtime.h>
 #include <ferry/ferry.h>
 #include <sched.h>
@@ -311,8 +313,9 @@ int main(int argc, char** argv) {
   const char* socket = nullptr;
   pid_t ferryd = 0;
   std::vector<int> workers{1, 4, 8, 16}, mibs{1, 16, 64};
-  int reps = 3;
+  int reps = 3, device = 0;
   uint64_t total_mib = 4096;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--socket") socket = argv[i + 1];
@@ -321,15 +324,19 @@ int main(int argc, char** argv) {
     else if (a == "--mib") mibs = list(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--total-mib") total_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--device") device = std::atoi(argv[i + 1]);
+    else if (a == "--only") only = argv[i + 1];
+    else socket = nullptr;  // unknown: usage
   }
+  if (!only.empty() && only != "pinned" && only != "ferry") socket = nullptr;
   if (socket == nullptr || argc % 2 == 0) {
     std::fprintf(stderr,
                  "usage: loader_bench --socket PATH [--ferryd-pid PID] [--workers 1,4,8,16] [--mib 1,16,64]\n"
-                 "                    [--reps 3] [--total-mib 4096]\n"
+                 "                    [--reps 3] [--total-mib 4096] [--device N] [--only pinned|ferry]\n"
                  "Compares the pin-memory data-loader pattern with ferry on this GPU; prints a Markdown table.\n");
     return 2;
   }
-  CK(cudaSetDevice(0));
+  CK(cudaSetDevice(device));
   CK(cudaFree(nullptr));
   std::printf("| batch | workers | pinned batches/s | ferry batches/s | ferry ÷ pinned | pinned CPU ms/batch | "
               "ferry CPU ms/batch (ferryd) | wrong words |\n|---|---|---|---|---|---|---|---|\n");
@@ -346,6 +353,12 @@ int main(int argc, char** argv) {
       unsigned long long wrong = 0;
       for (int r = 0; r < reps; ++r) {
         for (int f = 0; f < 2; ++f) {
+          if ((only == "ferry" && f == 0) || (only == "pinned" && f == 1)) {
+            rate[f].push_back(0);
+            cpu[f].push_back(0);
+            if (f == 1) dcpu.push_back(0);
+            continue;
+          }
           cfg.ferry = f == 1;
           Result x = run(cfg, ferryd);
           all_ok = all_ok && x.ok;
