@@ -81,6 +81,10 @@ int main(int argc, char** argv) {
   cli.add_options()
     ("help,h", "show this help and exit")
     ("version", "print the version and exit")
+    ("check-config", "read the configuration file and the flags, report the first bad setting (exit 2) or that "
+     "all are valid (exit 0), and exit without opening the device")
+    ("verbose,v", "log at level debug (as --log-level debug)")
+    ("quiet,q", "log warnings and errors only (as --log-level warn)")
     ("config,c", po::value(&config)->default_value(config),
      "configuration file (INI: `name = value`, one per line, names as the long options; "
      "a flag given here wins over the file; a missing default file is fine)");
@@ -246,11 +250,27 @@ int main(int argc, char** argv) {
     std::cerr << "ferryd: --log-level must be error, warn, info or debug\n";
     return 2;
   }
+  if (vm.count("verbose") && vm.count("quiet")) {
+    std::cerr << "ferryd: -v and -q contradict each other\n";
+    return 2;
+  }
+  if (vm.count("verbose")) ferry::ferryd::log::threshold() = ferry::ferryd::log::Level::debug;
+  if (vm.count("quiet")) ferry::ferryd::log::threshold() = ferry::ferryd::log::Level::warn;
+  if (o.backend != "level-zero" && o.backend != "ze" && o.backend != "cuda") {
+    std::cerr << "ferryd: unknown backend \"" << o.backend << "\" (level-zero or cuda)\n";
+    return 2;
+  }
   if (o.sim && o.backend != "level-zero") {
     std::cerr << "ferryd: --sim is a Level Zero device; it cannot be combined with --backend " << o.backend << "\n";
     return 2;
   }
   if (o.socket.empty()) o.socket = ferry::proto::socket_path_from_env(o.device);
+  if (vm.count("check-config")) {
+    std::cout << "ferryd: settings valid (configuration file: " << (where == "command line" ? "none read" : where)
+              << "; device " << o.device << ", backend " << (o.sim ? "simulated level-zero" : o.backend)
+              << ", socket " << o.socket << ")\n";
+    return 0;
+  }
   if (o.socket.rfind("/run/ferry/", 0) == 0) ::mkdir("/run/ferry", 0755);
 
   if (o.sim) {

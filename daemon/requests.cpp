@@ -12,6 +12,8 @@
 namespace ferry::ferryd {
 
 namespace {
+unsigned long long ull(uint64_t v) { return v; }  // for %llu
+
 // Export replies with a descriptor a client may leave queued in ferryd at
 // once; more Exports are answered -EAGAIN until it reads them...
 constexpr size_t kMaxQueuedFds = 16;
@@ -127,10 +129,16 @@ void Requests::on_hello(const proto::Hello& m) {
 void Requests::on_alloc(const proto::Alloc& m) {
   uint64_t id = 0;
   int r = ctx_.engine.alloc(*client_, m.bytes, ctx_.options.client_memory, &id);
+  FERRY_LOG(debug, "client %llu: alloc %llu bytes -> %s (buffer %llu)", ull(client_->id()), ull(m.bytes),
+            r == 0 ? "ok" : std::strerror(-r), ull(id));
   reply(m.request, r, id);
 }
 
-void Requests::on_free(const proto::Free& m) { reply(m.request, ctx_.engine.free(*client_, m.buffer), 0); }
+void Requests::on_free(const proto::Free& m) {
+  const int r = ctx_.engine.free(*client_, m.buffer);
+  FERRY_LOG(debug, "client %llu: free buffer %llu -> %s", ull(client_->id()), ull(m.buffer), r == 0 ? "ok" : std::strerror(-r));
+  reply(m.request, r, 0);
+}
 
 void Requests::on_upload(const proto::Transfer& m) { transfer(m, false, nullptr); }
 void Requests::on_download(const proto::Transfer& m) { transfer(m, true, nullptr); }
@@ -149,6 +157,8 @@ void Requests::on_grant(const proto::Grant& m) {
   r.request = m.request;
   Token token{};
   r.status = ctx_.engine.grant(*client_, m.buffer, m.rights, &token);
+  FERRY_LOG(debug, "client %llu: grant of buffer %llu (rights %u) -> %s", ull(client_->id()), ull(m.buffer), m.rights,
+            r.status == 0 ? "ok" : std::strerror(-r.status));
   std::memcpy(r.token, token.data(), sizeof r.token);
   peer_.send(&r, sizeof r);
 }
@@ -158,6 +168,8 @@ void Requests::on_revoke(const proto::Revoke& m) {
   const bool all = std::memcmp(m.token, kZero, sizeof kZero) == 0;
   size_t n = 0;
   int r = ctx_.engine.revoke(*client_, m.buffer, all ? nullptr : m.token, &n);
+  FERRY_LOG(debug, "client %llu: revoke %s of buffer %llu -> %zu revoked", ull(client_->id()), all ? "all grants" : "a grant",
+            ull(m.buffer), n);
   reply(m.request, r, n);
 }
 
@@ -165,6 +177,8 @@ void Requests::on_open(const proto::Open& m) {
   uint64_t id = 0, bytes = 0;
   uint32_t rights = 0;
   int r = ctx_.engine.open(*client_, m.token, &id, &bytes, &rights);
+  FERRY_LOG(debug, "client %llu: open through a token -> %s (buffer %llu, %llu bytes)", ull(client_->id()),
+            r == 0 ? "ok" : std::strerror(-r), ull(id), ull(bytes));
   buffer_reply(m.request, r, rights, id, bytes);
 }
 
@@ -180,6 +194,8 @@ void Requests::on_export(const proto::Export& m) {
   IpcHandle h;
   uint64_t bytes = 0;
   r.status = ctx_.engine.export_buffer(*client_, m.buffer, &h, &bytes);
+  FERRY_LOG(debug, "client %llu: export buffer %llu -> %s", ull(client_->id()), ull(m.buffer),
+            r.status == 0 ? "ok" : std::strerror(-r.status));
   // The fd travels with the reply; the client puts its own number in the handle.
   int fd = -1;
   if (r.status == 0 && h.fd >= 0) {
@@ -206,6 +222,7 @@ void Requests::on_import(const proto::Import& m) {
   IpcHandle h = ipc_handle(m.kind, m.handle);
   uint64_t id = 0;
   int r = ctx_.engine.import_buffer(*client_, h, m.bytes, &id);
+  FERRY_LOG(debug, "client %llu: import of %llu bytes -> %s", ull(client_->id()), ull(m.bytes), r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);  // the driver keeps its own mapping
   buffer_reply(m.request, r, r == 0 ? (proto::kRightUpload | proto::kRightDownload) : 0, id, r == 0 ? m.bytes : 0);
 }
@@ -214,6 +231,7 @@ void Requests::on_event_pool(const proto::EventPool& m) {
   IpcHandle h = ipc_handle(m.kind, m.handle);
   uint64_t id = 0;
   int r = ctx_.engine.open_event_pool(*client_, h, m.count, &id);
+  FERRY_LOG(debug, "client %llu: event pool of %u events -> %s", ull(client_->id()), m.count, r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);
   reply(m.request, r, id);
 }

@@ -112,6 +112,54 @@ kill -TERM "$d2"
 wait "$d2" || fail "installed ferryd did not exit 0"
 echo "ok: installed tree works through pkg-config, find_package and Python; SIGHUP is survived"
 
+echo "== install with prefix /usr into a DESTDIR: units, configuration and pkg-config for that prefix"
+dest=$tmp/dest
+DESTDIR=$dest cmake --install "$build" --prefix /usr >/dev/null
+unit=$dest/usr/lib/systemd/system/ferryd@.service
+grep -q '^ExecStart=/usr/bin/ferryd --config /etc/ferry/ferryd.conf ' "$unit" ||
+  fail "installed unit: $(grep ExecStart "$unit")"
+[[ -f $dest/etc/ferry/ferryd.conf ]] || fail "ferryd.conf not installed in /etc/ferry for prefix /usr"
+[[ ! -e $dest/usr/etc ]] || fail "something installed under /usr/etc"
+# verify the installed units inside that root: it checks ExecStart's program there.
+cp -n /lib/systemd/system/*.target /lib/systemd/system/*.slice "$dest/usr/lib/systemd/system/" 2>/dev/null || true
+mkdir -p "$tmp/verify"
+cp "$unit" "$tmp/verify/ferryd@0.service"
+cp "$dest/usr/lib/systemd/system/ferryd@.socket" "$tmp/verify/ferryd@0.socket"
+out=$(cd "$tmp/verify" && systemd-analyze verify --man=no --root="$dest" ./ferryd@0.service ./ferryd@0.socket 2>&1) ||
+  fail "verify of the installed units: $out"
+[[ -z $out ]] || fail "systemd-analyze verify warned on the installed units: $out"
+"$dest/usr/bin/ferryd" --config "$dest/etc/ferry/ferryd.conf" --check-config --sim | grep -q "settings valid" ||
+  fail "ferryd --check-config on the installed configuration"
+pcdir=$(dirname "$(find "$dest/usr" -name ferry.pc)")
+libdir=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=libdir ferry)
+[[ -e $libdir/libferry.so ]] || fail "ferry.pc's libdir ($libdir) has no libferry.so"
+cc -std=c11 -Wall -Werror "$src/examples/consumer/consumer.c" $(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs ferry) \
+  -Wl,-rpath,"$libdir" -o "$tmp/consumer-usr"
+sock4=$tmp/usr.sock
+"$dest/usr/bin/ferryd" --config "$dest/etc/ferry/ferryd.conf" --sim --socket "$sock4" -q &
+d4=$!
+pids+=($d4)
+wait_for_socket "$sock4"
+"$tmp/consumer-usr" "$sock4" || fail "consumer built through the installed ferry.pc, against the installed ferryd"
+kill -TERM "$d4"
+wait "$d4" || fail "installed ferryd (prefix /usr) did not exit 0"
+echo "ok: prefix /usr: ExecStart=/usr/bin/ferryd, --config /etc/ferry/ferryd.conf, units verify in the root, ferry.pc resolves"
+
+echo "== ferryd --check-config and -v"
+printf 'slots = 8\nmax-clients = -1\n' >"$tmp/bad.conf"
+if "$build/daemon/ferryd" --config "$tmp/bad.conf" --check-config 2>"$tmp/check.err"; then fail "a negative max-clients passed --check-config"; fi
+grep -q "bad.conf:2" "$tmp/check.err" || fail "--check-config did not name the line: $(cat "$tmp/check.err")"
+sock5=$tmp/verbose.sock
+"$build/daemon/ferryd" --sim --socket "$sock5" -v 2>"$tmp/verbose.log" &
+d5=$!
+pids+=($d5)
+wait_for_socket "$sock5"
+"$build/examples/multi_upload" -s "$sock5" -p 1 -n 2 -b 1000 >/dev/null || fail "uploads with -v"
+kill -TERM "$d5"
+wait "$d5" || true
+grep -q "^debug: client 1: alloc" "$tmp/verbose.log" || fail "-v showed no debug lines: $(head -5 "$tmp/verbose.log")"
+echo "ok: --check-config names file and line; -v logs each client's allocations"
+
 echo "== journald sees each line's priority"
 sock3=$tmp/journal.sock
 JOURNAL_STREAM=8:1 "$build/daemon/ferryd" --sim --socket "$sock3" --log-level info 2>"$tmp/journal.err" &
