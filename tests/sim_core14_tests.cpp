@@ -83,6 +83,10 @@ TEST_CASE("a region copy moves exactly its rectangle; ranges barriers order; hin
   ze_copy_region_t past{30, 0, 0, 20, 5, 0};
   CHECK(zeCommandListAppendMemoryCopyRegion(s.copy, dev_dst, &past, dp, 0, dev_src, &sr, sp, 0, nullptr, 0, nullptr) ==
         ZE_RESULT_ERROR_INVALID_SIZE);
+  // An empty rectangle copies nothing and still signals its event.
+  ze_copy_region_t empty{0, 0, 0, 0, 0, 0};
+  ZE_OK(zeCommandListAppendMemoryCopyRegion(s.copy, dev_dst, &empty, 0, 0, dev_src, &empty, 0, 0, s.events[3], 0, nullptr));
+  ZE_OK(zeEventHostSynchronize(s.events[3], UINT64_MAX));
   // A copy from another context's allocation, behind a ranges barrier.
   ze_context_desc_t cd{ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
   ze_context_handle_t other = nullptr;

@@ -76,9 +76,12 @@ ze_result_t zeCommandListAppendMemoryCopyRegion(ze_command_list_handle_t h, void
   if (get<CmdList>(h) == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
   if (dst == nullptr || src == nullptr || dr == nullptr || sr == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
   const uint32_t depth = std::max(1u, sr->depth);
-  if (dr->width != sr->width || dr->height != sr->height || std::max(1u, dr->depth) != depth || sr->width == 0 ||
-      sr->height == 0)
+  if (dr->width != sr->width || dr->height != sr->height || std::max(1u, dr->depth) != depth)
     return ZE_RESULT_ERROR_INVALID_SIZE;
+  // An empty rectangle copies nothing, as Intel's runtime takes it; its waits
+  // and its event still order the list.
+  if (sr->width == 0 || sr->height == 0)
+    return ferry::sim::zeCommandListAppendBarrier(h, hSignal, nwait, waits);
   // A row may not run past its pitch, nor (in 3-D) a slice past its slice pitch.
   if (uint64_t{sr->originX} + sr->width > src_pitch || uint64_t{dr->originX} + dr->width > dst_pitch)
     return ZE_RESULT_ERROR_INVALID_SIZE;
