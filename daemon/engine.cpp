@@ -62,6 +62,7 @@ const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& 
   // Breaking the slot protocol is a broken client: its session closes.
   if (const char* why = c->check_ticket(m.ticket, m.slot)) return why;
   if (m.length == 0 || m.length > c->slot_bytes()) return "transfer length outside one slot";
+  if ((m.flags & ~proto::kTransferLastPiece) != 0) return "transfer with unknown flags";
   c->note_transfer();
   ClientState::Held h{m, download, sig != nullptr, sig != nullptr ? *sig : proto::UploadSignal{}, after};
   // Behind an earlier hold, or before its own value: kept here, on the host,
@@ -90,8 +91,9 @@ void TransferEngine::issue(const ClientRef& c, const ClientState::Held& h) {
   char* slot = c->segment().slot(m.slot);
   // CUDA device addresses are not host pointers: plain integer arithmetic.
   auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + m.offset);
+  const bool last = (m.flags & proto::kTransferLastPiece) != 0;
   int r = h.download ? submit(c, m.ticket, true, slot, dev, m.length, buf)
-                     : submit(c, m.ticket, false, dev, slot, m.length, buf, h.signal ? &signal : nullptr);
+                     : submit(c, m.ticket, false, dev, slot, m.length, buf, h.signal ? &signal : nullptr, last);
   if (r != 0) fail(c, m.ticket, r);
 }
 
@@ -127,12 +129,12 @@ void TransferEngine::poll_holds() {
 }
 
 int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src,
-                           uint64_t bytes, BufferRef buffer, const Signal* signal) {
+                           uint64_t bytes, BufferRef buffer, const Signal* signal, bool last_piece) {
   if (device_lost_) return -ENODEV;
   const uint64_t cookie = next_cookie_++;
   // Record first: the retire thread may report the copy before submit returns,
   // but its batch is handled on this thread, after we return.
-  records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, now_ns()});
+  records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, last_piece, now_ns()});
   client->mark_in_flight(ticket, bytes);
   const uint64_t before = client->frontier();
   TimelineWrite w;
@@ -168,7 +170,7 @@ void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status) 
   TimelineWrite w;
   if (const TimelineWrite* wp = timeline_write(*client, &w)) {
     const uint64_t cookie = next_cookie_++;
-    records_.push_back({cookie, client, nullptr, 0, 0, false, now_ns()});  // ticket 0: the write alone
+    records_.push_back({cookie, client, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: the write alone
     if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, wp) == 0) {
       ++stats_.in_flight;
     } else {
@@ -218,10 +220,14 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
         ++stats_.downloads;
         ++cs.downloads;
       } else {
-        ++stats_.uploads;
+        // A call is counted when its last piece is done (a device queue
+        // runs a client's pieces in order); pieces apart.
+        stats_.uploads += r.last_piece;
+        ++stats_.upload_pieces;
         stats_.upload_bytes += r.bytes;
         stats_.upload_latency.add(now_ns() - r.submitted_ns);
-        ++cs.uploads;
+        cs.uploads += r.last_piece;
+        ++cs.upload_pieces;
         cs.upload_bytes += r.bytes;
       }
     }

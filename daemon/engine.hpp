@@ -102,7 +102,7 @@ class TransferEngine {
   // Queues one copy of `client`'s ticket. On a non-zero return nothing was
   // queued and the caller fails the ticket itself.
   int submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src, uint64_t bytes,
-             BufferRef buffer, const Signal* signal = nullptr);
+             BufferRef buffer, const Signal* signal = nullptr, bool last_piece = true);
   // Fails a ticket without touching the device (a refused transfer).
   void fail(const ClientRef& client, uint64_t ticket, int status);
 
@@ -134,6 +134,7 @@ class TransferEngine {
     uint64_t ticket;  // 0: a timeline write alone
     uint64_t bytes;
     bool download;
+    bool last_piece;  // of an upload call (proto::kTransferLastPiece)
     uint64_t submitted_ns;
   };
   void retire_loop();

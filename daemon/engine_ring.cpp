@@ -30,7 +30,8 @@ size_t TransferEngine::drain_ring(const ClientRef& c) {
     // rewriting the entry right now, and only this copy counts.
     proto::UploadSignal sig{};
     proto::Transfer& m = sig.t;
-    const uint64_t type = e.type.load(std::memory_order_relaxed);
+    const uint64_t word = e.type.load(std::memory_order_relaxed);
+    const uint64_t type = word & 0xffffffffu;
     m.length = e.length.load(std::memory_order_relaxed);
     m.buffer = e.buffer.load(std::memory_order_relaxed);
     m.offset = e.offset.load(std::memory_order_relaxed);
@@ -40,10 +41,12 @@ size_t TransferEngine::drain_ring(const ClientRef& c) {
     m.ticket = t;
     m.slot = static_cast<uint32_t>((t - 1) % count);
     m.h.type = static_cast<uint16_t>(type);
+    m.flags = static_cast<uint32_t>(word >> 32);
     c->ring_next = t + 1;
     ++stats_.ring_entries;
     const char* why = nullptr;
-    switch (static_cast<proto::Type>(type)) {
+    if ((m.flags & ~proto::kTransferLastPiece) != 0) why = "ring entry with unknown flags";
+    else switch (static_cast<proto::Type>(type)) {
       case proto::Type::upload: why = transfer(c, m, false); break;
       case proto::Type::download: why = transfer(c, m, true); break;
       case proto::Type::upload_after:

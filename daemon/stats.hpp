@@ -22,7 +22,8 @@ struct Histogram {
 
 // What one client did.
 struct ClientStats {
-  uint64_t uploads = 0;
+  uint64_t uploads = 0;        // ferry_upload calls done (their last piece)
+  uint64_t upload_pieces = 0;  // pieces (copies) of uploads done
   uint64_t upload_bytes = 0;
   uint64_t downloads = 0;
   uint64_t errors = 0;
@@ -30,7 +31,8 @@ struct ClientStats {
 
 // What the engine did, for every client.
 struct EngineStats {
-  uint64_t uploads = 0;
+  uint64_t uploads = 0;        // calls, as ClientStats
+  uint64_t upload_pieces = 0;
   uint64_t upload_bytes = 0;
   uint64_t downloads = 0;
   uint64_t failed = 0;
@@ -55,7 +57,8 @@ struct Holdings {
 // Counted by the server, shown in status.
 struct ServerStats {
   int64_t started_unix = 0;  // seconds
-  uint64_t connections = 0;  // accepted since start
+  uint64_t connections = 0;  // accepted since start, status requests (ferryctl) included
+  uint64_t clients = 0;      // Hellos since start: connections of clients
 };
 
 }  // namespace ferry::ferryd

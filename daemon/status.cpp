@@ -4,48 +4,27 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <boost/json.hpp>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
-#include <sstream>
 
 namespace ferry::ferryd {
 
 namespace {
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + "\"";
-}
+namespace json = boost::json;
 
 // {"bounds_ns":[...],"counts":[...],"count":n,"sum_ns":s}; counts per bucket, the last one above every bound.
-std::string histogram_json(const Histogram& h) {
-  std::ostringstream o;
-  o << "{\"bounds_ns\":[";
-  for (size_t i = 0; i + 1 < proto::kLatencyBuckets; ++i) o << (i ? "," : "") << proto::kLatencyBoundsNs[i];
-  o << "],\"counts\":[";
-  for (size_t i = 0; i < proto::kLatencyBuckets; ++i) o << (i ? "," : "") << h.buckets[i];
-  o << "],\"count\":" << h.count << ",\"sum_ns\":" << h.sum_ns << "}";
-  return o.str();
+json::object histogram_json(const Histogram& h) {
+  json::array bounds, counts;
+  for (size_t i = 0; i + 1 < proto::kLatencyBuckets; ++i) bounds.push_back(proto::kLatencyBoundsNs[i]);
+  for (size_t i = 0; i < proto::kLatencyBuckets; ++i) counts.push_back(h.buckets[i]);
+  return {{"bounds_ns", std::move(bounds)}, {"counts", std::move(counts)}, {"count", h.count}, {"sum_ns", h.sum_ns}};
 }
 
 int64_t unix_seconds(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
 }
-
-const char* json_bool(bool b) { return b ? "true" : "false"; }
 
 }  // namespace
 
@@ -67,75 +46,108 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
   const Options& opts = ctx.options;
   const DeviceInfo& info = engine.device();
   const EngineStats& st = engine.stats();
-  const Holdings& held = engine.holdings();
   const bool all = is_admin(opts, viewer, viewer_gid);
   uint64_t slots_total = 0, slots_busy = 0;
-  std::ostringstream clients;
-  bool first = true;
+  json::array clients;
   for (const auto& [id, c] : engine.clients()) {
     if (!c->connected) continue;
     slots_total += c->slot_count();
     slots_busy += c->in_flight();
     if (!all && c->uid != viewer) continue;
     const ClientStats& cs = c->stats();
-    clients << (first ? "" : ",") << "{\"id\":" << c->id() << ",\"pid\":" << c->pid << ",\"uid\":" << c->uid
-            << ",\"name\":" << json_string(c->name) << ",\"slots\":" << c->slot_count()
-            << ",\"slots_in_flight\":" << c->in_flight() << ",\"bytes_in_flight\":" << c->in_flight_bytes()
-            << ",\"buffers\":" << c->buffer_count() << ",\"device_bytes\":" << c->device_bytes()
-            << ",\"uploads\":" << cs.uploads << ",\"upload_bytes\":" << cs.upload_bytes
-            << ",\"downloads\":" << cs.downloads << ",\"errors\":" << cs.errors
-            << ",\"completed\":" << c->completed() << ",\"connected_since\":" << unix_seconds(c->since) << "}";
-    first = false;
+    clients.push_back(json::object{{"id", c->id()},
+                                   {"pid", c->pid},
+                                   {"uid", c->uid},
+                                   {"name", c->name},
+                                   {"slots", c->slot_count()},
+                                   {"slots_in_flight", c->in_flight()},
+                                   {"bytes_in_flight", c->in_flight_bytes()},
+                                   {"buffers", c->buffer_count()},
+                                   {"device_bytes", c->device_bytes()},
+                                   {"uploads", cs.uploads},
+                                   {"upload_pieces", cs.upload_pieces},
+                                   {"upload_bytes", cs.upload_bytes},
+                                   {"downloads", cs.downloads},
+                                   {"errors", cs.errors},
+                                   {"completed", c->completed()},
+                                   {"connected_since", unix_seconds(c->since)}});
   }
   // What other users did is theirs: a viewer who sees only its own clients
   // gets totals, holdings and histograms of its own clients too.
-  uint64_t uploads = st.uploads, upload_bytes = st.upload_bytes, downloads = st.downloads, failed = st.failed;
-  uint64_t connections = ctx.stats.connections, copies = st.in_flight;
-  Holdings h = held;
+  ClientStats totals{st.uploads, st.upload_pieces, st.upload_bytes, st.downloads, st.failed};
+  uint64_t client_connections = ctx.stats.clients, copies = st.in_flight;
+  Holdings h = engine.holdings();
   Histogram latency = st.upload_latency, slot_wait = engine.slot_waits();
   EngineStats poll = st;
   if (!all) {
-    uploads = upload_bytes = downloads = failed = connections = copies = 0;
+    totals = ClientStats{};
+    client_connections = copies = 0;
     h = Holdings{};
     latency = slot_wait = Histogram{};
     poll = EngineStats{};
     for (const auto& [id, c] : engine.clients()) {
       if (!c->connected || c->uid != viewer) continue;
       const ClientStats& cs = c->stats();
-      uploads += cs.uploads;
-      upload_bytes += cs.upload_bytes;
-      downloads += cs.downloads;
-      failed += cs.errors;
-      ++connections;
+      totals.uploads += cs.uploads;
+      totals.upload_pieces += cs.upload_pieces;
+      totals.upload_bytes += cs.upload_bytes;
+      totals.downloads += cs.downloads;
+      totals.errors += cs.errors;
+      ++client_connections;
       copies += c->in_flight();
       ++h.clients;
       h.buffers += c->buffer_count();
       h.device_bytes += c->device_bytes();
     }
   }
-  std::ostringstream o;
-  o << "{\"version\":" << json_string(FERRY_VERSION) << ",\"pid\":" << ::getpid()
-    << ",\"started\":" << ctx.stats.started_unix << ",\"device\":{\"index\":" << opts.device
-    << ",\"backend\":" << json_string(info.backend) << ",\"name\":" << json_string(info.name)
-    << ",\"driver\":" << json_string(info.driver) << ",\"memory_bytes\":" << info.memory_bytes
-    << ",\"copy_engine\":" << json_bool(info.copy_engine) << ",\"host_import\":" << json_bool(info.host_import)
-    << ",\"lost\":" << json_bool(engine.device_lost())
-    << ",\"timeline\":" << (engine.device_timeline() ? "\"device\"" : "\"host\"") << "},\"ring\":{\"slot_bytes\":" << opts.slot_bytes
-    << ",\"slots_per_client\":" << opts.slots << ",\"max_clients\":" << opts.max_clients
-    << ",\"slots_total\":" << slots_total << ",\"slots_in_flight\":" << slots_busy
-    << ",\"slots_free\":" << (slots_total - slots_busy) << ",\"bytes_in_flight\":" << st.in_flight_bytes
-    << "},\"totals\":{\"uploads\":" << uploads << ",\"upload_bytes\":" << upload_bytes
-    << ",\"downloads\":" << downloads << ",\"failed\":" << failed << ",\"connections\":" << connections
-    << "},\"poller\":{\"ring_entries\":" << poll.ring_entries << ",\"doorbells\":" << poll.doorbells
-    << ",\"sleeps\":" << poll.poller_sleeps << ",\"segments_pooled\":" << poll.segments_pooled
-    << ",\"segments_made\":" << poll.segments_made
-    << "},\"held\":{\"clients\":" << h.clients << ",\"buffers\":" << h.buffers
-    << ",\"device_bytes\":" << h.device_bytes << ",\"copies_in_flight\":" << copies
-    << "},\"clients\":[" << clients.str() << "],\"all_clients_visible\":" << json_bool(all)
-    << ",\"scope\":" << (all ? "\"daemon\"" : "\"own clients\"");
-  o << ",\"histograms\":{\"upload_latency\":" << histogram_json(latency)
-    << ",\"slot_wait\":" << histogram_json(slot_wait) << "}}";
-  return o.str();
+  json::object doc{
+      {"version", FERRY_VERSION},
+      {"pid", ::getpid()},
+      {"started", ctx.stats.started_unix},
+      {"device",
+       {{"index", opts.device},
+        {"backend", info.backend},
+        {"name", info.name},
+        {"driver", info.driver},
+        {"memory_bytes", info.memory_bytes},
+        {"copy_engine", info.copy_engine},
+        {"host_import", info.host_import},
+        {"lost", engine.device_lost()},
+        {"timeline", engine.device_timeline() ? "device" : "host"}}},
+      {"ring",
+       {{"slot_bytes", opts.slot_bytes},
+        {"slots_per_client", opts.slots},
+        {"max_clients", opts.max_clients},
+        {"slots_total", slots_total},
+        {"slots_in_flight", slots_busy},
+        {"slots_free", slots_total - slots_busy},
+        {"bytes_in_flight", st.in_flight_bytes}}},
+      // uploads: ferry_upload calls done; upload_pieces: the copies they took.
+      // connections: clients (Hellos), not status requests such as ferryctl's.
+      {"totals",
+       {{"uploads", totals.uploads},
+        {"upload_pieces", totals.upload_pieces},
+        {"upload_bytes", totals.upload_bytes},
+        {"downloads", totals.downloads},
+        {"failed", totals.errors},
+        {"connections", client_connections},
+        {"status_requests", all ? ctx.stats.connections - ctx.stats.clients : 0}}},
+      {"poller",
+       {{"ring_entries", poll.ring_entries},
+        {"doorbells", poll.doorbells},
+        {"sleeps", poll.poller_sleeps},
+        {"segments_pooled", poll.segments_pooled},
+        {"segments_made", poll.segments_made}}},
+      {"held",
+       {{"clients", h.clients},
+        {"buffers", h.buffers},
+        {"device_bytes", h.device_bytes},
+        {"copies_in_flight", copies}}},
+      {"clients", std::move(clients)},
+      {"all_clients_visible", all},
+      {"scope", all ? "daemon" : "own clients"},
+      {"histograms", {{"upload_latency", histogram_json(latency)}, {"slot_wait", histogram_json(slot_wait)}}}};
+  return json::serialize(doc);
 }
 
 std::string status_line(const TransferEngine& engine) {

@@ -7,9 +7,10 @@ pkgs=(
   build-essential cmake ninja-build pkg-config
   clang clang-14 libclang-rt-14-dev lld
   libze1 libze-dev
-  libboost1.81-dev libboost-program-options1.81-dev
+  libboost1.81-dev libboost-program-options1.81-dev libboost-json1.81-dev
   catch2 libsystemd-dev systemd
   python3 python3-numpy
+  prometheus  # promtool checks ferryctl's metrics in the ops test
 )
 
 need=()

@@ -130,6 +130,26 @@ TEST_CASE("8 processes x 2000 uploads, each verified by checksum: nothing lost o
   CHECK(d.holds_nothing());
 }
 
+TEST_CASE("status counts upload calls, their pieces apart, and clients, not status requests", "[upload][status]") {
+  Daemon d({"--slot-size", "16384", "--slots", "4"});
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  ferry_buffer b = 0;
+  const uint64_t n = 100'000;  // seven pieces of a 16 KiB slot
+  REQUIRE(ferry_buffer_alloc(c, n, &b) == 0);
+  std::vector<uint8_t> src = pattern(n, 7);
+  for (int i = 0; i < 2; ++i) REQUIRE(ferry_upload(c, b, 0, src.data(), n, nullptr) == 0);
+  REQUIRE(ferry_flush(c, -1) == 0);
+  for (int i = 0; i < 3; ++i) d.status();  // as ferryctl asks
+  auto st = d.status();
+  CHECK(st.get<uint64_t>("totals.uploads") == 2);
+  CHECK(st.get<uint64_t>("totals.upload_pieces") == 2 * ((n + 16383) / 16384));
+  CHECK(st.get<uint64_t>("totals.upload_bytes") == 2 * n);
+  CHECK(st.get<uint64_t>("totals.connections") == 1);
+  CHECK(st.get<uint64_t>("totals.status_requests") >= 3);
+  ferry_disconnect(c);
+}
+
 TEST_CASE("many threads share one client", "[upload][threads]") {
   Daemon d({"--slot-size", "16384", "--slots", "4"});
   Conn k(d.socket);

@@ -75,13 +75,14 @@ struct Submit {
   uint64_t after = 0;         // upload_after
   uint64_t pool = 0;          // upload_signal
   uint32_t event = 0;
+  uint32_t flags = 0;         // proto::kTransferLastPiece
 };
 
 int submit(ferry_client* c, const Submit& s) {
   const auto slot = static_cast<uint32_t>((s.ticket - 1) % c->slot_count);
   if (c->ring != nullptr) {
     proto::SubmitEntry& e = c->ring[slot];
-    e.type.store(static_cast<uint64_t>(s.type), std::memory_order_relaxed);
+    e.type.store(static_cast<uint64_t>(s.type) | uint64_t{s.flags} << 32, std::memory_order_relaxed);
     e.length.store(s.length, std::memory_order_relaxed);
     e.buffer.store(s.buffer, std::memory_order_relaxed);
     e.offset.store(s.offset, std::memory_order_relaxed);
@@ -101,6 +102,7 @@ int submit(ferry_client* c, const Submit& s) {
   t.h.size = sizeof t;
   t.ticket = s.ticket;
   t.slot = slot;
+  t.flags = s.flags;
   t.length = s.length;
   t.buffer = s.buffer;
   t.offset = s.offset;
@@ -165,6 +167,7 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
     stage_copy(tl.slot_of(t), from + off, n, bytes < kStreamBelow);
     FERRY_SLOT_HANDED_ON(tl.slot_of(t));
     Submit s{proto::Type::upload, t, n, dst, dst_offset + off};
+    if (i + 1 == pieces) s.flags = proto::kTransferLastPiece;  // the call is counted by it
     if (signal != nullptr && i + 1 == pieces) {
       // The last piece carries the event: the in-order queue signals it
       // after every earlier piece.

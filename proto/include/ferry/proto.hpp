@@ -159,11 +159,14 @@ static_assert(sizeof(Reply) == 32);
 // Tickets are numbered by the client from 1, one per transfer, and the
 // client writes slot (ticket - 1) % slot_count only once every ticket up to
 // ticket - slot_count has completed.
+// Transfer::flags: this piece is the last of one ferry_upload call (the
+// daemon counts calls by it; pieces are counted apart).
+constexpr uint32_t kTransferLastPiece = 1;
 struct Transfer {
   Header h;
   uint64_t ticket;
   uint32_t slot;
-  uint32_t reserved;
+  uint32_t flags;  // kTransferLastPiece
   uint64_t length;
   uint64_t buffer;
   uint64_t offset;
@@ -360,7 +363,7 @@ static_assert(sizeof(Doorbell) == 16);
 // copy as it would a message, and a bad one closes only that session.
 struct SubmitEntry {
   std::atomic<uint64_t> ticket;   // stored last: the entry describes this ticket
-  std::atomic<uint64_t> type;     // Type: upload, download, upload_signal, upload_after
+  std::atomic<uint64_t> type;     // Type (upload, download, upload_signal, upload_after) | flags << 32 (Transfer::flags)
   std::atomic<uint64_t> length;   // as Transfer
   std::atomic<uint64_t> buffer;
   std::atomic<uint64_t> offset;
