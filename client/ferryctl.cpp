@@ -1,111 +1,170 @@
-// ferryctl: ask a running ferryd what it holds. See `ferryctl --help`.
+// ferryctl: ask running ferryds what they hold. See `ferryctl --help`.
+#include <dirent.h>
 #include <sys/socket.h>
-#include <sys/un.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
+#include <algorithm>
+#include <boost/json.hpp>
+#include <boost/program_options.hpp>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <iostream>
-#include <sstream>
+#include <map>
 #include <string>
 #include <vector>
 
-#include "ferry/wire.hpp"
 #include "ferry/proto.hpp"
+#include "ferry/wire.hpp"
 
 namespace proto = ferry::proto;
-namespace pt = boost::property_tree;
+namespace json = boost::json;
+namespace po = boost::program_options;
 
 namespace {
 
 enum Exit { kOk = 0, kDaemonError = 1, kUsage = 2, kNoConnect = 3 };
 
-const char* const kHelp = R"(usage: ferryctl [--socket PATH] COMMAND [--json]
-
-Shows what a running ferryd holds: its device, its staging ring, and each
-connected client's share of it.
+const char* const kUsageLine = "usage: ferryctl [OPTIONS] COMMAND [ARG]";
+const char* const kCommands = R"(
+Shows what running ferryds hold: their device, staging rings, and each
+connected client's share.
 
 Commands:
-  status         device, backend, ring geometry and occupancy, totals since
-                 start, then one row per client: id, pid, uid, command name,
-                 slots in flight, buffers, uploads, bytes, errors, connected
-                 since. With --json, the daemon's status document as is.
-  watch          the status table, refreshed in place every --interval
-                 seconds (default 1) with an occupancy bar per client,
-                 until interrupted (Ctrl-C)
-  metrics        Prometheus text exposition: counters and gauges of the
-                 daemon and of each client, histograms of upload latency and
-                 of slot wait time; every name starts with ferry_
-  ping           checks that the daemon answers; prints the round trip
-  version        prints ferryctl's version and the daemon's
+  status           device, backend, ring geometry and occupancy, totals since
+                   start, then one row per client
+  watch            the status, refreshed every --interval seconds in 80
+                   columns, until Ctrl-C; keeps polling while ferryd restarts
+  metrics          Prometheus text exposition (every series labelled with its
+                   device; per-client series with --per-client)
+  ping             checks that the daemon answers; prints the round trip
+  version          ferryctl's version and the daemon's
+  disconnect ID    ends client ID's session (its resources are freed as for a
+                   client that died); for the daemon's admins only
 
-Options:
-  -s, --socket PATH   the daemon's socket (default $FERRY_SOCKET, else
-                      /run/ferry/ferryd-0.sock)
-      --json          machine-readable output (status)
-      --interval SEC  refresh period of watch (default 1)
-  -h, --help          this text
-  -V, --version       ferryctl's own version (without asking the daemon)
+Exit status: 0 ok, 1 a daemon answered with an error (or, with --all, one of
+them did not answer), 2 usage error, 3 cannot connect (the message names the
+path and the likely cause).
 
-Exit status: 0 ok, 1 the daemon answered with an error, 2 usage error,
-3 cannot connect (the message names the path and the likely cause).
-
-Root and the daemon's own user see every client; other users see their own.
+Root, the daemon's own user and its --admin-group see every client and may
+disconnect them; other users see their own clients only.
 )";
 
-int connect_to(const std::string& path, int* fd) {
-  if (int r = proto::connect_unix(path, fd); r != 0) return r;
-  timeval tv{5, 0};
-  setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return 0;
-}
+struct Args {
+  std::string socket;
+  int device = -1;
+  bool all = false;
+  std::string socket_dir = "/run/ferry";
+  bool json = false;
+  bool per_client = false;
+  double interval = 1.0;
+  std::string output;
+  std::string command;
+  std::vector<std::string> rest;
+};
 
+// ---------------------------------------------------------------- the wire
 const char* cause(int err) {
   switch (err) {
-    case -ENOENT: return "no socket there: is ferryd running, and with this --socket?";
+    case -ENOENT: return "no socket there: is ferryd running, and with this --socket or --device?";
     case -ECONNREFUSED: return "nothing accepts on it: ferryd is not running (stale socket file)";
     case -EACCES:
-    case -EPERM: return "permission denied: ask for the daemon's group, or run as root";
+    case -EPERM: return "permission denied: ask to join the socket's group (see its owner), or run as root";
     default: return std::strerror(-err);
   }
 }
 
-// Fetches the status document; returns an Exit code.
-int fetch_status(const std::string& path, std::string* json, double* rtt_us) {
+// One request, one reply. Returns an Exit code; quiet: no message on stderr.
+int ask(const std::string& path, const void* req, size_t n, proto::Type want, std::vector<uint8_t>* reply,
+        double* rtt_us = nullptr, bool quiet = false) {
   int fd = -1;
-  if (int r = connect_to(path, &fd); r != 0) {
-    std::fprintf(stderr, "ferryctl: cannot connect to %s: %s\n", path.c_str(), cause(r));
+  if (int r = proto::connect_unix(path, &fd); r != 0) {
+    if (!quiet) std::fprintf(stderr, "ferryctl: cannot connect to %s: %s\n", path.c_str(), cause(r));
     return kNoConnect;
   }
-  auto req = proto::make<proto::StatusRequest>(proto::Type::status_request);
-  req.request = 1;
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<uint8_t> msg;
-  bool ok = proto::send_all(fd, &req, sizeof req) == 0 && proto::read_message(fd, msg) == 0;
-  auto t1 = std::chrono::steady_clock::now();
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool ok = proto::send_all(fd, req, n) == 0 && proto::read_message(fd, *reply) == 0;
+  const auto t1 = std::chrono::steady_clock::now();
   ::close(fd);
   proto::Error e{};
-  if (ok && proto::type_of(msg) == proto::Type::error && proto::as(msg, &e)) {
-    std::fprintf(stderr, "ferryctl: the daemon refused: %s\n", proto::get_text(e.text).c_str());
+  if (ok && proto::type_of(*reply) == proto::Type::error && proto::as(*reply, &e)) {
+    if (!quiet) std::fprintf(stderr, "ferryctl: %s refused: %s\n", path.c_str(), proto::get_text(e.text).c_str());
     return kDaemonError;
   }
-  if (!ok || proto::type_of(msg) != proto::Type::status_reply) {
-    std::fprintf(stderr, "ferryctl: no valid answer from %s\n", path.c_str());
+  if (!ok || proto::type_of(*reply) != want) {
+    if (!quiet) std::fprintf(stderr, "ferryctl: no valid answer from %s\n", path.c_str());
     return kDaemonError;
   }
-  json->assign(msg.begin() + sizeof(proto::StatusReply), msg.end());
   if (rtt_us != nullptr) *rtt_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
   return kOk;
 }
 
-std::string human_bytes(uint64_t b) {
+// The status document of the daemon at path, parsed.
+int fetch_status(const std::string& path, json::object* doc, double* rtt_us = nullptr, bool quiet = false) {
+  auto req = proto::make<proto::StatusRequest>(proto::Type::status_request);
+  req.request = 1;
+  std::vector<uint8_t> msg;
+  if (int r = ask(path, &req, sizeof req, proto::Type::status_reply, &msg, rtt_us, quiet); r != kOk) return r;
+  boost::system::error_code ec;
+  json::value v = json::parse(std::string(msg.begin() + sizeof(proto::StatusReply), msg.end()), ec);
+  if (ec || !v.is_object()) {
+    if (!quiet) std::fprintf(stderr, "ferryctl: unreadable status from %s: %s\n", path.c_str(), ec.message().c_str());
+    return kDaemonError;
+  }
+  *doc = std::move(v.as_object());
+  return kOk;
+}
+
+// ---------------------------------------------------------------- the document
+const json::value* at(const json::object& o, const char* path) {
+  const json::object* cur = &o;
+  std::string p = path;
+  for (size_t start = 0;;) {
+    const size_t dot = p.find('.', start);
+    const auto* v = cur->if_contains(p.substr(start, dot - start));
+    if (v == nullptr) return nullptr;
+    if (dot == std::string::npos) return v;
+    if (!v->is_object()) return nullptr;
+    cur = &v->as_object();
+    start = dot + 1;
+  }
+}
+
+unsigned long long num(const json::object& o, const char* path) {
+  const json::value* v = at(o, path);
+  if (v == nullptr) return 0;
+  if (v->is_uint64()) return v->as_uint64();
+  if (v->is_int64()) return static_cast<unsigned long long>(std::max<int64_t>(0, v->as_int64()));
+  return 0;
+}
+
+std::string str(const json::object& o, const char* path, const char* dflt = "?") {
+  const json::value* v = at(o, path);
+  if (v == nullptr) return dflt;
+  if (v->is_string()) return std::string(v->as_string());
+  if (v->is_bool()) return v->as_bool() ? "yes" : "no";
+  return json::serialize(*v);
+}
+
+bool flag(const json::object& o, const char* path) {
+  const json::value* v = at(o, path);
+  return v != nullptr && v->is_bool() && v->as_bool();
+}
+
+const json::array& clients(const json::object& o) {
+  static const json::array kNone;
+  const json::value* v = at(o, "clients");
+  return v != nullptr && v->is_array() ? v->as_array() : kNone;
+}
+
+std::string human_bytes(unsigned long long b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(b);
   int u = 0;
@@ -115,7 +174,7 @@ std::string human_bytes(uint64_t b) {
   return buf;
 }
 
-std::string since(int64_t t) {
+std::string since(long long t) {
   std::time_t tt = static_cast<std::time_t>(t);
   std::tm tm{};
   localtime_r(&tt, &tm);
@@ -124,77 +183,67 @@ std::string since(int64_t t) {
   return buf;
 }
 
-bool parse(const std::string& json, pt::ptree* doc) {
-  try {
-    std::istringstream in(json);
-    pt::read_json(in, *doc);
-    return true;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ferryctl: unreadable status: %s\n", e.what());
-    return false;
-  }
-}
-
 // A bar of `width` cells, `used` of `total` filled.
-std::string bar(uint64_t used, uint64_t total, int width) {
-  int fill = total == 0 ? 0 : static_cast<int>((used * static_cast<uint64_t>(width) + total - 1) / total);
+std::string bar(unsigned long long used, unsigned long long total, int width) {
+  const int fill = total == 0 ? 0 : static_cast<int>(std::min<unsigned long long>(width, (used * width + total - 1) / total));
   return "[" + std::string(static_cast<size_t>(fill), '#') + std::string(static_cast<size_t>(width - fill), '.') + "]";
 }
 
-int print_table(const std::string& json, bool bars = false) {
-  pt::ptree doc;
-  if (!parse(json, &doc)) return kDaemonError;
-  auto u = [&](const char* k) { return doc.get<uint64_t>(k, 0); };
-  std::printf("ferryd %s (pid %llu)\n", doc.get<std::string>("version", "?").c_str(),
-              static_cast<unsigned long long>(u("pid")));
-  std::printf("device      %llu: %s\n", static_cast<unsigned long long>(u("device.index")),
-              doc.get<std::string>("device.name", "?").c_str());
-  std::printf("backend     %s, %s; copy engine: %s; host import: %s\n",
-              doc.get<std::string>("device.backend", "?").c_str(), doc.get<std::string>("device.driver", "?").c_str(),
-              doc.get<std::string>("device.copy_engine", "?").c_str(),
-              doc.get<std::string>("device.host_import", "?").c_str());
-  const std::string tl = doc.get<std::string>("device.timeline", "host");
-  std::printf("timeline    %s\n", tl == "device" ? "written by the device after each client's copies (queue-ordered waits)"
-                                                  : "written by ferryd when copies retire (the device cannot)");
-  std::printf("ring        %llu slots of %s per client, at most %llu clients\n",
-              static_cast<unsigned long long>(u("ring.slots_per_client")), human_bytes(u("ring.slot_bytes")).c_str(),
-              static_cast<unsigned long long>(u("ring.max_clients")));
-  std::printf("occupancy   %llu slots: %llu free, %llu in flight (%s in flight)\n",
-              static_cast<unsigned long long>(u("ring.slots_total")),
-              static_cast<unsigned long long>(u("ring.slots_free")),
-              static_cast<unsigned long long>(u("ring.slots_in_flight")), human_bytes(u("ring.bytes_in_flight")).c_str());
-  std::printf("since start %llu uploads, %s; %llu downloads; %llu failed; %llu connections\n\n",
-              static_cast<unsigned long long>(u("totals.uploads")), human_bytes(u("totals.upload_bytes")).c_str(),
-              static_cast<unsigned long long>(u("totals.downloads")), static_cast<unsigned long long>(u("totals.failed")),
-              static_cast<unsigned long long>(u("totals.connections")));
-  if (bars) std::printf("%-18s ", "OCCUPANCY");
+void print_status(const json::object& d) {
+  std::printf("ferryd %s (pid %llu)\n", str(d, "version").c_str(), num(d, "pid"));
+  std::printf("device      %llu: %s\n", num(d, "device.index"), str(d, "device.name").c_str());
+  std::printf("backend     %s, %s; copy engine: %s; host import: %s\n", str(d, "device.backend").c_str(),
+              str(d, "device.driver").c_str(), str(d, "device.copy_engine").c_str(), str(d, "device.host_import").c_str());
+  std::printf("timeline    %s\n", str(d, "device.timeline") == "device"
+                                       ? "written by the device after each client's copies (queue-ordered waits)"
+                                       : "written by ferryd when copies retire (the device cannot)");
+  std::printf("ring        %llu slots of %s per client, at most %llu clients\n", num(d, "ring.slots_per_client"),
+              human_bytes(num(d, "ring.slot_bytes")).c_str(), num(d, "ring.max_clients"));
+  std::printf("occupancy   %llu slots: %llu free, %llu in flight (%s in flight)\n", num(d, "ring.slots_total"),
+              num(d, "ring.slots_free"), num(d, "ring.slots_in_flight"), human_bytes(num(d, "ring.bytes_in_flight")).c_str());
+  std::printf("since start %llu uploads (%llu pieces), %s; %llu downloads; %llu failed; %llu clients connected\n\n",
+              num(d, "totals.uploads"), num(d, "totals.upload_pieces"), human_bytes(num(d, "totals.upload_bytes")).c_str(),
+              num(d, "totals.downloads"), num(d, "totals.failed"), num(d, "totals.connections"));
   std::printf("%-5s %-8s %-6s %-16s %-11s %-8s %-10s %-11s %-6s %s\n", "ID", "PID", "UID", "COMMAND", "SLOTS", "BUFFERS",
               "UPLOADS", "BYTES", "ERRORS", "CONNECTED SINCE");
-  for (const auto& [key, c] : doc.get_child("clients", pt::ptree())) {
-    (void)key;
-    char slots[24];
-    std::snprintf(slots, sizeof slots, "%llu/%llu", static_cast<unsigned long long>(c.get<uint64_t>("slots_in_flight", 0)),
-                  static_cast<unsigned long long>(c.get<uint64_t>("slots", 0)));
-    if (bars) std::printf("%-18s ", bar(c.get<uint64_t>("slots_in_flight", 0), c.get<uint64_t>("slots", 0), 16).c_str());
-    std::printf("%-5llu %-8llu %-6llu %-16s %-11s %-8llu %-10llu %-11s %-6llu %s\n",
-                static_cast<unsigned long long>(c.get<uint64_t>("id", 0)),
-                static_cast<unsigned long long>(c.get<uint64_t>("pid", 0)),
-                static_cast<unsigned long long>(c.get<uint64_t>("uid", 0)), c.get<std::string>("name", "").c_str(), slots,
-                static_cast<unsigned long long>(c.get<uint64_t>("buffers", 0)),
-                static_cast<unsigned long long>(c.get<uint64_t>("uploads", 0)),
-                human_bytes(c.get<uint64_t>("upload_bytes", 0)).c_str(),
-                static_cast<unsigned long long>(c.get<uint64_t>("errors", 0)),
-                since(c.get<int64_t>("connected_since", 0)).c_str());
+  for (const auto& v : clients(d)) {
+    const json::object& c = v.as_object();
+    const std::string slots = std::to_string(num(c, "slots_in_flight")) + "/" + std::to_string(num(c, "slots"));
+    std::printf("%-5llu %-8llu %-6llu %-16s %-11s %-8llu %-10llu %-11s %-6llu %s\n", num(c, "id"), num(c, "pid"),
+                num(c, "uid"), str(c, "name", "").c_str(), slots.c_str(), num(c, "buffers"), num(c, "uploads"),
+                human_bytes(num(c, "upload_bytes")).c_str(), num(c, "errors"),
+                since(static_cast<long long>(num(c, "connected_since"))).c_str());
   }
-  if (doc.get<std::string>("all_clients_visible", "true") != "true")
-    std::printf("(only your own clients are shown)\n");
-  return kOk;
+  if (!flag(d, "all_clients_visible")) std::printf("(only your own clients are shown)\n");
+}
+
+// The watch screen: at most 80 columns.
+void print_watch(const std::string& socket, const json::object& d) {
+  std::printf("ferryd %s, device %llu: %.40s\n", str(d, "version").c_str(), num(d, "device.index"),
+              str(d, "device.name").c_str());
+  std::printf("%.78s\n", socket.c_str());
+  std::printf("slots %llu/%llu in flight %s  uploads %llu  failed %llu\n\n", num(d, "ring.slots_in_flight"),
+              num(d, "ring.slots_total"), bar(num(d, "ring.slots_in_flight"), num(d, "ring.slots_total"), 16).c_str(),
+              num(d, "totals.uploads"), num(d, "totals.failed"));
+  std::printf("%-5s %-7s %-12s %-12s %-7s %-9s %-10s %s\n", "ID", "PID", "COMMAND", "OCCUPANCY", "SLOTS", "UPLOADS",
+              "BYTES", "ERR");
+  for (const auto& v : clients(d)) {
+    const json::object& c = v.as_object();
+    const std::string slots = std::to_string(num(c, "slots_in_flight")) + "/" + std::to_string(num(c, "slots"));
+    std::printf("%-5llu %-7llu %-12.12s %-12s %-7s %-9llu %-10s %llu\n", num(c, "id"), num(c, "pid"),
+                str(c, "name", "").c_str(), bar(num(c, "slots_in_flight"), num(c, "slots"), 10).c_str(), slots.c_str(),
+                num(c, "uploads"), human_bytes(num(c, "upload_bytes")).c_str(), num(c, "errors"));
+  }
 }
 
 // ---------------------------------------------------------------- metrics
-void metric(const char* name, const char* type, const char* help) {
-  std::printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
+// Families by name, samples of every daemon asked: one HELP/TYPE per family,
+// so the exposition of several daemons is one valid document.
+struct Family {
+  std::string type, help;
+  std::vector<std::string> samples;  // "name{labels} value"
+};
+using Families = std::map<std::string, Family>;
 
 std::string label(const std::string& v) {  // a Prometheus label value, escaped
   std::string o;
@@ -209,28 +258,47 @@ std::string label(const std::string& v) {  // a Prometheus label value, escaped
   return o;
 }
 
-void histogram(const char* name, const char* help, const pt::ptree& h) {
-  metric(name, "histogram", help);
-  std::vector<uint64_t> bounds, counts;
-  for (const auto& [k, v] : h.get_child("bounds_ns", pt::ptree())) (void)k, bounds.push_back(v.get_value<uint64_t>());
-  for (const auto& [k, v] : h.get_child("counts", pt::ptree())) (void)k, counts.push_back(v.get_value<uint64_t>());
-  uint64_t cum = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    cum += counts[i];
-    if (i < bounds.size())
-      std::printf("%s_bucket{le=\"%g\"} %llu\n", name, static_cast<double>(bounds[i]) / 1e9,
-                  static_cast<unsigned long long>(cum));
-    else
-      std::printf("%s_bucket{le=\"+Inf\"} %llu\n", name, static_cast<unsigned long long>(cum));
-  }
-  std::printf("%s_sum %.9f\n%s_count %llu\n", name, static_cast<double>(h.get<uint64_t>("sum_ns", 0)) / 1e9, name,
-              static_cast<unsigned long long>(h.get<uint64_t>("count", 0)));
+void sample(Families& f, const std::string& name, const char* type, const char* help, const std::string& labels,
+            double value) {
+  Family& fam = f[name];
+  fam.type = type;
+  fam.help = help;
+  char v[64];
+  std::snprintf(v, sizeof v, "%.17g", value);
+  fam.samples.push_back(name + "{" + labels + "} " + v);
 }
 
-int print_metrics(const std::string& json) {
-  pt::ptree d;
-  if (!parse(json, &d)) return kDaemonError;
-  auto u = [&](const char* k) { return static_cast<unsigned long long>(d.get<uint64_t>(k, 0)); };
+void histogram(Families& f, const char* name, const char* help, const std::string& dev, const json::object& d,
+               const char* path) {
+  const json::value* h = at(d, path);
+  if (h == nullptr || !h->is_object()) return;
+  const json::object& o = h->as_object();
+  const json::value* b = o.if_contains("bounds_ns");
+  const json::value* c = o.if_contains("counts");
+  if (b == nullptr || c == nullptr || !b->is_array() || !c->is_array()) return;
+  Family& fam = f[name];
+  fam.type = "histogram";
+  fam.help = help;
+  auto u = [](const json::value& v) -> unsigned long long {
+    return v.is_uint64() ? v.as_uint64() : v.is_int64() ? static_cast<unsigned long long>(std::max<int64_t>(0, v.as_int64())) : 0;
+  };
+  unsigned long long cum = 0;
+  char line[256];
+  for (size_t i = 0; i < c->as_array().size(); ++i) {
+    cum += u(c->as_array()[i]);
+    char le[32] = "+Inf";
+    if (i < b->as_array().size()) std::snprintf(le, sizeof le, "%g", double(u(b->as_array()[i])) / 1e9);
+    std::snprintf(line, sizeof line, "%s_bucket{%s,le=\"%s\"} %llu", name, dev.c_str(), le, cum);
+    fam.samples.push_back(line);
+  }
+  std::snprintf(line, sizeof line, "%s_sum{%s} %.9f", name, dev.c_str(), double(num(o, "sum_ns")) / 1e9);
+  fam.samples.push_back(line);
+  std::snprintf(line, sizeof line, "%s_count{%s} %llu", name, dev.c_str(), num(o, "count"));
+  fam.samples.push_back(line);
+}
+
+void add_metrics(Families& f, const json::object& d, bool per_client) {
+  const std::string dev = "device=\"" + std::to_string(num(d, "device.index")) + "\"";
   struct Plain {
     const char* name;
     const char* type;
@@ -238,11 +306,12 @@ int print_metrics(const std::string& json) {
     const char* help;
   };
   static const Plain kPlain[] = {
-      {"ferry_uploads_total", "counter", "totals.uploads", "Uploads completed since the daemon started."},
+      {"ferry_uploads_total", "counter", "totals.uploads", "ferry_upload calls completed since the daemon started."},
+      {"ferry_upload_pieces_total", "counter", "totals.upload_pieces", "Copies (pieces of uploads) completed."},
       {"ferry_upload_bytes_total", "counter", "totals.upload_bytes", "Bytes uploaded since the daemon started."},
       {"ferry_downloads_total", "counter", "totals.downloads", "Downloads completed since the daemon started."},
       {"ferry_failed_transfers_total", "counter", "totals.failed", "Transfers that failed with an error."},
-      {"ferry_connections_total", "counter", "totals.connections", "Connections accepted since the daemon started."},
+      {"ferry_connections_total", "counter", "totals.connections", "Clients that connected since the daemon started."},
       {"ferry_clients", "gauge", "held.clients", "Clients whose resources are held (connected or draining)."},
       {"ferry_buffers", "gauge", "held.buffers", "Device buffers held by clients."},
       {"ferry_device_memory_bytes", "gauge", "held.device_bytes", "Device memory held by clients."},
@@ -252,151 +321,293 @@ int print_metrics(const std::string& json) {
       {"ferry_bytes_in_flight", "gauge", "ring.bytes_in_flight", "Bytes of copies not yet finished."},
       {"ferry_slot_bytes", "gauge", "ring.slot_bytes", "Bytes per staging slot."},
   };
-  for (const auto& p : kPlain) {
-    metric(p.name, p.type, p.help);
-    std::printf("%s %llu\n", p.name, u(p.key));
+  for (const auto& p : kPlain) sample(f, p.name, p.type, p.help, dev, static_cast<double>(num(d, p.key)));
+  sample(f, "ferry_device_lost", "gauge", "1 once the device reported itself lost.", dev, flag(d, "device.lost"));
+  sample(f, "ferry_info", "gauge", "The daemon's version, backend and device name, as labels.",
+         dev + ",version=\"" + label(str(d, "version")) + "\",backend=\"" + label(str(d, "device.backend")) +
+             "\",name=\"" + label(str(d, "device.name")) + "\"",
+         1);
+  if (per_client) {
+    static const Plain kClient[] = {
+        {"ferry_client_slots_in_flight", "gauge", "slots_in_flight", "Staging slots of this client in flight."},
+        {"ferry_client_uploads_total", "counter", "uploads", "ferry_upload calls of this client completed."},
+        {"ferry_client_upload_bytes_total", "counter", "upload_bytes", "Bytes this client uploaded."},
+        {"ferry_client_errors_total", "counter", "errors", "Transfers of this client that failed."},
+        {"ferry_client_device_memory_bytes", "gauge", "device_bytes", "Device memory this client holds."},
+    };
+    for (const auto& m : kClient)
+      for (const auto& v : clients(d)) {
+        const json::object& c = v.as_object();
+        sample(f, m.name, m.type, m.help,
+               dev + ",client=\"" + std::to_string(num(c, "id")) + "\",pid=\"" + std::to_string(num(c, "pid")) +
+                   "\",command=\"" + label(str(c, "name", "")) + "\"",
+               static_cast<double>(num(c, m.key)));
+      }
   }
-  metric("ferry_device_lost", "gauge", "1 once the device reported itself lost.");
-  std::printf("ferry_device_lost %d\n", d.get<std::string>("device.lost", "false") == "true" ? 1 : 0);
-  metric("ferry_info", "gauge", "The daemon's version, backend and device, as labels.");
-  std::printf("ferry_info{version=\"%s\",backend=\"%s\",device=\"%s\"} 1\n",
-              label(d.get<std::string>("version", "")).c_str(), label(d.get<std::string>("device.backend", "")).c_str(),
-              label(d.get<std::string>("device.name", "")).c_str());
-  struct PerClient {
-    const char* name;
-    const char* type;
-    const char* key;
-    const char* help;
-  };
-  static const PerClient kClient[] = {
-      {"ferry_client_slots_in_flight", "gauge", "slots_in_flight", "Staging slots of this client in flight."},
-      {"ferry_client_uploads_total", "counter", "uploads", "Uploads of this client completed."},
-      {"ferry_client_upload_bytes_total", "counter", "upload_bytes", "Bytes this client uploaded."},
-      {"ferry_client_errors_total", "counter", "errors", "Transfers of this client that failed."},
-      {"ferry_client_device_memory_bytes", "gauge", "device_bytes", "Device memory this client holds."},
-  };
-  for (const auto& m : kClient) {
-    metric(m.name, m.type, m.help);
-    for (const auto& [k, c] : d.get_child("clients", pt::ptree())) {
-      (void)k;
-      std::printf("%s{client=\"%llu\",pid=\"%llu\",uid=\"%llu\",command=\"%s\"} %llu\n", m.name,
-                  static_cast<unsigned long long>(c.get<uint64_t>("id", 0)),
-                  static_cast<unsigned long long>(c.get<uint64_t>("pid", 0)),
-                  static_cast<unsigned long long>(c.get<uint64_t>("uid", 0)), label(c.get<std::string>("name", "")).c_str(),
-                  static_cast<unsigned long long>(c.get<uint64_t>(m.key, 0)));
+  histogram(f, "ferry_upload_latency_seconds", "From the daemon's receipt of an upload piece to its completion.", dev, d,
+            "histograms.upload_latency");
+  histogram(f, "ferry_slot_wait_seconds", "Time an upload piece waited for a free staging slot (reported by clients).",
+            dev, d, "histograms.slot_wait");
+}
+
+std::string exposition(const Families& f) {
+  std::string o;
+  for (const auto& [name, fam] : f) {
+    o += "# HELP " + name + " " + fam.help + "\n# TYPE " + name + " " + fam.type + "\n";
+    for (const auto& s : fam.samples) o += s + "\n";
+  }
+  return o;
+}
+
+// Written whole or not at all: a collector never reads half a file.
+int write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.flush()) {
+      std::fprintf(stderr, "ferryctl: cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
+      return kUsage;
     }
   }
-  histogram("ferry_upload_latency_seconds", "From the daemon's receipt of an upload to its completion on the device.",
-            d.get_child("histograms.upload_latency", pt::ptree()));
-  histogram("ferry_slot_wait_seconds", "Time an upload piece waited for a free staging slot (reported by clients).",
-            d.get_child("histograms.slot_wait", pt::ptree()));
+  ::chmod(tmp.c_str(), 0644);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::fprintf(stderr, "ferryctl: cannot rename onto %s: %s\n", path.c_str(), std::strerror(errno));
+    ::unlink(tmp.c_str());
+    return kUsage;
+  }
   return kOk;
+}
+
+// ---------------------------------------------------------------- commands
+std::vector<std::string> sockets_of(const Args& a) {
+  if (!a.all) return {a.socket};
+  std::vector<std::string> v;
+  if (DIR* dir = ::opendir(a.socket_dir.c_str())) {
+    while (dirent* e = ::readdir(dir)) {
+      const std::string n = e->d_name;
+      if (n.rfind("ferryd-", 0) == 0 && n.size() > 12 && n.compare(n.size() - 5, 5, ".sock") == 0)
+        v.push_back(a.socket_dir + "/" + n);
+    }
+    ::closedir(dir);
+  }
+  std::sort(v.begin(), v.end());
+  if (v.empty()) std::fprintf(stderr, "ferryctl: no ferryd-*.sock in %s\n", a.socket_dir.c_str());
+  return v;
 }
 
 volatile std::sig_atomic_t g_interrupted = 0;
 
-int watch(const std::string& socket, double interval) {
+int watch(const Args& a) {
   std::signal(SIGINT, [](int) { g_interrupted = 1; });
   std::signal(SIGTERM, [](int) { g_interrupted = 1; });
-  const bool tty = isatty(STDOUT_FILENO);
+  const bool tty = isatty(STDOUT_FILENO) != 0;
   while (!g_interrupted) {
-    std::string doc;
-    if (int r = fetch_status(socket, &doc, nullptr); r != kOk) return r;
-    if (tty) std::fputs("\033[H\033[2J", stdout);  // home, clear
-    int r = print_table(doc, true);
-    if (r != kOk) return r;
-    std::printf("\n(every %.1f s; Ctrl-C to stop)\n", interval);
+    if (tty && !a.json) std::fputs("\033[H\033[2J", stdout);  // home, clear
+    for (const auto& s : sockets_of(a)) {
+      json::object d;
+      // A daemon that restarts is waited for, as watch(1) and nvidia-smi -l do.
+      if (int r = fetch_status(s, &d, nullptr, true); r != kOk) {
+        if (a.json) {
+          std::printf("%s\n", json::serialize(json::object{{"socket", s}, {"error", "not answering"}}).c_str());
+        } else {
+          std::printf("%.78s\nnot answering (%s); still polling\n", s.c_str(), r == kNoConnect ? "no connection" : "bad reply");
+        }
+        continue;
+      }
+      if (a.json) {
+        std::printf("%s\n", json::serialize(json::object{{"socket", s}, {"status", d}}).c_str());
+      } else {
+        print_watch(s, d);
+        std::printf("\n");
+      }
+    }
+    if (!a.json) std::printf("(every %.1f s; Ctrl-C to stop)\n", a.interval);
     std::fflush(stdout);
-    for (double t = 0; t < interval && !g_interrupted; t += 0.05) usleep(50'000);
+    for (double t = 0; t < a.interval && !g_interrupted; t += 0.05) usleep(50'000);
   }
   return kOk;
+}
+
+int disconnect(const Args& a) {
+  if (a.rest.size() != 1) {
+    std::fprintf(stderr, "ferryctl: disconnect takes one client id (see ferryctl status)\n");
+    return kUsage;
+  }
+  char* end = nullptr;
+  const unsigned long long id = std::strtoull(a.rest[0].c_str(), &end, 10);
+  if (*end != '\0' || id == 0) {
+    std::fprintf(stderr, "ferryctl: \"%s\" is no client id\n", a.rest[0].c_str());
+    return kUsage;
+  }
+  auto req = proto::make<proto::AdminRequest>(proto::Type::admin_request);
+  req.request = 1;
+  req.action = proto::kAdminDisconnect;
+  req.client = id;
+  std::vector<uint8_t> msg;
+  if (int r = ask(a.socket, &req, sizeof req, proto::Type::reply, &msg); r != kOk) return r;
+  proto::Reply rep{};
+  if (!proto::as(msg, &rep) || rep.status != 0) {
+    std::fprintf(stderr, "ferryctl: disconnect %llu: %s\n", id, std::strerror(-rep.status));
+    return kDaemonError;
+  }
+  if (a.json) {
+    std::printf("%s\n", json::serialize(json::object{{"socket", a.socket}, {"disconnected", id}}).c_str());
+  } else {
+    std::printf("client %llu disconnected\n", id);
+  }
+  return kOk;
+}
+
+// status, metrics, ping, version: each socket once.
+int per_daemon(const Args& a) {
+  int worst = kOk;
+  json::array docs;
+  Families fams;
+  for (const auto& s : sockets_of(a)) {
+    json::object d;
+    double rtt = 0;
+    int r = fetch_status(s, &d, &rtt, a.command == "version");
+    if (r != kOk) {
+      worst = a.all ? kDaemonError : r;
+      if (a.command == "version") std::printf("ferryd not answering on %s\n", s.c_str());
+      continue;
+    }
+    if (a.command == "status") {
+      if (a.json) {
+        docs.push_back(a.all ? json::value(json::object{{"socket", s}, {"status", d}}) : json::value(d));
+      } else {
+        if (a.all) std::printf("== %s\n", s.c_str());
+        print_status(d);
+        if (a.all) std::printf("\n");
+      }
+    } else if (a.command == "metrics") {
+      add_metrics(fams, d, a.per_client);
+    } else if (a.command == "ping") {
+      if (a.json)
+        docs.push_back(json::object{{"socket", s}, {"rtt_us", rtt}});
+      else
+        std::printf("ferryd on %s answered in %.0f us\n", s.c_str(), rtt);
+    } else if (a.command == "version") {
+      if (a.json)
+        docs.push_back(json::object{{"socket", s}, {"ferryd", str(d, "version")}});
+      else
+        std::printf("ferryd %s on %s\n", str(d, "version").c_str(), s.c_str());
+    }
+  }
+  if (a.command == "metrics") {
+    std::string text;
+    if (a.json) {
+      json::object o;
+      for (const auto& [name, fam] : fams) {
+        json::array samples;
+        for (const auto& smp : fam.samples) samples.push_back(json::string(smp));
+        o[name] = json::object{{"type", fam.type}, {"help", fam.help}, {"samples", std::move(samples)}};
+      }
+      text = json::serialize(o) + "\n";
+    } else {
+      text = exposition(fams);
+    }
+    if (!a.output.empty()) {
+      if (int r = write_atomically(a.output, text); r != kOk) return r;
+    } else {
+      std::fputs(text.c_str(), stdout);
+    }
+  }
+  if (a.json && a.command != "metrics") {
+    if (a.command == "version") {
+      std::printf("%s\n", json::serialize(json::object{{"ferryctl", FERRY_VERSION}, {"daemons", docs}}).c_str());
+    } else if (a.all || docs.size() != 1) {
+      std::printf("%s\n", json::serialize(docs).c_str());
+    } else {
+      std::printf("%s\n", json::serialize(docs[0]).c_str());
+    }
+  }
+  return worst;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string socket;
-  std::string command;
-  bool json = false;
-  double interval = 1.0;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::fputs(kHelp, stdout);
-      return kOk;
-    } else if (a == "-V" || a == "--version") {
-      std::printf("ferryctl %s\n", FERRY_VERSION);
-      return kOk;
-    } else if (a.rfind("--interval=", 0) == 0) {
-      interval = std::atof(a.c_str() + 11);
-      if (interval <= 0) {
-        std::fprintf(stderr, "ferryctl: --interval needs a positive number of seconds\n");
-        return kUsage;
-      }
-    } else if (a == "-s" || a == "--socket") {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ferryctl: %s needs a path\n", a.c_str());
-        return kUsage;
-      }
-      socket = argv[++i];
-    } else if (a.rfind("--socket=", 0) == 0) {
-      socket = a.substr(9);
-    } else if (a == "--json") {
-      json = true;
-    } else if (a == "--interval") {
-      if (i + 1 >= argc || std::atof(argv[i + 1]) <= 0) {
-        std::fprintf(stderr, "ferryctl: --interval needs a positive number of seconds\n");
-        return kUsage;
-      }
-      interval = std::atof(argv[++i]);
-    } else if (command.empty() && a[0] != '-') {
-      command = a;
-    } else {
-      std::fprintf(stderr, "ferryctl: unexpected argument \"%s\" (try ferryctl --help)\n", a.c_str());
+  Args a;
+  po::options_description opts("Options");
+  // clang-format off
+  opts.add_options()
+    ("socket,s", po::value(&a.socket), "the daemon's socket (default: $FERRY_SOCKET, else /run/ferry/ferryd-0.sock)")
+    ("device,d", po::value(&a.device), "GPU index N: the socket of ferryd@N, /run/ferry/ferryd-N.sock")
+    ("all", po::bool_switch(&a.all), "every ferryd of this host (each ferryd-*.sock in --socket-dir)")
+    ("socket-dir", po::value(&a.socket_dir)->default_value(a.socket_dir), "where --all looks for sockets")
+    ("json", po::bool_switch(&a.json), "machine-readable output, for every command")
+    ("interval", po::value(&a.interval)->default_value(1.0), "watch: seconds between refreshes")
+    ("per-client", po::bool_switch(&a.per_client),
+     "metrics: add per-client series (labels client, pid, command: they change with every connection)")
+    ("output,o", po::value(&a.output), "metrics: write to this file atomically (for a textfile collector)")
+    ("help,h", "this text")
+    ("version,V", "ferryctl's own version (without asking a daemon)");
+  po::options_description hidden;
+  hidden.add_options()("command", po::value(&a.command))("args", po::value(&a.rest));
+  // clang-format on
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description pos;
+  pos.add("command", 1).add("args", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferryctl: %s (try ferryctl --help)\n", e.what());
+    return kUsage;
+  }
+  if (vm.count("help")) {
+    std::cout << kUsageLine << "\n" << kCommands << "\n" << opts;
+    return kOk;
+  }
+  if (vm.count("version")) {
+    std::printf("ferryctl %s\n", FERRY_VERSION);
+    return kOk;
+  }
+  if (a.command.empty()) {
+    std::cerr << kUsageLine << "\n" << kCommands << "\n" << opts;
+    return kUsage;
+  }
+  if (!(a.interval > 0) || a.interval > 86400) {
+    std::fprintf(stderr, "ferryctl: --interval needs a number of seconds above 0\n");
+    return kUsage;
+  }
+  if ((a.all ? 1 : 0) + (vm.count("socket") ? 1 : 0) + (vm.count("device") ? 1 : 0) > 1) {
+    std::fprintf(stderr, "ferryctl: choose one of --socket, --device and --all\n");
+    return kUsage;
+  }
+  if (vm.count("device") && a.device < 0) {
+    std::fprintf(stderr, "ferryctl: --device needs a GPU index (0, 1, ...)\n");
+    return kUsage;
+  }
+  if (a.socket.empty())
+    a.socket = a.device >= 0 ? a.socket_dir + "/ferryd-" + std::to_string(a.device) + ".sock"
+                             : proto::socket_path_from_env();
+  if (!a.output.empty() && a.command != "metrics") {
+    std::fprintf(stderr, "ferryctl: --output is for metrics\n");
+    return kUsage;
+  }
+  const bool takes_args = a.command == "disconnect";
+  if (!takes_args && !a.rest.empty()) {
+    std::fprintf(stderr, "ferryctl: unexpected argument \"%s\" (try ferryctl --help)\n", a.rest[0].c_str());
+    return kUsage;
+  }
+  if (a.command == "watch") return watch(a);
+  if (a.command == "disconnect") {
+    if (a.all) {
+      std::fprintf(stderr, "ferryctl: disconnect names one daemon (--socket or --device)\n");
       return kUsage;
     }
+    return disconnect(a);
   }
-  if (socket.empty()) {
-    socket = proto::socket_path_from_env();
+  if (a.command == "version" && !a.json) std::printf("ferryctl %s\n", FERRY_VERSION);
+  if (a.command == "status" || a.command == "metrics" || a.command == "ping" || a.command == "version") {
+    const int r = per_daemon(a);
+    return a.command == "version" ? kOk : r;
   }
-  if (command.empty()) {
-    std::fputs(kHelp, stderr);
-    return kUsage;
-  }
-  if (command == "version" && json) {
-    std::fprintf(stderr, "ferryctl: --json applies to status only\n");
-    return kUsage;
-  }
-  std::string doc;
-  if (command == "status") {
-    if (int r = fetch_status(socket, &doc, nullptr); r != kOk) return r;
-    if (json) {
-      std::printf("%s\n", doc.c_str());
-      return kOk;
-    }
-    return print_table(doc);
-  }
-  if (command == "watch") return watch(socket, interval);
-  if (command == "metrics") {
-    if (int r = fetch_status(socket, &doc, nullptr); r != kOk) return r;
-    return print_metrics(doc);
-  }
-  if (command == "ping") {
-    double rtt = 0;
-    if (int r = fetch_status(socket, &doc, &rtt); r != kOk) return r;
-    std::printf("ferryd on %s answered in %.0f us\n", socket.c_str(), rtt);
-    return kOk;
-  }
-  if (command == "version") {
-    std::printf("ferryctl %s\n", FERRY_VERSION);
-    if (fetch_status(socket, &doc, nullptr) == kOk) {
-      pt::ptree t;
-      std::istringstream in(doc);
-      pt::read_json(in, t);
-      std::printf("ferryd %s on %s\n", t.get<std::string>("version", "?").c_str(), socket.c_str());
-    }
-    return kOk;
-  }
-  std::fprintf(stderr, "ferryctl: unknown command \"%s\" (try ferryctl --help)\n", command.c_str());
+  std::fprintf(stderr, "ferryctl: unknown command \"%s\" (try ferryctl --help)\n", a.command.c_str());
   return kUsage;
 }

@@ -24,5 +24,7 @@ foreach(v BINDIR UNITDIR)
 endforeach()
 configure_file("${FERRY_SRC}/ferryd@.service.in" "${FERRY_TMP}/ferryd@.service" @ONLY)
 configure_file("${FERRY_SRC}/ferryd@.socket.in" "${FERRY_TMP}/ferryd@.socket" @ONLY)
-file(INSTALL "${FERRY_TMP}/ferryd@.service" "${FERRY_TMP}/ferryd@.socket" DESTINATION "${FERRY_UNITDIR}")
+configure_file("${FERRY_SRC}/ferry-metrics.service.in" "${FERRY_TMP}/ferry-metrics.service" @ONLY)
+file(INSTALL "${FERRY_TMP}/ferryd@.service" "${FERRY_TMP}/ferryd@.socket" "${FERRY_TMP}/ferry-metrics.service"
+     "${FERRY_SRC}/ferry-metrics.timer" DESTINATION "${FERRY_UNITDIR}")
 file(INSTALL "${FERRY_SRC}/ferryd.conf" DESTINATION "${FERRY_SYSCONFDIR}/ferry")

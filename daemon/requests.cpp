@@ -44,7 +44,7 @@ bool Requests::client_may_send(proto::Type type) {
   switch (type) {
     case T::hello: case T::status_request: case T::alloc: case T::free: case T::grant: case T::revoke:
     case T::open: case T::export_buffer: case T::import_buffer: case T::event_pool: case T::upload:
-    case T::download: case T::upload_signal: case T::upload_after: case T::doorbell:
+    case T::download: case T::upload_signal: case T::upload_after: case T::doorbell: case T::admin_request:
       return true;
     default:
       return false;
@@ -56,6 +56,7 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
   if (!client_may_send(type)) return peer_.fatal(-EPROTO, "message type a client may not send");
   if (type == T::hello) return call(this, msg, &Requests::on_hello);
   if (type == T::status_request) return call(this, msg, &Requests::on_status);
+  if (type == T::admin_request) return call(this, msg, &Requests::on_admin);
   // Everything else works on the client's own resources.
   if (!client_) return peer_.fatal(-EPROTO, "request before Hello");
   if (client_->ring) {
@@ -235,6 +236,21 @@ void Requests::on_event_pool(const proto::EventPool& m) {
   FERRY_LOG(debug, "client %llu: event pool of %u events -> %s", ull(client_->id()), m.count, r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);
   reply(m.request, r, id);
+}
+
+void Requests::on_admin(const proto::AdminRequest& m) {
+  // The same model as status: root, the daemon's user and --admin-group.
+  if (!is_admin(ctx_.options, peer_.uid, peer_.gid)) return reply(m.request, -EPERM, 0);
+  if (m.action != proto::kAdminDisconnect) return reply(m.request, -EINVAL, 0);
+  const auto& all = ctx_.engine.clients();
+  auto it = all.find(m.client);
+  if (it == all.end() || !it->second->connected) return reply(m.request, -ENOENT, 0);
+  auto sink = it->second->sink.lock();
+  if (!sink) return reply(m.request, -ENOENT, 0);
+  FERRY_LOG(info, "client %llu (pid %d) disconnected by uid %u (ferryctl disconnect)", ull(m.client),
+            it->second->pid, peer_.uid);
+  sink->broken("disconnected by an administrator (ferryctl disconnect)");
+  reply(m.request, 0, m.client);
 }
 
 void Requests::on_status(const proto::StatusRequest& m) {

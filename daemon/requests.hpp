@@ -56,6 +56,7 @@ class Requests {
   void on_upload_signal(const proto::UploadSignal& m);
   void on_upload_after(const proto::UploadAfter& m);
   void on_status(const proto::StatusRequest& m);
+  void on_admin(const proto::AdminRequest& m);
   void on_grant(const proto::Grant& m);
   void on_revoke(const proto::Revoke& m);
   void on_open(const proto::Open& m);

@@ -28,7 +28,9 @@ export FERRY_SIM_DRIVER=$build/sim/libze_ferry_sim.so.1 FERRY_SIM_FAST=1
 echo "== systemd-analyze verify (warnings are failures)"
 cp "$build/tests/units/ferryd@.service" "$tmp/ferryd@0.service"
 cp "$build/tests/units/ferryd@.socket" "$tmp/ferryd@0.socket"
-out=$(cd "$tmp" && systemd-analyze verify --man=no ./ferryd@0.service ./ferryd@0.socket 2>&1) || fail "verify: $out"
+cp "$build/tests/units/ferry-metrics.service" "$build/tests/units/ferry-metrics.timer" "$tmp/"
+out=$(cd "$tmp" && systemd-analyze verify --man=no ./ferryd@0.service ./ferryd@0.socket ./ferry-metrics.service \
+  ./ferry-metrics.timer 2>&1) || fail "verify: $out"
 [[ -z $out ]] || fail "systemd-analyze verify warned: $out"
 echo "ok: units verify without a warning"
 echo "== systemd-analyze security --offline=true"
@@ -76,7 +78,7 @@ prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in bin/ferryd bin/ferryctl lib/libferry.so include/ferry/ferry.h include/ferry/ferry.hpp \
   lib/pkgconfig/ferry.pc lib/cmake/ferry/ferryConfig.cmake lib/systemd/system/ferryd@.service \
-  lib/systemd/system/ferryd@.socket etc/ferry/ferryd.conf share/man/man8/ferryd.8 share/man/man1/ferryctl.1 \
+  lib/systemd/system/ferryd@.socket lib/systemd/system/ferry-metrics.service lib/systemd/system/ferry-metrics.timer etc/ferry/ferryd.conf share/man/man8/ferryd.8 share/man/man1/ferryctl.1 \
   share/man/man3/libferry.3 lib/ferry/libze_ferry_sim.so.1; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
@@ -159,6 +161,69 @@ kill -TERM "$d5"
 wait "$d5" || true
 grep -q "^debug: client 1: alloc" "$tmp/verbose.log" || fail "-v showed no debug lines: $(head -5 "$tmp/verbose.log")"
 echo "ok: --check-config names file and line; -v logs each client's allocations"
+
+echo "== ferryctl: devices, --all, --json on every command, metrics for Prometheus, watch across a restart, disconnect"
+dir=$tmp/run-ferry
+mkdir -p "$dir"
+ctl() { "$build/client/ferryctl" --socket-dir "$dir" "$@"; }
+"$build/daemon/ferryd" --sim --socket "$dir/ferryd-0.sock" -q &
+e0=$!
+pids+=($e0)
+wait_for_socket "$dir/ferryd-0.sock"
+"$build/examples/multi_upload" -s "$dir/ferryd-0.sock" -p 2 -n 3 -b 300000 >/dev/null || fail "uploads for ferryctl"
+ctl -d 0 status | grep -q "^since start 6 uploads" || fail "status by --device: $(ctl -d 0 status | grep since)"
+for cmd in status ping version metrics; do
+  ctl -d 0 --json "$cmd" | python3 -c 'import json,sys; json.load(sys.stdin)' || fail "ferryctl --json $cmd is not JSON"
+done
+ctl -d 0 --json status | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["totals"]["uploads"] == 6, d["totals"]         # calls
+assert d["totals"]["upload_pieces"] >= 6, d["totals"]
+assert d["totals"]["connections"] == 2, d["totals"]     # the two producers, not ferryctl
+' || fail "status totals"
+ctl --all metrics >"$tmp/all.prom"
+promtool check metrics <"$tmp/all.prom" || fail "promtool rejects ferryctl metrics: $(head -20 "$tmp/all.prom")"
+grep -q '^ferry_uploads_total{device="0"} 6$' "$tmp/all.prom" || fail "no device label: $(grep uploads_total "$tmp/all.prom")"
+! grep -q 'pid="' "$tmp/all.prom" || fail "per-connection labels without --per-client"
+ctl --all metrics --per-client --output "$tmp/textfile.prom" && promtool check metrics <"$tmp/textfile.prom" ||
+  fail "--output/--per-client metrics"
+"$build/client/ferryctl" --socket-dir "$dir" --interval=0.2 -d 0 watch >"$tmp/watch.out" 2>&1 &
+w=$!
+pids+=($w)
+sleep 0.6
+kill -TERM "$e0"
+wait "$e0" || true
+sleep 0.6
+"$build/daemon/ferryd" --sim --socket "$dir/ferryd-0.sock" -q &
+e0=$!
+pids+=($e0)
+wait_for_socket "$dir/ferryd-0.sock"
+sleep 0.6
+kill -INT "$w"
+wait "$w" || fail "watch did not exit 0 on Ctrl-C"
+grep -q "not answering" "$tmp/watch.out" || fail "watch did not report the restart"
+[[ $(grep -c "^ferryd 0" "$tmp/watch.out") -ge 3 ]] || fail "watch stopped at the restart"
+awk 'length($0) > 80 { bad = 1 } END { exit bad }' "$tmp/watch.out" || fail "watch wider than 80 columns"
+python3 - "$dir/ferryd-0.sock" "$build" <<'PY' &
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[2] + "/client/libferry.so.0")
+c = ctypes.c_void_p()
+assert lib.ferry_connect(sys.argv[1].encode(), ctypes.byref(c)) == 0
+time.sleep(30)
+PY
+holder=$!
+pids+=($holder)
+for _ in $(seq 100); do ctl -d 0 --json status | grep -q '"clients":\[{' && break; sleep 0.05; done
+id=$(ctl -d 0 --json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["clients"][0]["id"])')
+ctl -d 0 disconnect "$id" | grep -q "client $id disconnected" || fail "ferryctl disconnect"
+for _ in $(seq 100); do ctl -d 0 --json status | grep -q '"clients":\[\]' && break; sleep 0.05; done
+ctl -d 0 --json status | grep -q '"clients":\[\]' || fail "the disconnected client is still listed"
+if ctl -d 0 disconnect 99999 2>/dev/null; then fail "disconnect of no such client succeeded"; fi
+kill "$holder" 2>/dev/null || true
+kill -TERM "$e0"
+wait "$e0" || true
+echo "ok: -d, --all, --json everywhere, promtool accepts the metrics (device label), watch rides out a restart in 80 columns, disconnect"
 
 echo "== journald sees each line's priority"
 sock3=$tmp/journal.sock

@@ -32,6 +32,7 @@ size_t fixed_size(Type t) {
     case Type::upload_signal: return sizeof(UploadSignal);
     case Type::upload_after: return sizeof(UploadAfter);
     case Type::doorbell: return sizeof(Doorbell);
+    case Type::admin_request: return sizeof(AdminRequest);
   }
   return 0;
 }

@@ -80,9 +80,10 @@ enum class Type : uint16_t {
   upload_signal = 23,
   upload_after = 24,
   doorbell = 25,
+  admin_request = 26,
 };
 // The highest type number; every number from 1 to it is a message (tests check).
-inline constexpr Type kLastType = Type::doorbell;
+inline constexpr Type kLastType = Type::admin_request;
 
 struct Header {
   uint16_t type;   // Type
@@ -207,6 +208,19 @@ struct StatusRequest {
   uint64_t request;
 };
 static_assert(sizeof(StatusRequest) == 16);
+
+// An administrator's action (ferryctl disconnect), allowed without Hello;
+// answered by a Reply: 0, -EPERM (not one of the daemon's admins), -ENOENT
+// (no such connected client), -EINVAL (unknown action).
+inline constexpr uint32_t kAdminDisconnect = 1;  // end client `client`'s session
+struct AdminRequest {
+  Header h;
+  uint64_t request;
+  uint32_t action;
+  uint32_t reserved;
+  uint64_t client;
+};
+static_assert(sizeof(AdminRequest) == 32);
 
 // Followed by `json_bytes` of UTF-8 JSON (the schema in ferryctl(1)).
 struct StatusReply {
