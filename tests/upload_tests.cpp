@@ -463,11 +463,13 @@ TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as 
   CHECK(rc == 0);
   CHECK(table.find(" 3/4 ") != std::string::npos);
 
-  const std::string metrics = run(ctl + " metrics", &rc);
+  // Every series carries its device; per-client series only when asked for.
+  CHECK(run(ctl + " metrics", &rc).find("ferry_client_") == std::string::npos);
+  const std::string metrics = run(ctl + " metrics --per-client", &rc);
   CHECK(rc == 0);
   CHECK(metrics.find("# TYPE ferry_uploads_total counter") != std::string::npos);
-  CHECK(metrics.find("ferry_slots_in_flight 3\n") != std::string::npos);
-  CHECK(metrics.find("ferry_buffers 2\n") != std::string::npos);
+  CHECK(metrics.find("ferry_slots_in_flight{device=\"0\"} 3\n") != std::string::npos);
+  CHECK(metrics.find("ferry_buffers{device=\"0\"} 2\n") != std::string::npos);
   const std::string row = "pid=\"" + std::to_string(getpid()) + "\"";
   bool client_line = false;
   std::istringstream lines(metrics);
@@ -475,7 +477,7 @@ TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as 
     if (l.rfind("ferry_client_slots_in_flight{", 0) == 0 && l.find(row) != std::string::npos)
       client_line = l.size() >= 2 && l.substr(l.size() - 2) == " 3";
   CHECK(client_line);
-  CHECK(metrics.find("ferry_upload_latency_seconds_bucket{le=\"+Inf\"}") != std::string::npos);
+  CHECK(metrics.find("ferry_upload_latency_seconds_bucket{device=\"0\",le=\"+Inf\"}") != std::string::npos);
   CHECK(metrics.find("# TYPE ferry_slot_wait_seconds histogram") != std::string::npos);
 
   ferry_disconnect(c);  // exits holding 3 slots and 2 buffers
@@ -488,9 +490,9 @@ TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as 
   }
   CHECK(zero);
   const std::string m2 = run(ctl + " metrics");
-  CHECK(m2.find("ferry_clients 0\n") != std::string::npos);
-  CHECK(m2.find("ferry_device_memory_bytes 0\n") != std::string::npos);
-  CHECK(m2.find("ferry_uploads_total 3\n") != std::string::npos);
+  CHECK(m2.find("ferry_clients{device=\"0\"} 0\n") != std::string::npos);
+  CHECK(m2.find("ferry_device_memory_bytes{device=\"0\"} 0\n") != std::string::npos);
+  CHECK(m2.find("ferry_uploads_total{device=\"0\"} 3\n") != std::string::npos);
 }
 
 TEST_CASE("ferryctl exit codes: 3 when it cannot connect, 2 on a usage error", "[ferryctl]") {
