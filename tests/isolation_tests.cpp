@@ -4,6 +4,7 @@
 #include <ferry/ferry.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <dirent.h>
@@ -149,3 +150,23 @@ const bool kRoot = [] {
   return true;
 }();
 }  // namespace
+
+TEST_CASE("a user outside the socket's group is refused with a hint naming the group", "[isolation][uid]") {
+  // Mode 0660: owner (root here) and group only. The test user is in neither.
+  Daemon d({"--socket-mode", "0660"});
+  struct stat st{};
+  REQUIRE(::stat(d.socket.c_str(), &st) == 0);
+  const group* g = ::getgrgid(st.st_gid);
+  REQUIRE(g != nullptr);
+  const std::string want = std::string("group \"") + g->gr_name + "\"";
+  // The socket's directory must be searchable by the other user to reach the file.
+  const int rc = as_other([&] {
+    ferry_client* c = nullptr;
+    if (ferry_connect(d.socket.c_str(), &c) != -EACCES) return 1;
+    const std::string why = ferry_last_error();
+    if (why.find(d.socket) == std::string::npos) return 2;
+    if (why.find(want) == std::string::npos) return 3;
+    return 0;
+  });
+  CHECK(rc == 0);
+}

@@ -79,7 +79,7 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in bin/ferryd bin/ferryctl lib/libferry.so include/ferry/ferry.h include/ferry/ferry.hpp \
   lib/pkgconfig/ferry.pc lib/cmake/ferry/ferryConfig.cmake lib/systemd/system/ferryd@.service \
   lib/systemd/system/ferryd@.socket lib/systemd/system/ferry-metrics.service lib/systemd/system/ferry-metrics.timer etc/ferry/ferryd.conf share/man/man8/ferryd.8 share/man/man1/ferryctl.1 \
-  share/man/man3/libferry.3 lib/ferry/libze_ferry_sim.so.1; do
+  share/man/man3/libferry.3 share/man/man3/ferry_upload.3 share/man/man3/ferry_connect.3 lib/ferry/libze_ferry_sim.so.1; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
 cc -std=c11 -Wall -Werror "$src/examples/consumer/consumer.c" \

@@ -512,8 +512,9 @@ TEST_CASE("a failed connect says which socket and what to do", "[connect]") {
   const std::string missing = "/tmp/ferry-no-daemon-here.sock";
   ::unlink(missing.c_str());
   ferry_client* c = nullptr;
-  CHECK(ferry_connect(missing.c_str(), &c) == -ENOENT);
+  CHECK(ferry_connect(missing.c_str(), &c) == -ENXIO);  // apart from -ENOENT, "no such buffer"
   CHECK(c == nullptr);
+  CHECK(std::string(ferry_strerror(-ENXIO)) != ferry_strerror(-ENOENT));
   const std::string why = ferry_last_error();
   CHECK(why.find(missing) != std::string::npos);
   CHECK(why.find("is ferryd running") != std::string::npos);
@@ -533,5 +534,9 @@ TEST_CASE("a failed connect says which socket and what to do", "[connect]") {
   Daemon d;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
   CHECK(std::string(ferry_last_error()).empty());
+  CHECK(std::string(ferry_socket_path(c)) == d.socket);  // as resolved
+  ::setenv("FERRY_SOCKET", "/tmp/elsewhere.sock", 1);
+  CHECK(std::string(ferry_socket_path(nullptr)) == "/tmp/elsewhere.sock");
+  ::unsetenv("FERRY_SOCKET");
   ferry_disconnect(c);
 }

@@ -1,6 +1,8 @@
 // The C ABI (ferry/ferry.h): argument checks, then the connection, the
 // timeline and the transfer paths do the work.
+#include <grp.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -72,15 +74,22 @@ std::string& last_error() {
 int connect_failed(const std::string& path, int r) {
   std::string& s = last_error();
   switch (r) {
-    case -ENOENT:
+    case -ENXIO:
       s = "no daemon socket at " + path + ": is ferryd running? (libferry uses $FERRY_SOCKET, else " +
           proto::default_socket_path() + ")";
       break;
     case -EACCES:
-    case -EPERM:
-      s = "not allowed to connect to " + path +
-          ": the socket belongs to ferryd's --socket-group (mode --socket-mode); ask to be added to that group";
+    case -EPERM: {
+      // Name the group that may connect: the socket file's.
+      std::string group = "ferryd's --socket-group";
+      struct stat st{};
+      if (::stat(path.c_str(), &st) == 0) {
+        if (const struct group* g = ::getgrgid(st.st_gid)) group = std::string("group \"") + g->gr_name + "\"";
+      }
+      s = "not allowed to connect to " + path + ": the socket admits its owner and " + group +
+          "; ask to be added to it (then log in again), or ask for the daemon's --socket-mode";
       break;
+    }
     case -ECONNREFUSED:
       s = "nothing accepts on " + path + ": a socket file left by a stopped ferryd? start ferryd again";
       break;
@@ -101,8 +110,13 @@ int ferry_connect(const char* socket_path, ferry_client** out) {
   const std::string path = socket_path != nullptr ? socket_path : proto::socket_path_from_env();
   auto c = std::make_unique<ferry_client>();
   int seg_fd = -1;
-  if (int r = c->conn.open(path, hello_message(), &c->welcome, &seg_fd); r != 0) return connect_failed(path, r);
-  int r = map_segment(c.get(), seg_fd);
+  int r = c->conn.open(path, hello_message(), &c->welcome, &seg_fd);
+  // No socket file: no daemon there. Said apart from -ENOENT, which means
+  // "no such buffer" everywhere else.
+  if (r == -ENOENT) r = -ENXIO;
+  if (r != 0) return connect_failed(path, r);
+  c->socket_path = path;
+  r = map_segment(c.get(), seg_fd);
   ::close(seg_fd);
   if (r != 0) return connect_failed(path, r);
   c->conn.start();
@@ -309,7 +323,9 @@ ferry_ticket ferry_completed(ferry_client* c) { return c == nullptr ? 0 : c->tim
 const char* ferry_strerror(int err) {
   switch (err) {
     case 0: return "success";
-    case -ENOENT: return "no such buffer, or no daemon socket at that path (ferry_last_error says which path)";
+    case -ENOENT: return "no such buffer (or not one of this client's)";
+    case -ENXIO: return "no daemon socket at that path: is ferryd running? (ferry_last_error names the path)";
+    case -EACCES: return "not allowed to connect: ask to join the group of ferryd's socket (ferry_last_error names it)";
     case -ECONNREFUSED: return "no daemon accepts on that socket (stale socket file?)";
     case -ECONNRESET: return "the daemon closed the connection";
     case -ESHUTDOWN: return "the daemon is shutting down";
@@ -331,5 +347,12 @@ const char* ferry_strerror(int err) {
 const char* ferry_version(void) { return FERRY_VERSION_STRING; }
 
 const char* ferry_last_error(void) { return last_error().c_str(); }
+
+const char* ferry_socket_path(const ferry_client* c) {
+  if (c != nullptr) return c->socket_path.c_str();
+  thread_local std::string resolved;
+  resolved = proto::socket_path_from_env();
+  return resolved.c_str();
+}
 
 }  // extern "C"

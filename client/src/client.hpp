@@ -19,6 +19,7 @@ struct ferry_client {
   // goes before it.
   ferry::client::Timeline timeline;
   ferry::client::Connection conn;
+  std::string socket_path;  // as resolved at connect (ferry_socket_path)
   ferry::proto::Welcome welcome{};
   ferry::proto::Segment* seg = nullptr;
   // The submission ring, when the daemon granted it: transfers go there.

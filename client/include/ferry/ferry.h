@@ -39,8 +39,9 @@ typedef uint64_t ferry_ticket; /* an upload; numbered per client from 1, complet
 /* Connects to ferryd and receives this client's staging segment.
  * socket_path: NULL means $FERRY_SOCKET, else /run/ferry/ferryd-0.sock.
  * Returns 0 and sets *out, or:
- *   -ENOENT        no socket at that path (the daemon is not running)
- *   -EACCES        not allowed to connect (socket mode and group)
+ *   -ENXIO         no socket at that path (the daemon is not running)
+ *   -EACCES        not allowed to connect (socket mode and group: the
+ *                  socket's group is the one to join)
  *   -ECONNREFUSED  a stale socket: no daemon accepts on it
  *   -EUSERS        the daemon serves its maximum number of clients
  *   -EPROTO        the peer does not speak this protocol version
@@ -208,6 +209,12 @@ int ferry_get_info(ferry_client *c, ferry_info *out);
 /* The highest ticket such that it and every earlier one are done. Does not
  * block: it reads a counter the daemon keeps in shared memory. */
 ferry_ticket ferry_completed(ferry_client *c);
+
+/* The socket this client connected to, as resolved from socket_path,
+ * $FERRY_SOCKET or the default; with c NULL, the path ferry_connect(NULL)
+ * would use now. Valid while the client lives (NULL: until the thread's next
+ * call). */
+const char *ferry_socket_path(const ferry_client *c);
 
 /* A description of a value returned by any ferry function (static storage). */
 const char *ferry_strerror(int err);

@@ -1,5 +1,5 @@
 // C++ wrapper of libferry: RAII types and exceptions over the C ABI in
-// ferry.h. It adds no second implementation.
+// ferry.h. It adds no second implementation. Needs C++14 or later.
 #pragma once
 
 #include <cerrno>
