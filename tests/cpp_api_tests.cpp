@@ -36,7 +36,7 @@ TEST_CASE("C++: errors are exceptions with the errno and the call's name", "[cpp
       ferry::Client c(d.socket + ".absent");
       FAIL("connected to nothing");
     } catch (const ferry::error& e) {
-      CHECK(e.code().value() == ENOENT);
+      CHECK(e.code().value() == ENXIO);
       CHECK(std::string(e.what()).find("ferry_connect") != std::string::npos);
     }
   }

@@ -70,6 +70,7 @@ TEST_CASE("every message type decodes whole, and need-more for each prefix", "[p
         return bytes_of(u);
       }(),
       bytes_of(make<Doorbell>(Type::doorbell)),
+      bytes_of(make<AdminRequest>(Type::admin_request)),
   };
   // The list names every type there is, each once.
   std::set<uint16_t> seen;
