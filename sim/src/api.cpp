@@ -661,6 +661,7 @@ ze_result_t zeCommandQueueCreate(ze_context_handle_t hc, ze_device_handle_t hd, 
   q->device = d;
   q->ordinal = desc->ordinal;
   q->synchronous = desc->mode == ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS;
+  q->engine.set_priority(desc->priority, &d->high_running);
   *out = handle<ze_command_queue_handle_t>(q);
   return ZE_RESULT_SUCCESS;
 }
@@ -733,6 +734,7 @@ ze_result_t zeCommandListCreateImmediate(ze_context_handle_t hc, ze_device_handl
   l->ordinal = desc->ordinal;
   l->synchronous = desc->mode == ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS;
   l->engine = std::make_unique<Engine>();
+  l->engine->set_priority(desc->priority, &d->high_running);
   *out = handle<ze_command_list_handle_t>(l);
   return ZE_RESULT_SUCCESS;
 }

@@ -5,6 +5,8 @@
 // exists to remove.
 #include <pthread.h>
 #include <sys/prctl.h>
+#include <sched.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstring>
@@ -53,6 +55,7 @@ bool Engine::drain(uint64_t timeout_ns) {
 }
 
 void Engine::run() {
+  bool lowered = false;
   for (;;) {
     Command c;
     {
@@ -61,6 +64,10 @@ void Engine::run() {
       if (queue_.empty()) return;  // stopping and nothing left
       c = std::move(queue_.front());
       queue_.pop_front();
+    }
+    if (!lowered && priority_.load(std::memory_order_relaxed) < 0) {
+      setpriority(PRIO_PROCESS, 0, 10);  // Linux: this thread alone
+      lowered = true;
     }
     execute(c);
     {
@@ -128,6 +135,23 @@ void Engine::execute(Command& c) {
   bool failed = false;
   for (Event* e : c.waits) {
     if (e->wait(UINT64_MAX) == kFailed) failed = true;
+  }
+  // Priorities among a device's engines: high runs first, low lets it.
+  std::atomic<int>* high = high_running_.load(std::memory_order_relaxed);
+  const int priority = priority_.load(std::memory_order_relaxed);
+  struct HighScope {
+    std::atomic<int>* n;
+    ~HighScope() {
+      if (n != nullptr) n->fetch_sub(1);
+    }
+  } high_scope{priority > 0 ? high : nullptr};
+  if (high_scope.n != nullptr) high_scope.n->fetch_add(1);
+  if (priority < 0 && high != nullptr) {
+    // Engines released by the same event wake in any order: give the
+    // high-priority ones a moment to start, then wait for them (bounded).
+    for (int i = 0; i < 3; ++i) sched_yield();
+    const uint64_t until = now_ns() + 1'000'000;
+    while (high->load() > 0 && now_ns() < until) sched_yield();
   }
   const uint64_t start = now_ns();
   switch (c.op) {

@@ -119,6 +119,7 @@ struct Device : Object {
   Driver* driver;
   uint32_t index;
   std::atomic<uint64_t> device_bytes{0};
+  std::atomic<int> high_running{0};  // high-priority engines executing a command now
 };
 
 // Queue groups every simulated device has.
@@ -281,6 +282,14 @@ class Engine {
   void submit(std::vector<Command> cmds);
   // Blocks until everything submitted so far has executed, or timeout.
   bool drain(uint64_t timeout_ns);
+  // The queue's priority (ZE_COMMAND_QUEUE_PRIORITY_*), against the other
+  // engines of its device: a high-priority engine counts itself in
+  // `high_running` while it executes; a low-priority one lets such commands
+  // finish first (at most 1 ms each time) and runs at nice 10.
+  void set_priority(ze_command_queue_priority_t p, std::atomic<int>* high_running) {
+    high_running_ = high_running;
+    priority_ = p == ZE_COMMAND_QUEUE_PRIORITY_PRIORITY_HIGH ? 1 : p == ZE_COMMAND_QUEUE_PRIORITY_PRIORITY_LOW ? -1 : 0;
+  }
 
  private:
   void run();
@@ -293,6 +302,8 @@ class Engine {
   uint64_t executed_ = 0;
   bool stop_ = false;
   std::atomic<bool> stopping_{false};  // read by a wait on memory, which holds no lock
+  std::atomic<int> priority_{0};                  // -1 low, 0 normal, 1 high
+  std::atomic<std::atomic<int>*> high_running_{nullptr};
   bool pending_failure_ = false;       // a command failed and no event said so yet (engine thread only)
   bool faulted_ = false;               // a command failed: memory writes stop for good (engine thread only)
   std::thread thread_;
