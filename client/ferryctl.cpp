@@ -197,6 +197,11 @@ void print_status(const json::object& d) {
   std::printf("timeline    %s\n", str(d, "device.timeline") == "device"
                                        ? "written by the device after each client's copies (queue-ordered waits)"
                                        : "written by ferryd when copies retire (the device cannot)");
+  const std::string sharing = str(d, "device.sharing", "");
+  if (sharing == "mps")
+    std::printf("sharing     NVIDIA MPS: applications' kernels and ferryd's copies overlap\n");
+  else if (sharing == "time-sliced")
+    std::printf("sharing     time-sliced, no MPS: applications' kernels and ferryd's copies take turns (start MPS)\n");
   std::printf("ring        %llu slots of %s per client, at most %llu clients\n", num(d, "ring.slots_per_client"),
               human_bytes(num(d, "ring.slot_bytes")).c_str(), num(d, "ring.max_clients"));
   std::printf("occupancy   %llu slots: %llu free, %llu in flight (%s in flight)\n", num(d, "ring.slots_total"),
@@ -323,6 +328,9 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
   };
   for (const auto& p : kPlain) sample(f, p.name, p.type, p.help, dev, static_cast<double>(num(d, p.key)));
   sample(f, "ferry_device_lost", "gauge", "1 once the device reported itself lost.", dev, flag(d, "device.lost"));
+  if (const std::string sharing = str(d, "device.sharing", ""); sharing == "mps" || sharing == "time-sliced")
+    sample(f, "ferry_device_mps", "gauge", "1 when the GPU is shared through NVIDIA MPS (CUDA), 0 when time-sliced.",
+           dev, sharing == "mps");
   sample(f, "ferry_info", "gauge", "The daemon's version, backend and device name, as labels.",
          dev + ",version=\"" + label(str(d, "version")) + "\",backend=\"" + label(str(d, "device.backend")) +
              "\",name=\"" + label(str(d, "device.name")) + "\"",

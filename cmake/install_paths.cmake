@@ -26,5 +26,6 @@ configure_file("${FERRY_SRC}/ferryd@.service.in" "${FERRY_TMP}/ferryd@.service" 
 configure_file("${FERRY_SRC}/ferryd@.socket.in" "${FERRY_TMP}/ferryd@.socket" @ONLY)
 configure_file("${FERRY_SRC}/ferry-metrics.service.in" "${FERRY_TMP}/ferry-metrics.service" @ONLY)
 file(INSTALL "${FERRY_TMP}/ferryd@.service" "${FERRY_TMP}/ferryd@.socket" "${FERRY_TMP}/ferry-metrics.service"
-     "${FERRY_SRC}/ferry-metrics.timer" DESTINATION "${FERRY_UNITDIR}")
+     "${FERRY_SRC}/ferry-metrics.timer" "${FERRY_SRC}/ferry-mps.service" DESTINATION "${FERRY_UNITDIR}")
+file(INSTALL "${FERRY_SRC}/ferryd@.service.d/mps.conf" DESTINATION "${FERRY_UNITDIR}/ferryd@.service.d")
 file(INSTALL "${FERRY_SRC}/ferryd.conf" DESTINATION "${FERRY_SYSCONFDIR}/ferry")

@@ -17,6 +17,11 @@ struct DeviceInfo {
   bool copy_engine = false; // copies run on a copy-only engine
   bool host_import = false; // staging segments are registered with the driver
   bool device_writes = false; // submit() takes a TimelineWrite: the device writes each client's timeline
+  // How the GPU is shared with the applications' own contexts: "mps" (NVIDIA
+  // MPS: one context on the device, kernels and ferry's copies overlap) or
+  // "time-sliced" (each context gets the GPU in turn); "" where the backend
+  // has no such notion (Level Zero).
+  std::string sharing;
 };
 
 // An IPC handle of a device allocation or event pool, as the driver gives it.

@@ -14,6 +14,7 @@
 
 #include "inflight.hpp"
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cerrno>
@@ -26,7 +27,18 @@
 #include <mutex>
 
 namespace ferry::ferryd {
+
 namespace {
+// Whether this process's CUDA contexts go through NVIDIA's MPS: the driver
+// does so when the MPS control daemon's pipe is in CUDA_MPS_PIPE_DIRECTORY
+// (default /tmp/nvidia-mps). ferryd may not see other users' processes
+// (ProtectProc=invisible), so the pipe is what it can check.
+bool mps_control_present() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string pipe = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp/nvidia-mps") + "/control";
+  struct stat st{};
+  return ::stat(pipe.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+}
 
 // Each entry: the name cuGetProcAddress knows, and the type cuda.h gives
 // (cuda.h maps names like cuMemAlloc to their newest ABI, cuMemAlloc_v2).
@@ -161,6 +173,7 @@ class Cuda final : public Backend {
     int mem_ops = 0;
     cu_.cuDeviceGetAttribute(&mem_ops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev_);
     info_.device_writes = mem_ops != 0 && cu_.cuStreamWriteValue64 != nullptr && cu_.cuMemHostGetDevicePointer != nullptr;
+    info_.sharing = mps_control_present() ? "mps" : "time-sliced";
     return true;
   }
 

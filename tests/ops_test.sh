@@ -28,9 +28,10 @@ export FERRY_SIM_DRIVER=$build/sim/libze_ferry_sim.so.1 FERRY_SIM_FAST=1
 echo "== systemd-analyze verify (warnings are failures)"
 cp "$build/tests/units/ferryd@.service" "$tmp/ferryd@0.service"
 cp "$build/tests/units/ferryd@.socket" "$tmp/ferryd@0.socket"
-cp "$build/tests/units/ferry-metrics.service" "$build/tests/units/ferry-metrics.timer" "$tmp/"
+cp "$build/tests/units/ferry-metrics.service" "$build/tests/units/ferry-metrics.timer" "$build/tests/units/ferry-mps.service" "$tmp/"
+cp -r "$build/tests/units/ferryd@0.service.d" "$tmp/"
 out=$(cd "$tmp" && systemd-analyze verify --man=no ./ferryd@0.service ./ferryd@0.socket ./ferry-metrics.service \
-  ./ferry-metrics.timer 2>&1) || fail "verify: $out"
+  ./ferry-metrics.timer ./ferry-mps.service 2>&1) || fail "verify: $out"
 [[ -z $out ]] || fail "systemd-analyze verify warned: $out"
 echo "ok: units verify without a warning"
 echo "== systemd-analyze security --offline=true"
@@ -78,7 +79,7 @@ prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in bin/ferryd bin/ferryctl lib/libferry.so include/ferry/ferry.h include/ferry/ferry.hpp \
   lib/pkgconfig/ferry.pc lib/cmake/ferry/ferryConfig.cmake lib/systemd/system/ferryd@.service \
-  lib/systemd/system/ferryd@.socket lib/systemd/system/ferry-metrics.service lib/systemd/system/ferry-metrics.timer etc/ferry/ferryd.conf share/man/man8/ferryd.8 share/man/man1/ferryctl.1 \
+  lib/systemd/system/ferryd@.socket lib/systemd/system/ferry-metrics.service lib/systemd/system/ferry-metrics.timer lib/systemd/system/ferry-mps.service lib/systemd/system/ferryd@.service.d/mps.conf etc/ferry/ferryd.conf share/man/man8/ferryd.8 share/man/man1/ferryctl.1 \
   share/man/man3/libferry.3 share/man/man3/ferry_upload.3 share/man/man3/ferry_connect.3 lib/ferry/libze_ferry_sim.so.1; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
