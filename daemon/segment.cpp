@@ -11,13 +11,13 @@
 namespace ferry::ferryd {
 
 StagingSegment::~StagingSegment() {
-  if (base_ != nullptr) munmap(base_, bytes_);
+  map_.reset();  // unmapped before the memfd closes
   if (fd_ >= 0) close(fd_);
 }
 
 void StagingSegment::swap(StagingSegment& o) noexcept {
   std::swap(fd_, o.fd_);
-  std::swap(base_, o.base_);
+  map_.swap(o.map_);
   std::swap(bytes_, o.bytes_);
   std::swap(slot_bytes_, o.slot_bytes_);
   std::swap(slots_offset_, o.slots_offset_);
@@ -31,9 +31,8 @@ int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
   if (ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return -errno;
   // The client may not grow or shrink what the daemon maps.
   fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
-  if (p == MAP_FAILED) return -errno;
-  base_ = p;
+  if (int r = map_.map(fd_, bytes); r != 0) return r;
+  void* p = map_.data();
   bytes_ = bytes;
   slot_bytes_ = slot_bytes;
   slots_offset_ = proto::slots_offset(slot_count);
@@ -54,10 +53,10 @@ int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
 
 char* StagingSegment::slot(uint32_t i) const { return slots_begin() + uint64_t{i} * slot_bytes_; }
 
-char* StagingSegment::slots_begin() const { return static_cast<char*>(base_) + slots_offset_; }
+char* StagingSegment::slots_begin() const { return static_cast<char*>(map_.data()) + slots_offset_; }
 
 proto::SubmitEntry* StagingSegment::ring() const {
-  return reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(base_) + proto::ring_offset());
+  return reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(map_.data()) + proto::ring_offset());
 }
 
 }  // namespace ferry::ferryd

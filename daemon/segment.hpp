@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "ferry/mapping.hpp"
 #include "ferry/proto.hpp"
 
 namespace ferry::ferryd {
@@ -29,7 +30,7 @@ class StagingSegment {
   uint32_t slot_count() const { return slot_count_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
   uint64_t bytes() const { return bytes_; }
-  proto::Segment* header() const { return static_cast<proto::Segment*>(base_); }
+  proto::Segment* header() const { return static_cast<proto::Segment*>(map_.data()); }
   char* slot(uint32_t i) const;
   char* slots_begin() const;
   uint64_t slots_offset() const { return slots_offset_; }
@@ -39,7 +40,7 @@ class StagingSegment {
 
  private:
   int fd_ = -1;
-  void* base_ = nullptr;
+  proto::SegmentMapping map_;
   uint64_t bytes_ = 0;
   uint64_t slot_bytes_ = 0;
   uint64_t slots_offset_ = 0;

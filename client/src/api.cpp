@@ -40,19 +40,20 @@ proto::Hello hello_message() {
 // Maps the segment the Welcome describes. 0 or -errno.
 int map_segment(ferry_client* c, int seg_fd) {
   const proto::Welcome& w = c->welcome;
-  // Populated now, so the first uploads do not pay a page fault per 4 KiB.
-  void* p = ::mmap(nullptr, w.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, seg_fd, 0);
-  if (p == MAP_FAILED) return -ENOMEM;
+  // Populated now, so the first uploads do not pay a page fault per 4 KiB;
+  // never past the memfd's end (-EPROTO: the Welcome and the file disagree).
+  if (int r = c->mapping.map(seg_fd, w.segment_bytes); r != 0) return r == -EPROTO ? r : -ENOMEM;
+  void* p = c->mapping.data();
   auto* seg = static_cast<proto::Segment*>(p);
   if (seg->magic != proto::kMagic || w.slot_count == 0 ||
       w.slots_offset + w.slot_count * w.slot_bytes > w.segment_bytes) {
-    ::munmap(p, w.segment_bytes);
+    c->mapping.reset();
     return -EPROTO;
   }
   if (w.features & proto::kFeatureSubmitRing) {
     if (w.ring_offset < sizeof(proto::Segment) || w.ring_offset % alignof(proto::SubmitEntry) != 0 ||
         w.ring_offset + uint64_t{w.slot_count} * sizeof(proto::SubmitEntry) > w.slots_offset) {
-      ::munmap(p, w.segment_bytes);
+      c->mapping.reset();
       return -EPROTO;
     }
     c->ring = reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(p) + w.ring_offset);
@@ -127,8 +128,7 @@ int ferry_connect(const char* socket_path, ferry_client** out) {
 void ferry_disconnect(ferry_client* c) {
   if (c == nullptr) return;
   c->conn.close();
-  if (c->seg != nullptr) ::munmap(c->seg, c->seg_bytes);
-  delete c;
+  delete c;  // the segment is unmapped last (ferry_client::mapping)
 }
 
 int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {

@@ -8,6 +8,7 @@
 
 #include "connection.hpp"
 #include "ferry/ferry.h"
+#include "ferry/mapping.hpp"
 #include "ferry/proto.hpp"
 #include "stager.hpp"
 #include "timeline.hpp"
@@ -15,8 +16,10 @@
 struct ferry_client {
   ferry_client() : conn(timeline) {}
 
-  // Declared first, so the connection (whose receiver feeds the timeline)
-  // goes before it.
+  // The staging segment's mapping: declared first, so it goes last.
+  ferry::proto::SegmentMapping mapping;
+  // Declared before the connection, so the connection (whose receiver feeds
+  // the timeline) goes before it.
   ferry::client::Timeline timeline;
   ferry::client::Connection conn;
   std::string socket_path;  // as resolved at connect (ferry_socket_path)
