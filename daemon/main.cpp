@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
   FERRY_LOG(info, "device %u: %s (%s), copy engine: %s, host import: %s", o.device, info.name.c_str(),
             info.backend.c_str(), info.copy_engine ? "yes" : "no", info.host_import ? "yes" : "no");
   if (info.sharing == "time-sliced")
-    FERRY_LOG(warn, "the GPU is not shared through NVIDIA MPS (no control pipe in $CUDA_MPS_PIPE_DIRECTORY): "
+    FERRY_LOG(warn, "the GPU is not shared through NVIDIA MPS (no MPS control daemon answers in $CUDA_MPS_PIPE_DIRECTORY): "
                     "an application's kernels and ferryd's copies run in turns, not together (a loop of uploads "
                     "and kernels measured 5x slower on the H200); start the MPS control daemon (ferry-mps.service) "
                     "and give ferryd and the applications the same CUDA_MPS_PIPE_DIRECTORY");
