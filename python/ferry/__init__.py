@@ -21,6 +21,7 @@ from ._api import (
     Client,
     Error,
     Info,
+    IpcHandle,
     Timeline,
     library_version,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "Client",
     "Error",
     "Info",
+    "IpcHandle",
     "RIGHT_DOWNLOAD",
     "RIGHT_UPLOAD",
     "Timeline",

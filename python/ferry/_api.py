@@ -107,6 +107,20 @@ class Timeline:
     device_written: bool
 
 
+@dataclass(frozen=True)
+class IpcHandle:
+    """A buffer's IPC handle, to open in the consumer's own GPU context
+    (zeMemOpenIpcHandle with `data` as ze_ipc_mem_handle_t, or
+    cuIpcOpenMemHandle). Level Zero: `fd` is this process's descriptor of the
+    memory, written into data's first bytes; close it (os.close) once opened.
+    CUDA: fd is -1."""
+
+    kind: int    # 1: Level Zero, 2: CUDA
+    fd: int
+    nbytes: int
+    data: bytes  # 64 bytes
+
+
 # ---------------------------------------------------------------- client
 class Client:
     """A connection to ferryd. socket: its path; None reads $FERRY_SOCKET,
@@ -275,6 +289,13 @@ class Buffer:
         """Ends one grant (token) or, with None, every grant of this buffer."""
         t = None if token is None else ctypes.byref(_token(token))
         _check(_c.ferry_buffer_revoke(self.client._h(), self.id, t), "revoke")
+
+    def export(self):
+        """An IpcHandle of this buffer (one this client allocated), for a
+        process that computes on it in its own context."""
+        h = _lib.IpcHandle()
+        _check(_c.ferry_buffer_export(self.client._h(), self.id, ctypes.byref(h)), f"export buffer {self.id}")
+        return IpcHandle(h.kind, h.fd, h.bytes, bytes(h.data))
 
     def free(self):
         if self.owned and self.id:

@@ -140,6 +140,23 @@ class FerryTest(unittest.TestCase):
                 producer.open(forged)
             self.assertEqual(e.exception.errno, errno.EACCES)
 
+    def test_export_gives_a_handle_to_open_in_another_context(self):
+        c = self.client()
+        with c.alloc(4096) as buf:
+            c.wait(buf.upload(b"\x2a" * 4096))
+            h = buf.export()
+            self.assertIsInstance(h, ferry.IpcHandle)
+            self.assertEqual(h.nbytes, 4096)
+            self.assertEqual(len(h.data), 64)
+            if h.kind == 1:  # Level Zero (the simulated device): a descriptor of the memory, ours to close
+                self.assertGreaterEqual(h.fd, 0)
+                with open(f"/proc/self/fd/{h.fd}", "rb") as f:  # the device memory itself
+                    self.assertEqual(f.read(4096), b"\x2a" * 4096)
+                os.close(h.fd)
+            with self.assertRaises(ferry.Error) as e:
+                c.open(bytes(32))  # unrelated: errors still carry errno
+            self.assertEqual(e.exception.errno, errno.EACCES)
+
     def test_upload_after_waits_for_the_value(self):
         c = self.client()
         with c.alloc(64) as buf:
