@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <string>
 
 #include "backend.hpp"
@@ -143,8 +144,23 @@ int main(int argc, char** argv) {
   };
   std::string where = "command line";
   std::string path;
+  std::set<std::string> from_cmdline;  // settings given as flags (they win over the file)
+  // The line of the configuration file that sets `name`, as "file:line", or the file.
+  auto line_of = [&](const std::string& name) {
+    std::ifstream again(where);
+    int n = 0;
+    for (std::string line; std::getline(again, line);) {
+      ++n;
+      const auto k = line.find_first_not_of(" \t");
+      if (k != std::string::npos && !name.empty() && line.compare(k, name.size(), name) == 0 &&
+          line.find('=', k) != std::string::npos)
+        return where + ":" + std::to_string(n);
+    }
+    return where;
+  };
   try {
     auto cmdline = po::parse_command_line(argc, argv, all);
+    for (const auto& opt : cmdline.options) from_cmdline.insert(opt.string_key);
     refuse_negative(cmdline);
     po::store(cmdline, vm);
     // The file fills only what the command line left unset.
@@ -168,17 +184,7 @@ int main(int argc, char** argv) {
       if (auto* pe = dynamic_cast<const po::error_with_option_name*>(&e)) name = pe->get_option_name();
       if (auto* ne = dynamic_cast<const Negative*>(&e)) name = ne->key;
       while (!name.empty() && name[0] == '-') name.erase(0, 1);
-      std::ifstream again(where);
-      int n = 0;
-      for (std::string line; std::getline(again, line);) {
-        ++n;
-        const auto k = line.find_first_not_of(" \t");
-        if (k != std::string::npos && !name.empty() && line.compare(k, name.size(), name) == 0 &&
-            line.find('=', k) != std::string::npos) {
-          at = where + ":" + std::to_string(n);
-          break;
-        }
-      }
+      if (from_cmdline.count(name) == 0) at = line_of(name);
     }
     std::cerr << "ferryd: " << at << ": " << e.what() << "\n(try ferryd --help)\n";
     return 2;
@@ -191,13 +197,18 @@ int main(int argc, char** argv) {
     std::cout << "ferryd " << FERRY_VERSION << "\n";
     return 0;
   }
-  if (o.slot_bytes < 4096 || o.slot_bytes > (1ull << 30) || o.slot_bytes % 64 != 0) {
-    std::cerr << "ferryd: --slot-size must be a multiple of 64 between 4096 and 1 GiB\n";
+  // A setting out of its range: said with where it was set (file:line, or the command line).
+  auto bad = [&](const std::string& name, const std::string& rule) {
+    const bool in_file = where != "command line" && from_cmdline.count(name) == 0 && !vm[name].defaulted();
+    std::cerr << "ferryd: " << (in_file ? line_of(name) : std::string("command line")) << ": " << name << " " << rule
+              << "\n";
     return 2;
+  };
+  if (o.slot_bytes < 4096 || o.slot_bytes > (1ull << 30) || o.slot_bytes % 64 != 0) {
+    return bad("slot-size", "must be a multiple of 64 between 4096 and 1 GiB (1073741824)");
   }
   if (o.slots < 1 || o.slots > 4096) {
-    std::cerr << "ferryd: --slots must be between 1 and 4096\n";
-    return 2;
+    return bad("slots", "must be between 1 and 4096");
   }
   if (o.max_connections == 0) o.max_connections = o.max_clients + 64;
   {
@@ -209,38 +220,30 @@ int main(int argc, char** argv) {
     const bool percent = end != nullptr && std::string(end) == "%";
     if (cm.empty() || cm[0] == '-' || errno != 0 || end == cm.c_str() || (*end != '\0' && !percent) ||
         (percent && v > 100)) {
-      std::cerr << "ferryd: --client-memory must be a number of bytes or a share such as 50% (got \"" << cm
-                << "\")\n";
-      return 2;
+      return bad("client-memory", "must be a number of bytes or a share from 0% to 100%, such as 50% (got \"" + cm + "\")");
     }
     o.client_memory = percent ? 0 : v;
     o.client_memory_percent = percent ? static_cast<uint32_t>(v) : 0;
   }
   if (o.segment_pool > 64) {
-    std::cerr << "ferryd: --segment-pool must be between 0 and 64\n";
-    return 2;
+    return bad("segment-pool", "must be between 0 and 64");
   }
   if (o.poll_nap_us > 50) {
-    std::cerr << "ferryd: --poll-nap-us must be between 0 and 50\n";
-    return 2;
+    return bad("poll-nap-us", "must be between 0 and 50");
   }
   if (o.poll_idle_us > 1'000'000) {
-    std::cerr << "ferryd: --poll-idle-us must be between 0 and 1000000\n";
-    return 2;
+    return bad("poll-idle-us", "must be between 0 and 1000000");
   }
   if (o.hello_seconds <= 0 || o.hello_seconds > 3600) {
-    std::cerr << "ferryd: --hello-timeout must be between 0 and 3600 seconds\n";
-    return 2;
+    return bad("hello-timeout", "must be above 0 and at most 3600 seconds");
   }
   if (o.max_clients < 1) {
-    std::cerr << "ferryd: --max-clients must be at least 1\n";
-    return 2;
+    return bad("max-clients", "must be at least 1");
   }
   char* end = nullptr;
   o.socket_mode = static_cast<unsigned>(std::strtoul(socket_mode.c_str(), &end, 8));
   if (*end != '\0' || o.socket_mode > 0777) {
-    std::cerr << "ferryd: --socket-mode must be octal, e.g. 0660\n";
-    return 2;
+    return bad("socket-mode", "must be octal permissions from 0000 to 0777, e.g. 0660");
   }
   static const char* const kLevels[] = {"error", "warn", "info", "debug"};
   bool level_ok = false;

@@ -152,6 +152,10 @@ echo "== ferryd --check-config and -v"
 printf 'slots = 8\nmax-clients = -1\n' >"$tmp/bad.conf"
 if "$build/daemon/ferryd" --config "$tmp/bad.conf" --check-config 2>"$tmp/check.err"; then fail "a negative max-clients passed --check-config"; fi
 grep -q "bad.conf:2" "$tmp/check.err" || fail "--check-config did not name the line: $(cat "$tmp/check.err")"
+printf 'max-clients = 4\n\nslots = 0\n' >"$tmp/range.conf"
+if "$build/daemon/ferryd" --config "$tmp/range.conf" --check-config 2>"$tmp/range.err"; then fail "slots = 0 passed"; fi
+grep -q "range.conf:3: slots must be between 1 and 4096" "$tmp/range.err" ||
+  fail "an out-of-range setting without its file, line and range: $(cat "$tmp/range.err")"
 sock5=$tmp/verbose.sock
 "$build/daemon/ferryd" --sim --socket "$sock5" -v 2>"$tmp/verbose.log" &
 d5=$!
