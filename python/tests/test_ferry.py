@@ -243,6 +243,19 @@ class FerryTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("30 verified, 0 wrong", r.stdout)
 
+    @unittest.skipIf(np is None, "numpy is not installed")
+    def test_the_dataloader_example_spreads_batches_over_two_gpus(self):
+        second = Daemon("--slots", "4", "--slot-size", "65536")  # a second ferryd, as for a second GPU
+        self.addCleanup(second.stop)
+        example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "dataloader.py")
+        r = subprocess.run(
+            [sys.executable, example, "--socket", self.d.socket, "--socket", second.socket, "--workers", "3",
+             "--batches", "31", "--batch-bytes", "100000", "--buffers", "2"],
+            capture_output=True, text=True, timeout=120,
+        )
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("31 verified, 0 wrong (GPU 0: 16, GPU 1: 15)", r.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
