@@ -170,3 +170,38 @@ TEST_CASE("a user outside the socket's group is refused with a hint naming the g
   });
   CHECK(rc == 0);
 }
+
+TEST_CASE("only the daemon's admins may disconnect a client", "[isolation][uid][admin]") {
+  Daemon d({"--socket-mode", "0666"});
+  ferry_client* mine = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &mine) == 0);
+  ferry_info info{};
+  REQUIRE(ferry_get_info(mine, &info) == 0);
+  auto disconnect = [&](uint64_t id) {
+    int fd = -1;
+    if (ferry::proto::connect_unix(d.socket, &fd) != 0) return 1000;
+    auto req = ferry::proto::make<ferry::proto::AdminRequest>(ferry::proto::Type::admin_request);
+    req.request = 9;
+    req.action = ferry::proto::kAdminDisconnect;
+    req.client = id;
+    std::vector<uint8_t> msg;
+    ferry::proto::Reply rep{};
+    const bool ok = ferry::proto::send_all(fd, &req, sizeof req) == 0 && ferry::proto::read_message(fd, msg) == 0 &&
+                    ferry::proto::as(msg, &rep);
+    ::close(fd);
+    return ok ? rep.status : 1001;
+  };
+  // Another user: refused, and the client keeps its session.
+  CHECK(as_other([&] { return disconnect(info.client_id) == -EPERM ? 0 : 1; }) == 0);
+  ferry_buffer b = 0;
+  CHECK(ferry_buffer_alloc(mine, 4096, &b) == 0);
+  // Root (an admin): no such client, then this one.
+  CHECK(disconnect(info.client_id + 1000) == -ENOENT);
+  CHECK(disconnect(info.client_id) == 0);
+  int r = 0;
+  for (int i = 0; i < 100 && (r = ferry_buffer_alloc(mine, 4096, &b)) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(r != 0);  // the session is gone
+  ferry_disconnect(mine);
+  CHECK(d.holds_nothing());
+}
