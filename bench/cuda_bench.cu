@@ -395,13 +395,15 @@ void bandwidth(const std::string& data_dir, unsigned staging_threads) {
 
 // ---------------------------------------------------------------- producers
 
+std::vector<int> g_procs = {1, 2, 4, 8};
+
 void producers() {
   const uint64_t bytes = 4ull << 20;
   const double seconds = g_quick ? 0.3 : 2.0;
   std::printf("### Producer processes uploading 4 MiB pieces at once\n\n");
   std::printf("Each process (no CUDA context of its own) uploads 4 MiB from pageable memory for %.1f s.\n\n", seconds);
   std::printf("| processes | aggregate GB/s | fairness | per process GB/s |\n|---|---|---|---|\n");
-  for (int procs : {1, 2, 4, 8}) {
+  for (int procs : g_procs) {
     int go[2], res[2];
     if (pipe(go) != 0 || pipe(res) != 0) std::exit(1);
     std::vector<pid_t> kids;
@@ -458,6 +460,7 @@ int main(int argc, char** argv) {
   std::string data;
   bool order_only = false;  // the idle call, the ordered loop and the 30 ms kernel only
   bool bandwidth_only = false;
+  bool producers_only = false;  // no CUDA context at all: for one run per GPU at once
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") g_quick = true;
@@ -466,8 +469,18 @@ int main(int argc, char** argv) {
     else if (a == "--mps") g_mps = true;  // only labels the output: the caller started MPS
     else if (a == "--order-only") order_only = true;
     else if (a == "--bandwidth-only") bandwidth_only = true;
+    else if (a == "--producers-only") producers_only = true;
+    else if (a == "--procs" && i + 1 < argc) {
+      g_procs.clear();
+      for (const char* p = argv[++i]; *p != '\0';) {
+        g_procs.push_back(std::atoi(p));
+        while (*p != '\0' && *p != ',') ++p;
+        if (*p == ',') ++p;
+      }
+    }
     else {
-      std::fprintf(stderr, "usage: cuda_bench --socket PATH [--quick] [--data DIR] [--mps] [--order-only | --bandwidth-only]\n");
+      std::fprintf(stderr, "usage: cuda_bench --socket PATH [--quick] [--data DIR] [--mps] [--order-only | --bandwidth-only |\n"
+                           "                  --producers-only [--procs 1,2,4,8]]\n");
       return 2;
     }
   }
@@ -477,6 +490,7 @@ int main(int argc, char** argv) {
   }
   // Producers first: they fork, and a child must not inherit a CUDA context.
   if (!order_only && !bandwidth_only) producers();
+  if (producers_only) return 0;
   cudaDeviceProp prop{};
   CU(cudaGetDeviceProperties(&prop, 0));
   CU(cudaStreamCreate(&s));

@@ -72,6 +72,9 @@ class TransferEngine {
   // Every client whose resources still exist, by id.
   const std::map<uint64_t, ClientState*>& clients() const { return clients_; }
   size_t connected_clients() const;
+  // Stores connected_clients() into every connected client's segment
+  // (proto::Segment::clients): called when one comes or goes.
+  void publish_clients();
   // Slot waits as clients published them: the gone ones and the live ones.
   Histogram slot_waits() const;
 

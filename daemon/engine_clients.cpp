@@ -60,6 +60,12 @@ size_t TransferEngine::connected_clients() const {
   return n;
 }
 
+void TransferEngine::publish_clients() {
+  const auto n = static_cast<uint32_t>(connected_clients());
+  for (const auto& [id, c] : clients_)
+    if (c->connected && c->slot_count() != 0) c->segment().header()->clients.store(n, std::memory_order_relaxed);
+}
+
 Histogram TransferEngine::slot_waits() const {
   Histogram h = departed_slot_waits_;
   for (const auto& [id, c] : clients_)

@@ -123,6 +123,7 @@ void Requests::on_hello(const proto::Hello& m) {
   client_ = std::move(c);
   peer_.send(&w, sizeof w, fd);
   ++ctx_.stats.clients;
+  engine.publish_clients();
   FERRY_LOG(info, "client %llu connected: pid %d uid %u \"%s\", %u slots of %llu bytes",
             static_cast<unsigned long long>(client_->id()), peer_.pid, peer_.uid, client_->name.c_str(), slots,
             static_cast<unsigned long long>(o.slot_bytes));

@@ -65,6 +65,7 @@ void Session::close() {
   socket_.close(ec);
   if (const ClientRef& c = client()) {
     c->connected = false;
+    ctx_.engine.publish_clients();
     FERRY_LOG(info, "client %llu (pid %d) gone; %u copies still in flight", static_cast<unsigned long long>(c->id()),
               pid, c->in_flight());
   }

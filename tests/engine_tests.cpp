@@ -1,5 +1,13 @@
 // The slot lifecycle and the transfer engine, on the real Level Zero backend
 // over the simulated device.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "mps.hpp"
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
@@ -107,4 +115,24 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
     CHECK(eng.stats().in_flight == 0);
     CHECK(eng.holdings().buffers == buffers_before);
   }
+}
+
+TEST_CASE("MPS is reported only while a control daemon answers in its pipe directory", "[engine][mps]") {
+  char dir[] = "/tmp/ferry-mps-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  ::setenv("CUDA_MPS_PIPE_DIRECTORY", dir, 1);
+  CHECK_FALSE(ferry::ferryd::mps_control_present());  // no control file
+  const std::string path = std::string(dir) + "/control";
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);  // as NVIDIA's control daemon (CUDA 13)
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  CHECK(ferry::ferryd::mps_control_present());
+  ::close(fd);  // the daemon quit; its socket file stays
+  CHECK_FALSE(ferry::ferryd::mps_control_present());
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+  ::unsetenv("CUDA_MPS_PIPE_DIRECTORY");
 }

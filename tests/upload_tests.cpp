@@ -540,3 +540,29 @@ TEST_CASE("a failed connect says which socket and what to do", "[connect]") {
   ::unsetenv("FERRY_SOCKET");
   ferry_disconnect(c);
 }
+
+TEST_CASE("each segment says how many clients the daemon serves (libferry shares the cores by it)", "[upload][share]") {
+  Daemon d;
+  ferry_client *a = nullptr, *b = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &a) == 0);
+  REQUIRE(ferry_connect(d.socket.c_str(), &b) == 0);
+  ferry_timeline tl{};
+  REQUIRE(ferry_get_timeline(a, &tl) == 0);
+  const auto* seg = static_cast<const ferry::proto::Segment*>(tl.segment);
+  auto becomes = [&](uint32_t n) {
+    for (int i = 0; i < 200 && seg->clients.load() != n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return seg->clients.load() == n;
+  };
+  CHECK(becomes(2));
+  ferry_disconnect(b);
+  CHECK(becomes(1));
+  // A large upload still stages and lands whole with the pool shared out.
+  ferry_buffer buf = 0;
+  const uint64_t n = 8u << 20;
+  REQUIRE(ferry_buffer_alloc(a, n, &buf) == 0);
+  std::vector<uint8_t> src = pattern(n, 3), back(n);
+  REQUIRE(ferry_upload(a, buf, 0, src.data(), n, nullptr) == 0);
+  REQUIRE(ferry_download(a, buf, 0, back.data(), n) == 0);
+  CHECK(back == src);
+  ferry_disconnect(a);
+}

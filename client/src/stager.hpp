@@ -28,12 +28,12 @@ class Stager {
     for (auto& t : threads_) t.join();
   }
 
-  // Calls fn(i) for every i < count, on this thread and the pool's. Returns
-  // the first non-zero result (the rest still run). If another upload holds
-  // the pool, this one runs alone.
-  int run(uint64_t count, const std::function<int(uint64_t)>& fn) {
+  // Calls fn(i) for every i < count, on this thread and `helpers` of the
+  // pool's (at most all of them). Returns the first non-zero result (the
+  // rest still run). If another upload holds the pool, this one runs alone.
+  int run(uint64_t count, const std::function<int(uint64_t)>& fn, size_t helpers = SIZE_MAX) {
     std::unique_lock busy(use_, std::try_to_lock);
-    if (!busy.owns_lock() || count < 2 || workers() == 0) {
+    if (!busy.owns_lock() || count < 2 || workers() == 0 || helpers == 0) {
       int first = 0;
       for (uint64_t i = 0; i < count; ++i)
         if (int r = fn(i); r != 0 && first == 0) first = r;
@@ -45,7 +45,8 @@ class Stager {
       count_ = count;
       next_ = 0;
       result_ = 0;
-      active_ = threads_.size();
+      helpers_ = std::min(helpers, threads_.size());
+      active_ = helpers_;
       ++generation_;
     }
     cv_.notify_all();
@@ -61,7 +62,7 @@ class Stager {
       unsigned n = std::thread::hardware_concurrency() / 2;
       if (const char* e = std::getenv("FERRY_STAGING_THREADS")) n = static_cast<unsigned>(std::atoi(e));
       n = std::min(8u, std::max(1u, n));
-      for (unsigned i = 1; i < n; ++i) threads_.emplace_back([this] { work(); });
+      for (unsigned i = 1; i < n; ++i) threads_.emplace_back([this, i] { work(i - 1); });
     });
     return threads_.size();
   }
@@ -86,7 +87,7 @@ class Stager {
     }
   }
 
-  void work() {
+  void work(size_t index) {
     uint64_t seen = 0;
     for (;;) {
       {
@@ -94,6 +95,7 @@ class Stager {
         cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
         if (stop_) return;
         seen = generation_;
+        if (index >= helpers_) continue;  // not asked this time
       }
       drain();
       std::lock_guard lock(mu_);
@@ -108,6 +110,7 @@ class Stager {
   std::condition_variable cv_, done_cv_;
   const std::function<int(uint64_t)>* fn_ = nullptr;
   uint64_t count_ = 0, next_ = 0, generation_ = 0;
+  size_t helpers_ = 0;
   size_t active_ = 0;
   int result_ = 0;
   bool stop_ = false;

@@ -1,5 +1,6 @@
 // Uploads and downloads through the client's slots.
 #include <algorithm>
+#include <thread>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +44,19 @@ uint64_t piece_bytes(uint64_t slot_bytes, uint64_t bytes) {
 // pieces kept 4 of 8 threads busy (11 GB/s on the H200 machine), in 1 MiB
 // pieces all 8 (30 GB/s, scripts/h200-slots.sh). Larger uploads keep whole
 // slots, where more pieces cost more than they win.
+// Threads that stage one large upload, this one included: the pool's, unless
+// several clients share ferryd: then a share of the host's cores each (a
+// quarter of the cores per client), as 4 producers of 8 threads each on 32
+// cores reached 18 GB/s together, of 2 threads each 35 GB/s (H200 machine,
+// scripts/h200-producers2.sh).
+uint64_t staging_threads(ferry_client* c) {
+  const uint64_t pool = c->stager.workers() + 1;
+  const uint32_t clients = c->seg->clients.load(std::memory_order_relaxed);
+  if (clients <= 1) return pool;
+  const uint64_t share = std::thread::hardware_concurrency() / (4 * uint64_t{clients});
+  return std::clamp<uint64_t>(share, 1, pool);
+}
+
 uint64_t parallel_piece(uint64_t slot_bytes, uint64_t bytes, uint64_t threads) {
   uint64_t p = (bytes + 2 * threads - 1) / (2 * threads);
   p = (p + 4095) / 4096 * 4096;
@@ -147,10 +161,8 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
   if (int r = check_range(c, dst, dst_offset, bytes); r != 0) return r;
   Timeline& tl = c->timeline;
   uint64_t piece = piece_bytes(c->slot_bytes, bytes);
-  if (bytes >= parallel_from()) {
-    if (const uint64_t threads = c->stager.workers() + 1; threads > 1)
-      piece = std::min(piece, parallel_piece(c->slot_bytes, bytes, threads));
-  }
+  const uint64_t threads = bytes >= parallel_from() ? staging_threads(c) : 1;
+  if (threads > 1) piece = std::min(piece, parallel_piece(c->slot_bytes, bytes, threads));
   const uint64_t pieces = (bytes + piece - 1) / piece;
   const char* from = static_cast<const char*>(src);
   // Every piece's ticket is taken now, in one run, so the last one is known
@@ -185,8 +197,8 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
   int r = 0;
   // With a signal, the last piece goes last, after the others were sent.
   const uint64_t parallel = signal != nullptr ? pieces - 1 : pieces;
-  if (parallel >= 4 && bytes >= parallel_from()) {
-    r = c->stager.run(parallel, one);
+  if (parallel >= 4 && threads > 1) {
+    r = c->stager.run(parallel, one, threads - 1);
   } else {
     for (uint64_t i = 0; i < parallel && r == 0; ++i) r = one(i);
   }

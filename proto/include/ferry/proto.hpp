@@ -440,6 +440,10 @@ struct alignas(64) Segment {
   // the ring once more; the client stores its entry, then looks here (both
   // with seq_cst fences): one of them sees the other.
   alignas(64) std::atomic<uint32_t> doorbell;
+  // Clients this daemon serves now, stored by the daemon when one comes or
+  // goes: libferry shares the host's cores among them when it stages with
+  // several threads (a hint; a client that lies only slows itself).
+  std::atomic<uint32_t> clients;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(offsetof(Segment, completed) == 64);
@@ -451,6 +455,7 @@ static_assert(offsetof(Segment, wake) == 384);
 static_assert(offsetof(Segment, sleepers) == 388);
 static_assert(offsetof(Segment, wake_at) == 392);
 static_assert(offsetof(Segment, doorbell) == 448);
+static_assert(offsetof(Segment, clients) == 452);
 static_assert(sizeof(Segment) == 512);
 inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // the ring starts on the next page
 
