@@ -4,18 +4,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cstring>
-#include <string>
-
-#include "mps.hpp"
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "backend.hpp"
 #include "engine.hpp"
+#include "mps.hpp"
 
 using namespace ferry::ferryd;
 
