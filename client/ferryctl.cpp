@@ -46,6 +46,9 @@ Commands:
   version          ferryctl's version and the daemon's
   disconnect ID    ends client ID's session (its resources are freed as for a
                    client that died); for the daemon's admins only
+  drain            stops the daemon as SIGTERM does: no new clients, copies in
+                   flight finish, clients are told, exit 0 (systemd's socket
+                   starts it again on the next connection); admins only
 
 Exit status: 0 ok, 1 a daemon answered with an error (or, with --all, one of
 them did not answer), 2 usage error, 3 cannot connect (the message names the
@@ -437,6 +440,25 @@ int watch(const Args& a) {
   return kOk;
 }
 
+// ferryctl drain: an administrator's orderly stop.
+int drain(const Args& a) {
+  auto req = proto::make<proto::AdminRequest>(proto::Type::admin_request);
+  req.request = 1;
+  req.action = proto::kAdminDrain;
+  std::vector<uint8_t> msg;
+  if (int r = ask(a.socket, &req, sizeof req, proto::Type::reply, &msg); r != kOk) return r;
+  proto::Reply rep{};
+  if (!proto::as(msg, &rep) || rep.status != 0) {
+    std::fprintf(stderr, "ferryctl: drain: %s\n", std::strerror(-rep.status));
+    return kDaemonError;
+  }
+  if (a.json)
+    std::printf("%s\n", json::serialize(json::object{{"socket", a.socket}, {"draining", true}}).c_str());
+  else
+    std::printf("ferryd on %s is draining: copies in flight finish, then it exits\n", a.socket.c_str());
+  return kOk;
+}
+
 int disconnect(const Args& a) {
   if (a.rest.size() != 1) {
     std::fprintf(stderr, "ferryctl: disconnect takes one client id (see ferryctl status)\n");
@@ -604,12 +626,12 @@ int main(int argc, char** argv) {
     return kUsage;
   }
   if (a.command == "watch") return watch(a);
-  if (a.command == "disconnect") {
+  if (a.command == "disconnect" || a.command == "drain") {
     if (a.all) {
-      std::fprintf(stderr, "ferryctl: disconnect names one daemon (--socket or --device)\n");
+      std::fprintf(stderr, "ferryctl: %s names one daemon (--socket or --device)\n", a.command.c_str());
       return kUsage;
     }
-    return disconnect(a);
+    return a.command == "drain" ? drain(a) : disconnect(a);
   }
   if (a.command == "version" && !a.json) std::printf("ferryctl %s\n", FERRY_VERSION);
   if (a.command == "status" || a.command == "metrics" || a.command == "ping" || a.command == "version") {

@@ -2,6 +2,8 @@
 // counters and state. Owned by the server; io thread only.
 #pragma once
 
+#include <functional>
+
 #include "engine.hpp"
 #include "options.hpp"
 #include "stats.hpp"
@@ -13,6 +15,7 @@ struct Context {
   const Options& options;
   ServerStats stats;
   bool stopping = false;  // no new clients; copies drain, then the sessions end
+  std::function<void()> request_stop;  // an orderly stop, as SIGTERM (ferryctl drain)
 };
 
 }  // namespace ferry::ferryd

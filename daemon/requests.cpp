@@ -242,6 +242,12 @@ void Requests::on_event_pool(const proto::EventPool& m) {
 void Requests::on_admin(const proto::AdminRequest& m) {
   // The same model as status: root, the daemon's user and --admin-group.
   if (!is_admin(ctx_.options, peer_.uid, peer_.gid)) return reply(m.request, -EPERM, 0);
+  if (m.action == proto::kAdminDrain) {
+    FERRY_LOG(info, "drain asked by uid %u (ferryctl drain): stopping", peer_.uid);
+    reply(m.request, 0, 0);
+    if (ctx_.request_stop) ctx_.request_stop();
+    return;
+  }
   if (m.action != proto::kAdminDisconnect) return reply(m.request, -EINVAL, 0);
   const auto& all = ctx_.engine.clients();
   auto it = all.find(m.client);

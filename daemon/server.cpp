@@ -40,7 +40,7 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
     : io_(io),
       opts_(opts),
       engine_(io, std::move(backend)),
-      ctx_{engine_, opts_, {}, false},
+      ctx_{engine_, opts_, {}, false, {}},
       acceptor_(io),
       signals_(io, SIGTERM, SIGINT, SIGHUP),
       timer_(io),
@@ -118,6 +118,7 @@ int Server::listen(const std::string& path, int fd, std::string& why) {
   }
   systemd::notify("READY=1\nSTATUS=" + status_line(engine_));
   status_tick();
+  ctx_.request_stop = [this] { boost::asio::post(io_, [this] { stop(); }); };
   wait_signal();
   accept();
   return 0;

@@ -177,12 +177,12 @@ TEST_CASE("only the daemon's admins may disconnect a client", "[isolation][uid][
   REQUIRE(ferry_connect(d.socket.c_str(), &mine) == 0);
   ferry_info info{};
   REQUIRE(ferry_get_info(mine, &info) == 0);
-  auto disconnect = [&](uint64_t id) {
+  auto admin = [&](uint32_t action, uint64_t id) {
     int fd = -1;
     if (ferry::proto::connect_unix(d.socket, &fd) != 0) return 1000;
     auto req = ferry::proto::make<ferry::proto::AdminRequest>(ferry::proto::Type::admin_request);
     req.request = 9;
-    req.action = ferry::proto::kAdminDisconnect;
+    req.action = action;
     req.client = id;
     std::vector<uint8_t> msg;
     ferry::proto::Reply rep{};
@@ -191,8 +191,10 @@ TEST_CASE("only the daemon's admins may disconnect a client", "[isolation][uid][
     ::close(fd);
     return ok ? rep.status : 1001;
   };
-  // Another user: refused, and the client keeps its session.
+  auto disconnect = [&](uint64_t id) { return admin(ferry::proto::kAdminDisconnect, id); };
+  // Another user: refused, and the client keeps its session; nor may it stop the daemon.
   CHECK(as_other([&] { return disconnect(info.client_id) == -EPERM ? 0 : 1; }) == 0);
+  CHECK(as_other([&] { return admin(ferry::proto::kAdminDrain, 0) == -EPERM ? 0 : 1; }) == 0);
   ferry_buffer b = 0;
   CHECK(ferry_buffer_alloc(mine, 4096, &b) == 0);
   // Root (an admin): no such client, then this one.

@@ -226,9 +226,9 @@ for _ in $(seq 100); do ctl -d 0 --json status | grep -q '"clients":\[\]' && bre
 ctl -d 0 --json status | grep -q '"clients":\[\]' || fail "the disconnected client is still listed"
 if ctl -d 0 disconnect 99999 2>/dev/null; then fail "disconnect of no such client succeeded"; fi
 kill "$holder" 2>/dev/null || true
-kill -TERM "$e0"
-wait "$e0" || true
-echo "ok: -d, --all, --json everywhere, promtool accepts the metrics (device label), watch rides out a restart in 80 columns, disconnect"
+ctl -d 0 drain | grep -q "is draining" || fail "ferryctl drain"
+wait "$e0" || fail "ferryd did not exit 0 after ferryctl drain"
+echo "ok: -d, --all, --json everywhere, promtool accepts the metrics (device label), watch rides out a restart in 80 columns, disconnect, drain"
 
 echo "== journald sees each line's priority"
 sock3=$tmp/journal.sock

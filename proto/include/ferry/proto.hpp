@@ -213,6 +213,7 @@ static_assert(sizeof(StatusRequest) == 16);
 // answered by a Reply: 0, -EPERM (not one of the daemon's admins), -ENOENT
 // (no such connected client), -EINVAL (unknown action).
 inline constexpr uint32_t kAdminDisconnect = 1;  // end client `client`'s session
+inline constexpr uint32_t kAdminDrain = 2;       // stop as on SIGTERM: copies drain, clients are told, exit 0
 struct AdminRequest {
   Header h;
   uint64_t request;
