@@ -140,12 +140,16 @@ const json::value* at(const json::object& o, const char* path) {
   }
 }
 
+// A count in the document: a non-negative integer, 0 for anything else.
+unsigned long long count(const json::value& v) {
+  if (v.is_uint64()) return v.as_uint64();
+  if (v.is_int64()) return static_cast<unsigned long long>(std::max<int64_t>(0, v.as_int64()));
+  return 0;
+}
+
 unsigned long long num(const json::object& o, const char* path) {
   const json::value* v = at(o, path);
-  if (v == nullptr) return 0;
-  if (v->is_uint64()) return v->as_uint64();
-  if (v->is_int64()) return static_cast<unsigned long long>(std::max<int64_t>(0, v->as_int64()));
-  return 0;
+  return v == nullptr ? 0 : count(*v);
 }
 
 std::string str(const json::object& o, const char* path, const char* dflt = "?") {
@@ -287,15 +291,12 @@ void histogram(Families& f, const char* name, const char* help, const std::strin
   Family& fam = f[name];
   fam.type = "histogram";
   fam.help = help;
-  auto u = [](const json::value& v) -> unsigned long long {
-    return v.is_uint64() ? v.as_uint64() : v.is_int64() ? static_cast<unsigned long long>(std::max<int64_t>(0, v.as_int64())) : 0;
-  };
   unsigned long long cum = 0;
   char line[256];
   for (size_t i = 0; i < c->as_array().size(); ++i) {
-    cum += u(c->as_array()[i]);
+    cum += count(c->as_array()[i]);
     char le[32] = "+Inf";
-    if (i < b->as_array().size()) std::snprintf(le, sizeof le, "%g", double(u(b->as_array()[i])) / 1e9);
+    if (i < b->as_array().size()) std::snprintf(le, sizeof le, "%g", double(count(b->as_array()[i])) / 1e9);
     std::snprintf(line, sizeof line, "%s_bucket{%s,le=\"%s\"} %llu", name, dev.c_str(), le, cum);
     fam.samples.push_back(line);
   }
@@ -440,18 +441,27 @@ int watch(const Args& a) {
   return kOk;
 }
 
-// ferryctl drain: an administrator's orderly stop.
-int drain(const Args& a) {
+// One administrator's request (AdminRequest) to the daemon at a.socket;
+// `what` names it in an error. Returns an Exit code.
+int admin(const Args& a, uint32_t action, uint64_t client, const std::string& what) {
   auto req = proto::make<proto::AdminRequest>(proto::Type::admin_request);
   req.request = 1;
-  req.action = proto::kAdminDrain;
+  req.action = action;
+  req.client = client;
   std::vector<uint8_t> msg;
   if (int r = ask(a.socket, &req, sizeof req, proto::Type::reply, &msg); r != kOk) return r;
   proto::Reply rep{};
-  if (!proto::as(msg, &rep) || rep.status != 0) {
-    std::fprintf(stderr, "ferryctl: drain: %s\n", std::strerror(-rep.status));
+  const int status = proto::as(msg, &rep) ? rep.status : -EPROTO;
+  if (status != 0) {
+    std::fprintf(stderr, "ferryctl: %s: %s\n", what.c_str(), std::strerror(-status));
     return kDaemonError;
   }
+  return kOk;
+}
+
+// ferryctl drain: an administrator's orderly stop.
+int drain(const Args& a) {
+  if (int r = admin(a, proto::kAdminDrain, 0, "drain"); r != kOk) return r;
   if (a.json)
     std::printf("%s\n", json::serialize(json::object{{"socket", a.socket}, {"draining", true}}).c_str());
   else
@@ -470,22 +480,11 @@ int disconnect(const Args& a) {
     std::fprintf(stderr, "ferryctl: \"%s\" is no client id\n", a.rest[0].c_str());
     return kUsage;
   }
-  auto req = proto::make<proto::AdminRequest>(proto::Type::admin_request);
-  req.request = 1;
-  req.action = proto::kAdminDisconnect;
-  req.client = id;
-  std::vector<uint8_t> msg;
-  if (int r = ask(a.socket, &req, sizeof req, proto::Type::reply, &msg); r != kOk) return r;
-  proto::Reply rep{};
-  if (!proto::as(msg, &rep) || rep.status != 0) {
-    std::fprintf(stderr, "ferryctl: disconnect %llu: %s\n", id, std::strerror(-rep.status));
-    return kDaemonError;
-  }
-  if (a.json) {
+  if (int r = admin(a, proto::kAdminDisconnect, id, "disconnect " + std::to_string(id)); r != kOk) return r;
+  if (a.json)
     std::printf("%s\n", json::serialize(json::object{{"socket", a.socket}, {"disconnected", id}}).c_str());
-  } else {
+  else
     std::printf("client %llu disconnected\n", id);
-  }
   return kOk;
 }
 

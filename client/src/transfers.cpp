@@ -53,7 +53,8 @@ uint64_t staging_threads(ferry_client* c) {
   const uint64_t pool = c->stager.workers() + 1;
   const uint32_t clients = c->seg->clients.load(std::memory_order_relaxed);
   if (clients <= 1) return pool;
-  const uint64_t share = std::thread::hardware_concurrency() / (4 * uint64_t{clients});
+  static const uint64_t cores = std::thread::hardware_concurrency();  // a system call: once
+  const uint64_t share = cores / (4 * uint64_t{clients});
   return std::clamp<uint64_t>(share, 1, pool);
 }
 
