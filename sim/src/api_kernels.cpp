@@ -34,6 +34,7 @@ ze_result_t zeCommandListAppendQueryKernelTimestamps(ze_command_list_handle_t h,
   if (events == nullptr || dst == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
   Command c;
   c.op = Command::Op::query_timestamps;
+  auto extra = std::make_shared<Command::Extra>();
   for (uint32_t i = 0; i < n; ++i) {
     Event* e = get<Event>(events[i]);
     if (e == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
@@ -42,9 +43,10 @@ ze_result_t zeCommandListAppendQueryKernelTimestamps(ze_command_list_handle_t h,
     const size_t off = offsets != nullptr ? offsets[i] : i * sizeof(ze_kernel_timestamp_result_t);
     auto* slot = reinterpret_cast<ze_kernel_timestamp_result_t*>(static_cast<char*>(dst) + off);
     if (ze_result_t r = memory().check_range(slot, sizeof *slot); r != ZE_RESULT_SUCCESS) return r;
-    c.queried.push_back(e);
-    c.stamps.push_back(slot);
+    extra->queried.push_back(e);
+    extra->stamps.push_back(slot);
   }
+  c.extra = std::move(extra);
   if (ze_result_t r = signal_event(hSignal, &c.signal); r != ZE_RESULT_SUCCESS) return r;
   return append(l, std::move(c), nwait, waits);
 }
@@ -79,12 +81,14 @@ ze_result_t zeCommandListAppendLaunchMultipleKernelsIndirect(ze_command_list_han
   if (ze_result_t r = memory().check_range(count, sizeof *count); r != ZE_RESULT_SUCCESS) return r;
   Command c;
   c.op = Command::Op::kernels_indirect;
-  c.count_word = count;  // read when the command runs: at most n of them
+  auto extra = std::make_shared<Command::Extra>();
+  extra->count_word = count;  // read when the command runs: at most n of them
   for (uint32_t i = 0; i < n; ++i) {
     Command::Launch launch{};
     if (ze_result_t r = prepare_launch(l, get<Kernel>(kernels[i]), &launch); r != ZE_RESULT_SUCCESS) return r;
-    c.kernels.push_back(launch);
+    extra->kernels.push_back(launch);
   }
+  c.extra = std::move(extra);
   if (ze_result_t r = signal_event(hSignal, &c.signal); r != ZE_RESULT_SUCCESS) return r;
   return append(l, std::move(c), nwait, waits);
 }

@@ -221,12 +221,12 @@ void Engine::execute(Command& c) {
         failed = true;
         break;
       }
-      for (size_t i = 0; i < c.queried.size(); ++i) {
-        const EventSlot& slot = c.queried[i]->pool->slots[c.queried[i]->index];
+      for (size_t i = 0; i < c.extra->queried.size(); ++i) {
+        const EventSlot& slot = c.extra->queried[i]->pool->slots[c.extra->queried[i]->index];
         ze_kernel_timestamp_result_t r{};
         r.global.kernelStart = r.context.kernelStart = __atomic_load_n(&slot.started_ns, __ATOMIC_RELAXED);
         r.global.kernelEnd = r.context.kernelEnd = __atomic_load_n(&slot.ended_ns, __ATOMIC_RELAXED);
-        std::memcpy(c.stamps[i], &r, sizeof r);
+        std::memcpy(c.extra->stamps[i], &r, sizeof r);
       }
       break;
     case Command::Op::kernels_indirect: {
@@ -235,11 +235,12 @@ void Engine::execute(Command& c) {
         break;
       }
       // The count is read when the command runs, as a device reads it.
-      const uint32_t n = std::min<uint64_t>(__atomic_load_n(c.count_word, __ATOMIC_ACQUIRE), c.kernels.size());
+      const Command::Extra& x = *c.extra;
+      const uint32_t n = std::min<uint64_t>(__atomic_load_n(x.count_word, __ATOMIC_ACQUIRE), x.kernels.size());
       for (uint32_t i = 0; i < n; ++i) {
         Command k;
-        k.builtin = c.kernels[i].builtin;
-        std::memcpy(k.args, c.kernels[i].args, sizeof k.args);
+        k.builtin = x.kernels[i].builtin;
+        std::memcpy(k.args, x.kernels[i].args, sizeof k.args);
         run_builtin(k);
       }
       wait_until(start + config().cost.latency_ns);
@@ -253,7 +254,13 @@ void Engine::execute(Command& c) {
   // barrier after a failed copy fails too.
   if (failed) pending_failure_ = faulted_ = true;
   if (c.signal != nullptr) {
-    c.signal->signal(pending_failure_ ? kFailed : kSignaled, start, now_ns());
+    const uint32_t state = pending_failure_ ? kFailed : kSignaled;
+    // Kernel timestamps only where the pool keeps them: a clock read less per command elsewhere.
+    if (c.signal->pool->kernel_timestamps) {
+      c.signal->signal(state, start, now_ns());
+    } else {
+      c.signal->signal(state);
+    }
     pending_failure_ = false;
   }
 }
