@@ -209,18 +209,22 @@ void print_status(const json::object& d) {
     std::printf("sharing     NVIDIA MPS: applications' kernels and ferryd's copies overlap\n");
   else if (sharing == "time-sliced")
     std::printf("sharing     time-sliced, no MPS: applications' kernels and ferryd's copies take turns (start MPS)\n");
-  std::printf("ring        %llu slots of %s per client, at most %llu clients\n", num(d, "ring.slots_per_client"),
-              human_bytes(num(d, "ring.slot_bytes")).c_str(), num(d, "ring.max_clients"));
-  std::printf("occupancy   %llu slots: %llu free, %llu in flight (%s in flight)\n", num(d, "ring.slots_total"),
-              num(d, "ring.slots_free"), num(d, "ring.slots_in_flight"), human_bytes(num(d, "ring.bytes_in_flight")).c_str());
+  std::printf("ring        %s of staging (%llu slots of %s) and %llu transfers in flight per client, at most %llu "
+              "clients\n",
+              human_bytes(num(d, "ring.slots_per_client") * num(d, "ring.slot_bytes")).c_str(),
+              num(d, "ring.slots_per_client"), human_bytes(num(d, "ring.slot_bytes")).c_str(),
+              num(d, "ring.entries_per_client"), num(d, "ring.max_clients"));
+  std::printf("occupancy   %llu transfers in flight, %llu more may start (%s in flight)\n",
+              num(d, "ring.transfers_in_flight"), num(d, "ring.entries_free"),
+              human_bytes(num(d, "ring.bytes_in_flight")).c_str());
   std::printf("since start %llu uploads (%llu pieces), %s; %llu downloads; %llu failed; %llu clients connected\n\n",
               num(d, "totals.uploads"), num(d, "totals.upload_pieces"), human_bytes(num(d, "totals.upload_bytes")).c_str(),
               num(d, "totals.downloads"), num(d, "totals.failed"), num(d, "totals.connections"));
-  std::printf("%-5s %-8s %-6s %-16s %-11s %-8s %-10s %-11s %-6s %s\n", "ID", "PID", "UID", "COMMAND", "SLOTS", "BUFFERS",
+  std::printf("%-5s %-8s %-6s %-16s %-11s %-8s %-10s %-11s %-6s %s\n", "ID", "PID", "UID", "COMMAND", "IN FLIGHT", "BUFFERS",
               "UPLOADS", "BYTES", "ERRORS", "CONNECTED SINCE");
   for (const auto& v : clients(d)) {
     const json::object& c = v.as_object();
-    const std::string slots = std::to_string(num(c, "slots_in_flight")) + "/" + std::to_string(num(c, "slots"));
+    const std::string slots = std::to_string(num(c, "transfers_in_flight")) + "/" + std::to_string(num(c, "entries"));
     std::printf("%-5llu %-8llu %-6llu %-16s %-11s %-8llu %-10llu %-11s %-6llu %s\n", num(c, "id"), num(c, "pid"),
                 num(c, "uid"), str(c, "name", "").c_str(), slots.c_str(), num(c, "buffers"), num(c, "uploads"),
                 human_bytes(num(c, "upload_bytes")).c_str(), num(c, "errors"),
@@ -234,16 +238,16 @@ void print_watch(const std::string& socket, const json::object& d) {
   std::printf("ferryd %s, device %llu: %.40s\n", str(d, "version").c_str(), num(d, "device.index"),
               str(d, "device.name").c_str());
   std::printf("%.78s\n", socket.c_str());
-  std::printf("slots %llu/%llu in flight %s  uploads %llu  failed %llu\n\n", num(d, "ring.slots_in_flight"),
-              num(d, "ring.slots_total"), bar(num(d, "ring.slots_in_flight"), num(d, "ring.slots_total"), 16).c_str(),
+  std::printf("in flight %llu/%llu %s  uploads %llu  failed %llu\n\n", num(d, "ring.transfers_in_flight"),
+              num(d, "ring.entries_total"), bar(num(d, "ring.transfers_in_flight"), num(d, "ring.entries_total"), 16).c_str(),
               num(d, "totals.uploads"), num(d, "totals.failed"));
-  std::printf("%-5s %-7s %-12s %-12s %-7s %-9s %-10s %s\n", "ID", "PID", "COMMAND", "OCCUPANCY", "SLOTS", "UPLOADS",
+  std::printf("%-5s %-7s %-12s %-12s %-7s %-9s %-10s %s\n", "ID", "PID", "COMMAND", "OCCUPANCY", "FLIGHT", "UPLOADS",
               "BYTES", "ERR");
   for (const auto& v : clients(d)) {
     const json::object& c = v.as_object();
-    const std::string slots = std::to_string(num(c, "slots_in_flight")) + "/" + std::to_string(num(c, "slots"));
+    const std::string slots = std::to_string(num(c, "transfers_in_flight")) + "/" + std::to_string(num(c, "entries"));
     std::printf("%-5llu %-7llu %-12.12s %-12s %-7s %-9llu %-10s %llu\n", num(c, "id"), num(c, "pid"),
-                str(c, "name", "").c_str(), bar(num(c, "slots_in_flight"), num(c, "slots"), 10).c_str(), slots.c_str(),
+                str(c, "name", "").c_str(), bar(num(c, "transfers_in_flight"), num(c, "entries"), 10).c_str(), slots.c_str(),
                 num(c, "uploads"), human_bytes(num(c, "upload_bytes")).c_str(), num(c, "errors"));
   }
 }
@@ -325,10 +329,10 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
       {"ferry_buffers", "gauge", "held.buffers", "Device buffers held by clients."},
       {"ferry_device_memory_bytes", "gauge", "held.device_bytes", "Device memory held by clients."},
       {"ferry_copies_in_flight", "gauge", "held.copies_in_flight", "Copies queued on the device."},
-      {"ferry_slots", "gauge", "ring.slots_total", "Staging slots of connected clients."},
-      {"ferry_slots_in_flight", "gauge", "ring.slots_in_flight", "Staging slots whose copy has not finished."},
+      {"ferry_ring_entries", "gauge", "ring.entries_total", "Transfers connected clients may have in flight at once."},
+      {"ferry_transfers_in_flight", "gauge", "ring.transfers_in_flight", "Transfers whose copy has not finished."},
       {"ferry_bytes_in_flight", "gauge", "ring.bytes_in_flight", "Bytes of copies not yet finished."},
-      {"ferry_slot_bytes", "gauge", "ring.slot_bytes", "Bytes per staging slot."},
+      {"ferry_slot_bytes", "gauge", "ring.slot_bytes", "Bytes per staging slot (the largest single copy)."},
   };
   for (const auto& p : kPlain) sample(f, p.name, p.type, p.help, dev, static_cast<double>(num(d, p.key)));
   sample(f, "ferry_device_lost", "gauge", "1 once the device reported itself lost.", dev, flag(d, "device.lost"));
@@ -341,7 +345,7 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
          1);
   if (per_client) {
     static const Plain kClient[] = {
-        {"ferry_client_slots_in_flight", "gauge", "slots_in_flight", "Staging slots of this client in flight."},
+        {"ferry_client_transfers_in_flight", "gauge", "transfers_in_flight", "Transfers of this client in flight."},
         {"ferry_client_uploads_total", "counter", "uploads", "ferry_upload calls of this client completed."},
         {"ferry_client_upload_bytes_total", "counter", "upload_bytes", "Bytes this client uploaded."},
         {"ferry_client_errors_total", "counter", "errors", "Transfers of this client that failed."},

@@ -22,8 +22,9 @@ void ClientState::adopt_segment(StagingSegment seg) {
   segment_ = std::move(seg);
   slot_count_ = slots;
   slot_bytes_ = slot_bytes;
-  slot_state_.assign(slots, kFree);
-  slot_status_.assign(slots, 0);
+  entries_ = proto::ring_entries(slots);
+  slot_state_.assign(entries_, kFree);
+  slot_status_.assign(entries_, 0);
 }
 
 uint64_t ClientState::adopt(BufferRef b) {
@@ -97,28 +98,31 @@ bool ClientState::event_pool(uint64_t id, uint64_t* backend_id) const {
   return true;
 }
 
-const char* ClientState::check_ticket(uint64_t ticket, uint32_t slot) const {
-  if (slot_count_ == 0) return "no staging segment: send Hello first";
-  if (ticket <= completed_ || ticket - completed_ > slot_count_) return "ticket outside the client's window";
-  if (slot != (ticket - 1) % slot_count_) return "slot does not match the ticket";
-  if (slot_state_[slot] != kFree) return "ticket already in flight";
+const char* ClientState::check_transfer(uint64_t ticket, uint32_t staging, uint64_t length) const {
+  if (entries_ == 0) return "no staging segment: send Hello first";
+  if (ticket <= completed_ || ticket - completed_ > entries_) return "ticket outside the client's window";
+  if (slot_state_[(ticket - 1) % entries_] != kFree) return "ticket already in flight";
+  if (length == 0 || length > slot_bytes_) return "transfer length outside one slot";
+  const uint64_t at = uint64_t{staging} * proto::kStagingAlign;
+  const uint64_t area = segment_.staging_bytes();
+  if (at > area || length > area - at) return "transfer outside the staging area";
   return nullptr;
 }
 
 void ClientState::mark_in_flight(uint64_t ticket, uint64_t bytes) {
-  slot_state_[(ticket - 1) % slot_count_] = kBusy;
+  slot_state_[(ticket - 1) % entries_] = kBusy;
   ++in_flight_;
   in_flight_bytes_ += bytes;
 }
 
 void ClientState::unmark_in_flight(uint64_t ticket, uint64_t bytes) {
-  slot_state_[(ticket - 1) % slot_count_] = kFree;
+  slot_state_[(ticket - 1) % entries_] = kFree;
   --in_flight_;
   in_flight_bytes_ -= bytes;
 }
 
 bool ClientState::finish(uint64_t ticket, uint64_t bytes, int status, Failed& failed) {
-  const uint32_t s = static_cast<uint32_t>((ticket - 1) % slot_count_);
+  const uint32_t s = static_cast<uint32_t>((ticket - 1) % entries_);
   slot_state_[s] = kDone;
   slot_status_[s] = status;
   --in_flight_;
@@ -126,7 +130,7 @@ bool ClientState::finish(uint64_t ticket, uint64_t bytes, int status, Failed& fa
   // Tickets complete in order: `completed` moves only over a contiguous run.
   bool moved = false;
   for (;;) {
-    const uint32_t next = static_cast<uint32_t>(completed_ % slot_count_);
+    const uint32_t next = static_cast<uint32_t>(completed_ % entries_);
     if (slot_state_[next] != kDone) break;
     if (slot_status_[next] != 0) {
       failed.emplace_back(completed_ + 1, slot_status_[next]);
@@ -168,11 +172,11 @@ void ClientState::publish(size_t new_failures, bool host_writes_device_word) {
 }
 
 bool ClientState::advance_frontier(uint64_t* value) {
-  if (slot_count_ == 0) return false;
+  if (entries_ == 0) return false;
   uint64_t f = std::max(frontier_, completed_);
-  // Ticket f + 1 sits in slot f % slot_count; the window ends slot_count past completed.
-  while (f - completed_ < slot_count_) {
-    const uint8_t st = slot_state_[f % slot_count_];
+  // Ticket f + 1 sits at f % entries; the window ends `entries` past completed.
+  while (f - completed_ < entries_) {
+    const uint8_t st = slot_state_[f % entries_];
     if (st != kBusy && st != kDone) break;
     ++f;
   }
@@ -183,7 +187,7 @@ bool ClientState::advance_frontier(uint64_t* value) {
 }
 
 void ClientState::hold(const Held& h) {
-  slot_state_[(h.t.ticket - 1) % slot_count_] = kHeld;
+  slot_state_[(h.t.ticket - 1) % entries_] = kHeld;
   held_.push_back(h);
 }
 
@@ -208,7 +212,7 @@ void ClientState::add_slot_waits(Histogram& h) const {
   }
   const auto age = std::chrono::steady_clock::now() - steady_since;
   const auto age_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(age).count());
-  if (total != mine.count || mine.count > transfers_ + slot_count_) return;
+  if (total != mine.count || mine.count > transfers_ + entries_) return;
   if (mine.count != 0 && mine.sum_ns / mine.count > age_ns) return;
   h.count += mine.count;
   h.sum_ns += mine.sum_ns;

@@ -59,6 +59,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   const StagingSegment& segment() const { return segment_; }
   uint32_t slot_count() const { return slot_count_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
+  uint32_t ring_entries() const { return entries_; }
   uint64_t completed() const { return completed_; }
   uint32_t in_flight() const { return in_flight_; }
   uint64_t in_flight_bytes() const { return in_flight_bytes_; }
@@ -92,9 +93,10 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   const std::map<uint64_t, uint64_t>& event_pools() const { return event_pools_; }
 
   // ---- the ticket window
-  // Checks a transfer's ticket and slot against this client's window.
-  // Returns nullptr or the reason it is refused.
-  const char* check_ticket(uint64_t ticket, uint32_t slot) const;
+  // Checks a transfer's ticket against this client's window, and its
+  // staging range (proto::Transfer::staging, length) against the staging
+  // area. Returns nullptr or the reason it is refused.
+  const char* check_transfer(uint64_t ticket, uint32_t staging, uint64_t length) const;
   void mark_in_flight(uint64_t ticket, uint64_t bytes);
   void unmark_in_flight(uint64_t ticket, uint64_t bytes);  // the device refused it after all
   // Records the outcome of one ticket; returns true when `completed` moved.
@@ -159,7 +161,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   StagingSegment segment_;
   uint32_t slot_count_ = 0;
   uint64_t slot_bytes_ = 0;
-  std::vector<uint8_t> slot_state_;
+  uint32_t entries_ = 0;             // tickets in flight at once (proto::ring_entries)
+  std::vector<uint8_t> slot_state_;  // per ticket in the window, at (ticket - 1) % entries_
   std::vector<int> slot_status_;
   uint64_t completed_ = 0;
   uint64_t failures_ = 0;  // failures published so far

@@ -60,8 +60,7 @@ void TransferEngine::stop() {
 const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& m, bool download,
                                      const proto::UploadSignal* sig, uint64_t after) {
   // Breaking the slot protocol is a broken client: its session closes.
-  if (const char* why = c->check_ticket(m.ticket, m.slot)) return why;
-  if (m.length == 0 || m.length > c->slot_bytes()) return "transfer length outside one slot";
+  if (const char* why = c->check_transfer(m.ticket, m.staging, m.length)) return why;
   if ((m.flags & ~proto::kTransferLastPiece) != 0) return "transfer with unknown flags";
   c->note_transfer();
   ClientState::Held h{m, download, sig != nullptr, sig != nullptr ? *sig : proto::UploadSignal{}, after};
@@ -88,7 +87,7 @@ void TransferEngine::issue(const ClientRef& c, const ClientState::Held& h) {
     if (!c->event_pool(h.sig.pool, &signal.pool)) return fail(c, m.ticket, -ENOENT);
     signal.index = h.sig.event;
   }
-  char* slot = c->segment().slot(m.slot);
+  char* slot = c->segment().slots_begin() + uint64_t{m.staging} * proto::kStagingAlign;
   // CUDA device addresses are not host pointers: plain integer arithmetic.
   auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + m.offset);
   const bool last = (m.flags & proto::kTransferLastPiece) != 0;

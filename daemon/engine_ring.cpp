@@ -19,7 +19,7 @@ void TransferEngine::use_ring(const ClientRef& c) {
 size_t TransferEngine::drain_ring(const ClientRef& c) {
   if (!c->ring || c->ring_broken || !c->connected) return 0;
   proto::SubmitEntry* ring = c->segment().ring();
-  const uint32_t count = c->slot_count();
+  const uint32_t count = c->ring_entries();
   size_t n = 0;
   // At most one round of the ring per call: past it the window check refuses anyway.
   for (uint32_t i = 0; i < count; ++i) {
@@ -31,7 +31,7 @@ size_t TransferEngine::drain_ring(const ClientRef& c) {
     proto::UploadSignal sig{};
     proto::Transfer& m = sig.t;
     const uint64_t word = e.type.load(std::memory_order_relaxed);
-    const uint64_t type = word & 0xffffffffu;
+    const uint64_t type = word & 0xffffu;
     m.length = e.length.load(std::memory_order_relaxed);
     m.buffer = e.buffer.load(std::memory_order_relaxed);
     m.offset = e.offset.load(std::memory_order_relaxed);
@@ -39,9 +39,9 @@ size_t TransferEngine::drain_ring(const ClientRef& c) {
     sig.pool = e.pool.load(std::memory_order_relaxed);
     const uint64_t event = e.event.load(std::memory_order_relaxed);
     m.ticket = t;
-    m.slot = static_cast<uint32_t>((t - 1) % count);
+    m.staging = static_cast<uint32_t>(word >> 32);
     m.h.type = static_cast<uint16_t>(type);
-    m.flags = static_cast<uint32_t>(word >> 32);
+    m.flags = static_cast<uint32_t>((word >> 16) & 0xffffu);
     c->ring_next = t + 1;
     ++stats_.ring_entries;
     const char* why = nullptr;

@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 
+#include "ferry/proto.hpp"
 #include "backend.hpp"
 #include "ferry/wire.hpp"
 #include "log.hpp"
@@ -209,6 +210,9 @@ int main(int argc, char** argv) {
   }
   if (o.slots < 1 || o.slots > 4096) {
     return bad("slots", "must be between 1 and 4096");
+  }
+  if (uint64_t{o.slots} * o.slot_bytes > ferry::proto::kStagingAlign << 32) {
+    return bad("slots", "times slot-size must be at most 256 GiB (a client's staging area)");
   }
   if (o.max_connections == 0) o.max_connections = o.max_clients + 64;
   {

@@ -112,6 +112,7 @@ void Requests::on_hello(const proto::Hello& m) {
   w.segment_bytes = c->segment().bytes();
   w.slot_bytes = c->slot_bytes();
   w.slot_count = c->slot_count();
+  w.ring_entries = c->ring_entries();
   w.slots_offset = c->segment().slots_offset();
   w.ring_offset = proto::ring_offset();
   w.max_buffer_bytes = o.client_memory != 0 ? o.client_memory : info.memory_bytes;

@@ -41,6 +41,7 @@ int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
   h->magic = proto::kMagic;
   h->version = proto::kVersion;
   h->slot_count = slot_count;
+  h->ring_entries = proto::ring_entries(slot_count);
   h->slot_bytes = slot_bytes;
   h->slots_offset = slots_offset_;
   h->segment_bytes = bytes;

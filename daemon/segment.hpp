@@ -32,10 +32,13 @@ class StagingSegment {
   uint64_t bytes() const { return bytes_; }
   proto::Segment* header() const { return static_cast<proto::Segment*>(map_.data()); }
   char* slot(uint32_t i) const;
+  // The staging area (slot_count * slot_bytes), where clients place transfers by offset.
   char* slots_begin() const;
+  uint64_t staging_bytes() const { return uint64_t{slot_count_} * slot_bytes_; }
+  uint32_t ring_entries() const { return proto::ring_entries(slot_count_); }
   uint64_t slots_offset() const { return slots_offset_; }
   uint64_t slots_bytes() const { return bytes_ - slots_offset_; }
-  // The submission ring: one entry per slot (proto::SubmitEntry).
+  // The submission ring: ring_entries() entries (proto::SubmitEntry).
   proto::SubmitEntry* ring() const;
 
  private:

@@ -47,12 +47,12 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
   const DeviceInfo& info = engine.device();
   const EngineStats& st = engine.stats();
   const bool all = is_admin(opts, viewer, viewer_gid);
-  uint64_t slots_total = 0, slots_busy = 0;
+  uint64_t entries_total = 0, busy = 0;
   json::array clients;
   for (const auto& [id, c] : engine.clients()) {
     if (!c->connected) continue;
-    slots_total += c->slot_count();
-    slots_busy += c->in_flight();
+    entries_total += c->ring_entries();
+    busy += c->in_flight();
     if (!all && c->uid != viewer) continue;
     const ClientStats& cs = c->stats();
     clients.push_back(json::object{{"id", c->id()},
@@ -60,7 +60,8 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
                                    {"uid", c->uid},
                                    {"name", c->name},
                                    {"slots", c->slot_count()},
-                                   {"slots_in_flight", c->in_flight()},
+                                   {"entries", c->ring_entries()},
+                                   {"transfers_in_flight", c->in_flight()},
                                    {"bytes_in_flight", c->in_flight_bytes()},
                                    {"buffers", c->buffer_count()},
                                    {"device_bytes", c->device_bytes()},
@@ -118,10 +119,11 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
       {"ring",
        {{"slot_bytes", opts.slot_bytes},
         {"slots_per_client", opts.slots},
+        {"entries_per_client", proto::ring_entries(opts.slots)},
         {"max_clients", opts.max_clients},
-        {"slots_total", slots_total},
-        {"slots_in_flight", slots_busy},
-        {"slots_free", slots_total - slots_busy},
+        {"entries_total", entries_total},
+        {"transfers_in_flight", busy},
+        {"entries_free", entries_total - busy},
         {"bytes_in_flight", st.in_flight_bytes}}},
       // uploads: ferry_upload calls done; upload_pieces: the copies they took.
       // connections: clients (Hellos), not status requests such as ferryctl's.
@@ -152,11 +154,11 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
 }
 
 std::string status_line(const TransferEngine& engine) {
-  uint64_t slots = 0, busy = 0;
+  uint64_t entries = 0, busy = 0;
   for (const auto& [id, c] : engine.clients())
-    if (c->connected) slots += c->slot_count(), busy += c->in_flight();
+    if (c->connected) entries += c->ring_entries(), busy += c->in_flight();
   return std::to_string(engine.connected_clients()) + " clients, " + std::to_string(busy) + "/" +
-         std::to_string(slots) + " slots in flight, " + std::to_string(engine.stats().uploads) + " uploads" +
+         std::to_string(entries) + " transfers in flight, " + std::to_string(engine.stats().uploads) + " uploads" +
          (engine.device_lost() ? ", DEVICE LOST" : "");
 }
 

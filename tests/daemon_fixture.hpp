@@ -275,17 +275,22 @@ class RawClient {
     REQUIRE(seg != MAP_FAILED);
   }
   char* slot(uint32_t i) { return seg + welcome.slots_offset + uint64_t{i} * welcome.slot_bytes; }
+  // Where this raw client stages ticket t: slot (t - 1) % slot_count, as
+  // units of proto::kStagingAlign (any place inside the area would do).
+  uint32_t staging_of(uint64_t t) const {
+    return static_cast<uint32_t>((t - 1) % welcome.slot_count * welcome.slot_bytes / proto::kStagingAlign);
+  }
   proto::Segment* header() { return reinterpret_cast<proto::Segment*>(seg); }
   // With kFeatureSubmitRing: the entry of ticket t, filled and published
   // (ticket stored last), with a Doorbell when the daemon asks for one.
   proto::SubmitEntry& entry(uint64_t t) {
     auto* ring = reinterpret_cast<proto::SubmitEntry*>(seg + welcome.ring_offset);
-    return ring[(t - 1) % welcome.slot_count];
+    return ring[(t - 1) % welcome.ring_entries];
   }
   void publish(uint64_t t, proto::Type type, uint64_t len, uint64_t buffer, uint64_t offset, uint64_t after = 0,
                bool ring_bell = true) {
     proto::SubmitEntry& e = entry(t);
-    e.type = static_cast<uint64_t>(type);
+    e.type = static_cast<uint64_t>(type) | uint64_t{staging_of(t)} << 32;
     e.length = len;
     e.buffer = buffer;
     e.offset = offset;
@@ -324,7 +329,7 @@ class RawClient {
   proto::Transfer transfer(proto::Type t, uint64_t ticket, uint64_t len, uint64_t buffer, uint64_t offset) {
     auto m = proto::make<proto::Transfer>(t);
     m.ticket = ticket;
-    m.slot = static_cast<uint32_t>((ticket - 1) % welcome.slot_count);
+    m.staging = staging_of(ticket);
     m.length = len;
     m.buffer = buffer;
     m.offset = offset;

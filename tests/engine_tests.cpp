@@ -16,6 +16,7 @@
 #include "mps.hpp"
 
 using namespace ferry::ferryd;
+namespace proto = ferry::proto;
 
 namespace {
 std::unique_ptr<Backend> backend() {
@@ -41,23 +42,31 @@ TEST_CASE("the backend reports the simulated device with a copy engine and host 
   CHECK(b->info().name.find("simulated") != std::string::npos);
 }
 
-TEST_CASE("tickets: the window, slot agreement and no double use", "[engine][slots]") {
+TEST_CASE("tickets: the window, the staging range and no double use", "[engine][slots]") {
   ClientState c(1);
-  REQUIRE(c.create_segment(4, 4096) == 0);
-  CHECK(c.check_ticket(0, 0) != nullptr);   // tickets start at 1
-  CHECK(c.check_ticket(1, 0) == nullptr);
-  CHECK(c.check_ticket(1, 1) != nullptr);   // wrong slot for the ticket
-  CHECK(c.check_ticket(4, 3) == nullptr);
-  CHECK(c.check_ticket(5, 0) != nullptr);   // beyond the window: slot 0 not yet free
+  REQUIRE(c.create_segment(4, 4096) == 0);  // 16 KiB of staging, 16 tickets in flight
+  const uint32_t n = proto::ring_entries(4);
+  REQUIRE(c.ring_entries() == n);
+  const uint32_t last = (4 * 4096 - 64) / proto::kStagingAlign;  // the staging area's last 64 bytes
+  CHECK(c.check_transfer(0, 0, 64) != nullptr);      // tickets start at 1
+  CHECK(c.check_transfer(1, 0, 64) == nullptr);
+  CHECK(c.check_transfer(1, last, 64) == nullptr);   // anywhere in the area
+  CHECK(c.check_transfer(1, last, 65) != nullptr);   // past its end
+  CHECK(c.check_transfer(1, last + 1, 1) != nullptr);
+  CHECK(c.check_transfer(1, UINT32_MAX, 64) != nullptr);
+  CHECK(c.check_transfer(1, 0, 0) != nullptr);       // empty
+  CHECK(c.check_transfer(1, 0, 4097) != nullptr);    // more than one slot
+  CHECK(c.check_transfer(n, 0, 64) == nullptr);
+  CHECK(c.check_transfer(n + 1, 0, 64) != nullptr);  // beyond the window: ticket 1 not yet done
   c.mark_in_flight(1, 10);
-  CHECK(c.check_ticket(1, 0) != nullptr);   // already in flight
+  CHECK(c.check_transfer(1, 0, 64) != nullptr);      // already in flight
   CHECK(c.in_flight() == 1);
   CHECK(c.in_flight_bytes() == 10);
   Failed f;
   CHECK(c.finish(1, 10, 0, f));
   CHECK(c.completed() == 1);
-  CHECK(c.check_ticket(1, 0) != nullptr);   // done: behind the window now
-  CHECK(c.check_ticket(5, 0) == nullptr);   // slot 0 is free again
+  CHECK(c.check_transfer(1, 0, 64) != nullptr);      // done: behind the window now
+  CHECK(c.check_transfer(n + 1, 0, 64) == nullptr);  // its entry is free again
 }
 
 TEST_CASE("completion moves only over a contiguous run; failures come in ticket order", "[engine][slots]") {

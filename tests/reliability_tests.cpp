@@ -123,11 +123,11 @@ TEST_CASE("bad input on raw sockets: each gets an error or its session closed; t
     REQUIRE(r.expect(proto::Type::error, &e));
     CHECK(std::string(e.text).find("version") != std::string::npos);
   }
-  SECTION("a slot outside the segment, a ticket outside the window") {
+  SECTION("staging outside the segment, a ticket outside the window") {
     RawClient r(d.socket);
     r.hello();
     auto m = r.transfer(proto::Type::upload, 1, 16, 1, 0);
-    m.slot = 1000000;
+    m.staging = 1000000;
     r.send(m);
     proto::Error e{};
     REQUIRE(r.expect(proto::Type::error, &e));

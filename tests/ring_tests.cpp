@@ -21,7 +21,8 @@ struct RingClient : RawClient {
     hello("ring", proto::kFeatureSubmitRing | proto::kFeatureTimelineCounter);
     REQUIRE((welcome.features & proto::kFeatureSubmitRing) != 0);
     REQUIRE(welcome.ring_offset >= sizeof(proto::Segment));
-    REQUIRE(welcome.ring_offset + welcome.slot_count * sizeof(proto::SubmitEntry) <= welcome.slots_offset);
+    REQUIRE(welcome.ring_entries == proto::ring_entries(welcome.slot_count));
+    REQUIRE(welcome.ring_offset + welcome.ring_entries * sizeof(proto::SubmitEntry) <= welcome.slots_offset);
     buffer = alloc(64 * 1024);
   }
   uint64_t completed() { return header()->completed.load(std::memory_order_acquire); }
@@ -124,6 +125,40 @@ TEST_CASE("ring: a bad entry closes only its own session", "[ring][badinput]") {
     r.publish(1, proto::Type::upload, r.welcome.slot_bytes + 1, r.buffer, 0);
     closed_for(r, "length");
   }
+  SECTION("bytes past the staging area's end") {
+    proto::SubmitEntry& e = r.entry(1);
+    const uint64_t area = uint64_t{r.welcome.slot_count} * r.welcome.slot_bytes;
+    e.type = static_cast<uint64_t>(proto::Type::upload) | (area - 64) / proto::kStagingAlign << 32;
+    e.length = 4096;  // one slot's worth, but only 64 bytes are left
+    e.buffer = r.buffer;
+    e.offset = 0;
+    e.after = e.pool = e.event = 0;
+    e.ticket.store(1);
+    r.send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    closed_for(r, "staging area");
+  }
+  SECTION("a staging offset far past the segment") {
+    proto::SubmitEntry& e = r.entry(1);
+    e.type = static_cast<uint64_t>(proto::Type::download) | uint64_t{UINT32_MAX} << 32;
+    e.length = 64;
+    e.buffer = r.buffer;
+    e.offset = 0;
+    e.after = e.pool = e.event = 0;
+    e.ticket.store(1);
+    r.send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    closed_for(r, "staging area");
+  }
+  SECTION("flags that do not exist") {
+    proto::SubmitEntry& e = r.entry(1);
+    e.type = static_cast<uint64_t>(proto::Type::upload) | uint64_t{0x8000} << 16;
+    e.length = 64;
+    e.buffer = r.buffer;
+    e.offset = 0;
+    e.after = e.pool = e.event = 0;
+    e.ticket.store(1);
+    r.send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    closed_for(r, "flags");
+  }
   SECTION("a zero length") {
     r.publish(1, proto::Type::upload, 0, r.buffer, 0);
     closed_for(r, "length");
@@ -145,7 +180,7 @@ TEST_CASE("ring: a bad entry closes only its own session", "[ring][badinput]") {
     closed_for(r, "32 bits");
   }
   SECTION("a ticket past the window (the first one held, the ring published all round)") {
-    const uint32_t n = r.welcome.slot_count;
+    const uint32_t n = r.welcome.ring_entries;
     r.publish(1, proto::Type::upload_after, 4096, r.buffer, 0, ~uint64_t{0});  // held: app_value never gets there
     for (uint64_t t = 2; t <= n; ++t) r.publish(t, proto::Type::upload, 4096, r.buffer, 0);
     // Any request makes the daemon take the ring first: after this reply
@@ -180,7 +215,7 @@ TEST_CASE("ring: a client rewriting its whole ring at random ends only its own s
     RingClient r(d.socket);
     std::mt19937_64 rng(static_cast<uint64_t>(round) * 7919 + 1);
     auto* words = reinterpret_cast<std::atomic<uint64_t>*>(&r.entry(1));
-    const size_t count = r.welcome.slot_count * sizeof(proto::SubmitEntry) / 8;
+    const size_t count = r.welcome.ring_entries * sizeof(proto::SubmitEntry) / 8;
     const auto bell = proto::make<proto::Doorbell>(proto::Type::doorbell);
     // Random words, with tickets that are sometimes the expected ones.
     for (int i = 0; i < 20000; ++i) {

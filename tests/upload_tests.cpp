@@ -327,7 +327,8 @@ TEST_CASE("a malformed message closes only its own session", "[upload][badinput]
   RawClient wrong_slot(d.socket);
   wrong_slot.hello();
   auto m = wrong_slot.transfer(proto::Type::upload, 1, 16, 1, 0);
-  m.slot = 3;  // not the ticket's slot
+  // Its last 16 bytes would pass the staging area's end.
+  m.staging = static_cast<uint32_t>(wrong_slot.welcome.slot_count * wrong_slot.welcome.slot_bytes / proto::kStagingAlign);
   wrong_slot.send(m);
   REQUIRE(wrong_slot.expect(proto::Type::error, &e));
   CHECK(wrong_slot.closed_by_peer());
@@ -451,30 +452,31 @@ TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as 
     if (row.get<pid_t>("pid") != getpid()) continue;
     found = true;
     CHECK(row.get<uint64_t>("slots") == 4);
-    CHECK(row.get<uint64_t>("slots_in_flight") == 3);
+    CHECK(row.get<uint64_t>("entries") == 16);
+    CHECK(row.get<uint64_t>("transfers_in_flight") == 3);
     CHECK(row.get<uint64_t>("buffers") == 2);
     CHECK(row.get<uint64_t>("device_bytes") == 4096 + 8192);
   }
   CHECK(found);
-  CHECK(doc.get<uint64_t>("ring.slots_in_flight") == 3);
+  CHECK(doc.get<uint64_t>("ring.transfers_in_flight") == 3);
   CHECK(doc.get<uint64_t>("held.buffers") == 2);
 
   const std::string table = run(ctl + " status", &rc);
   CHECK(rc == 0);
-  CHECK(table.find(" 3/4 ") != std::string::npos);
+  CHECK(table.find(" 3/16 ") != std::string::npos);
 
   // Every series carries its device; per-client series only when asked for.
   CHECK(run(ctl + " metrics", &rc).find("ferry_client_") == std::string::npos);
   const std::string metrics = run(ctl + " metrics --per-client", &rc);
   CHECK(rc == 0);
   CHECK(metrics.find("# TYPE ferry_uploads_total counter") != std::string::npos);
-  CHECK(metrics.find("ferry_slots_in_flight{device=\"0\"} 3\n") != std::string::npos);
+  CHECK(metrics.find("ferry_transfers_in_flight{device=\"0\"} 3\n") != std::string::npos);
   CHECK(metrics.find("ferry_buffers{device=\"0\"} 2\n") != std::string::npos);
   const std::string row = "pid=\"" + std::to_string(getpid()) + "\"";
   bool client_line = false;
   std::istringstream lines(metrics);
   for (std::string l; std::getline(lines, l);)
-    if (l.rfind("ferry_client_slots_in_flight{", 0) == 0 && l.find(row) != std::string::npos)
+    if (l.rfind("ferry_client_transfers_in_flight{", 0) == 0 && l.find(row) != std::string::npos)
       client_line = l.size() >= 2 && l.substr(l.size() - 2) == " 3";
   CHECK(client_line);
   CHECK(metrics.find("ferry_upload_latency_seconds_bucket{device=\"0\",le=\"+Inf\"}") != std::string::npos);
@@ -485,7 +487,7 @@ TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as 
   for (int i = 0; i < 100 && !zero; ++i) {
     auto after = parse_json(run(ctl + " status --json"));
     zero = after.get<uint64_t>("held.clients") == 0 && after.get<uint64_t>("held.buffers") == 0 &&
-           after.get<uint64_t>("ring.slots_in_flight") == 0 && after.get_child("clients").empty();
+           after.get<uint64_t>("ring.transfers_in_flight") == 0 && after.get_child("clients").empty();
     if (!zero) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   CHECK(zero);

@@ -45,14 +45,16 @@ int map_segment(ferry_client* c, int seg_fd) {
   if (int r = c->mapping.map(seg_fd, w.segment_bytes); r != 0) return r == -EPROTO ? r : -ENOMEM;
   void* p = c->mapping.data();
   auto* seg = static_cast<proto::Segment*>(p);
-  if (seg->magic != proto::kMagic || w.slot_count == 0 ||
-      w.slots_offset + w.slot_count * w.slot_bytes > w.segment_bytes) {
+  if (seg->magic != proto::kMagic || w.slot_count == 0 || w.ring_entries == 0 || w.slot_bytes == 0 ||
+      w.slot_bytes % proto::kStagingAlign != 0 || w.slots_offset % proto::kStagingAlign != 0 ||
+      uint64_t{w.slot_count} * w.slot_bytes / proto::kStagingAlign > UINT32_MAX ||
+      w.slots_offset + uint64_t{w.slot_count} * w.slot_bytes > w.segment_bytes) {
     c->mapping.reset();
     return -EPROTO;
   }
   if (w.features & proto::kFeatureSubmitRing) {
     if (w.ring_offset < sizeof(proto::Segment) || w.ring_offset % alignof(proto::SubmitEntry) != 0 ||
-        w.ring_offset + uint64_t{w.slot_count} * sizeof(proto::SubmitEntry) > w.slots_offset) {
+        w.ring_offset + uint64_t{w.ring_entries} * sizeof(proto::SubmitEntry) > w.slots_offset) {
       c->mapping.reset();
       return -EPROTO;
     }
@@ -62,7 +64,9 @@ int map_segment(ferry_client* c, int seg_fd) {
   c->seg_bytes = w.segment_bytes;
   c->slot_count = w.slot_count;
   c->slot_bytes = w.slot_bytes;
-  c->timeline.attach(seg, static_cast<char*>(p) + w.slots_offset, w.slot_count, w.slot_bytes);
+  c->ring_entries = w.ring_entries;
+  c->timeline.attach(seg, static_cast<char*>(p) + w.slots_offset, uint64_t{w.slot_count} * w.slot_bytes,
+                     w.ring_entries);
   return 0;
 }
 

@@ -29,7 +29,8 @@ struct ferry_client {
   ferry::proto::SubmitEntry* ring = nullptr;
   uint64_t seg_bytes = 0;
   uint32_t slot_count = 0;
-  uint64_t slot_bytes = 0;
+  uint64_t slot_bytes = 0;     // the largest transfer
+  uint32_t ring_entries = 0;   // tickets in flight at once
   ferry::client::Stager stager;
 
   // Buffers this client allocated, opened or imported: id -> bytes.

@@ -21,12 +21,12 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kSlotSpin = std::chrono::microseconds(2);
 }  // namespace
 
-void Timeline::attach(proto::Segment* seg, char* slots, uint32_t slot_count, uint64_t slot_bytes) {
+void Timeline::attach(proto::Segment* seg, char* staging, uint64_t staging_bytes, uint32_t entries) {
   seg_ = seg;
-  slots_ = slots;
-  slot_count_ = slot_count;
-  slot_bytes_ = slot_bytes;
-  hold_ = std::make_unique<std::atomic<uint32_t>[]>(slot_count);
+  staging_ = staging;
+  staging_bytes_ = staging_bytes;
+  entries_ = entries;
+  start_ = std::make_unique<uint64_t[]>(entries);
 }
 
 int Timeline::take(uint64_t count, uint64_t* first) {
@@ -70,6 +70,10 @@ void Timeline::ended(int why) {
     dead_ = why;
   }
   cv_.notify_all();
+  {
+    std::lock_guard lock(place_mu_);  // a placer checks dead_ under it
+  }
+  place_cv_.notify_all();
   wake_sleepers();
 }
 
@@ -133,20 +137,45 @@ int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready, Cl
   }
 }
 
-int Timeline::wait_slot(uint64_t t, int stall_ms) {
-  const uint32_t s = static_cast<uint32_t>((t - 1) % slot_count_);
-  const uint64_t need = t > slot_count_ ? t - slot_count_ : 0;
+int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset) {
   const auto t0 = Clock::now();
-  // The daemon's own word, not the device's: ferryd takes the slot back when
-  // the copy retires, and refuses a ticket beyond its window before that.
-  auto ready = [&] { return seg_->completed.load(std::memory_order_acquire) >= need && hold_[s].load() == 0; };
-  // Asleep, it waits for three quarters of the window, not one slot: the
-  // device still has the last quarter to copy, and the slots after this one
-  // are then free too, so a stream of small uploads sleeps once per
-  // 3/4 window rather than once per upload. Measured on the 2-core machine,
-  // 200,000 uploads of 1 KiB: one slot 0.14 sleeps per upload, 1/2 window
-  // 0.078, 3/4 0.063; at 7/8 the device ran dry and ferryd's CPU rose.
-  const uint64_t target = need + std::min<uint64_t>(slot_count_ * 3 / 4, t - 1 - need);
+  uint64_t need = t > entries_ ? t - entries_ : 0;  // the daemon's window
+  {
+    std::unique_lock lock(place_mu_);
+    // Bytes are handed out in ticket order; the thread placing t - 1 (a
+    // staging thread of the same upload, or another caller) is about to.
+    place_cv_.wait(lock, [&] { return placed_ + 1 == t || dead_.load() != 0; });
+    if (int d = dead_.load(); d != 0) return d;
+    const uint64_t S = staging_bytes_;
+    uint64_t p = (head_ + proto::kStagingAlign - 1) / proto::kStagingAlign * proto::kStagingAlign;
+    if (p % S + length > S) p += S - p % S;  // never across the end
+    const uint64_t end = p + length;
+    // Every ticket that started before end - S used bytes this one overwrites
+    // (tickets start in order), and so must be done first.
+    if (reuse_ <= need) reuse_ = need + 1;
+    while (reuse_ < t && end > S && start_[(reuse_ - 1) % entries_] < end - S) ++reuse_;
+    need = std::max(need, reuse_ - 1);
+    start_[(t - 1) % entries_] = p;
+    head_ = end;
+    placed_ = t;
+    *offset = p % S;
+  }
+  place_cv_.notify_all();
+  // The daemon's own word, not the device's: ferryd refuses a ticket beyond
+  // its window until the copies before it retired. A download that still
+  // reads bytes of a ticket <= need holds them.
+  auto ready = [&] {
+    return seg_->completed.load(std::memory_order_acquire) >= need &&
+           oldest_hold_.load(std::memory_order_acquire) > need;
+  };
+  // Asleep, it waits for three quarters of what is in flight before it, not
+  // for `need` alone: the device still has the last quarter to copy, and the
+  // bytes after these are then free too, so a stream of small uploads sleeps
+  // once per 3/4 window rather than once per upload. Measured on the 2-core
+  // machine with 16 tickets in flight, 200,000 uploads of 1 KiB: one ticket
+  // 0.14 sleeps per upload, 1/2 0.078, 3/4 0.063; at 7/8 the device ran dry
+  // and ferryd's CPU rose.
+  const uint64_t target = need + (t - 1 - need) * 3 / 4;
   int r;
   for (uint64_t seen = seg_->completed.load(std::memory_order_acquire);;) {
     r = wait_for(Clock::now() + std::chrono::milliseconds(stall_ms), false, ready, kSlotSpin, target);
@@ -164,14 +193,24 @@ int Timeline::wait_slot(uint64_t t, int stall_ms) {
   m->slot_waits.fetch_add(1, std::memory_order_relaxed);
   m->slot_wait_ns.fetch_add(ns, std::memory_order_relaxed);
   m->buckets[proto::latency_bucket(ns)].fetch_add(1, std::memory_order_relaxed);
-  FERRY_SLOT_TAKEN(slot_of(t));
+  FERRY_SLOT_TAKEN(staging_);
   return r;
 }
 
-void Timeline::release_slot(uint64_t t) {
-  FERRY_SLOT_HANDED_ON(slot_of(t));
-  hold_[(t - 1) % slot_count_].fetch_sub(1);
-  wake_sleepers();  // an upload may wait for this slot
+void Timeline::hold(uint64_t t) {
+  std::lock_guard lock(place_mu_);
+  holds_.insert(t);
+  oldest_hold_.store(*holds_.begin(), std::memory_order_release);
+}
+
+void Timeline::release(uint64_t t) {
+  FERRY_SLOT_HANDED_ON(staging_);
+  {
+    std::lock_guard lock(place_mu_);
+    if (auto it = holds_.find(t); it != holds_.end()) holds_.erase(it);
+    oldest_hold_.store(holds_.empty() ? UINT64_MAX : *holds_.begin(), std::memory_order_release);
+  }
+  wake_sleepers();  // an upload may wait for these bytes
 }
 
 int Timeline::wait(uint64_t t, int64_t timeout_ns) {

@@ -2,9 +2,12 @@
 // `completed` counter read from the segment, failures and upload groups
 // from the receiver, and every wait a caller can make on them.
 //
-// Slots: ticket t uses slot (t - 1) % slot_count, and is written only once
-// every ticket up to t - slot_count is done (and no download still reads
-// the slot), so a slot is never rewritten before the device has read it.
+// Staging: the segment's staging area is a FIFO of byte ranges. Each ticket
+// takes the next `length` bytes (never wrapping inside one transfer), in
+// ticket order, and writes them only once every ticket that used those bytes
+// before is done, ticket t - entries is done (the daemon's window), and no
+// download still reads them: bytes are never rewritten before the device
+// read them, and small transfers share what one slot would hold.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -25,10 +29,9 @@ using Clock = std::chrono::steady_clock;
 
 class Timeline {
  public:
-  // The segment's header and slots, once connected.
-  void attach(proto::Segment* seg, char* slots, uint32_t slot_count, uint64_t slot_bytes);
-  // Where ticket t stages its bytes.
-  char* slot_of(uint64_t t) const { return slots_ + ((t - 1) % slot_count_) * slot_bytes_; }
+  // The segment's header and staging area, once connected.
+  void attach(proto::Segment* seg, char* staging, uint64_t staging_bytes, uint32_t entries);
+  char* staging() const { return staging_; }
 
   // ---- tickets
   // Reserves `count` consecutive tickets (the first in *first). With
@@ -50,10 +53,13 @@ class Timeline {
   void ended(int why);  // the connection is gone: every wait returns `why`
 
   // ---- waits
-  // Until ticket t's slot may be written; publishes the wait for metrics.
-  // When the daemon makes no progress for stall_ms, -ETIMEDOUT, and the
-  // connection is done for (the ticket can no longer be sent in order).
-  int wait_slot(uint64_t t, int stall_ms);
+  // Places ticket t's `length` bytes in the staging area (after ticket
+  // t - 1's: a caller waits for the thread that places t - 1), then waits
+  // until they may be written; *offset: where, from staging(). Publishes the
+  // wait for metrics. When the daemon makes no progress for stall_ms,
+  // -ETIMEDOUT, and the connection is done for (the ticket can no longer be
+  // sent in order).
+  int place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset);
   // Until ticket t is done (timeout_ns < 0: no limit), then its outcome.
   int wait(uint64_t t, int64_t timeout_ns);
   // Until every ticket handed out is done; the oldest failure among them, if any.
@@ -61,12 +67,10 @@ class Timeline {
   // The outcome of a done ticket: its error (reported once) or 0.
   int outcome(uint64_t t);
 
-  // A download reads ticket t's slot after t completes: no upload may reuse
-  // the slot until release_slot(t). Call hold_slot before t can complete.
-  void hold_slot(uint64_t t) { hold_[(t - 1) % slot_count_].fetch_add(1); }
-  void release_slot(uint64_t t);
-
-  uint32_t slot_count() const { return slot_count_; }
+  // A download reads ticket t's bytes after t completes: no later transfer
+  // may reuse them until release(t). Call hold before t can complete.
+  void hold(uint64_t t);
+  void release(uint64_t t);
 
  private:
   // Waits until ready(); spins for `spin`, then sleeps until ferryd's
@@ -81,10 +85,19 @@ class Timeline {
   void catch_up(std::unique_lock<std::mutex>& lock);
 
   proto::Segment* seg_ = nullptr;
-  char* slots_ = nullptr;
-  uint32_t slot_count_ = 0;
-  uint64_t slot_bytes_ = 0;
-  std::unique_ptr<std::atomic<uint32_t>[]> hold_;  // downloads still reading a slot
+  char* staging_ = nullptr;
+  uint64_t staging_bytes_ = 0;
+  uint32_t entries_ = 0;
+
+  // Placement, in ticket order (place()).
+  std::mutex place_mu_;  // the members below
+  std::condition_variable place_cv_;
+  uint64_t placed_ = 0;                 // the last ticket placed
+  uint64_t head_ = 0;                   // where the next transfer's bytes start, counted without wrapping
+  uint64_t reuse_ = 1;                  // the oldest ticket whose bytes a later one may still overlap
+  std::unique_ptr<uint64_t[]> start_;   // ticket t's first byte (unwrapped), at (t - 1) % entries
+  std::multiset<uint64_t> holds_;       // downloads still reading their bytes
+  std::atomic<uint64_t> oldest_hold_{UINT64_MAX};
 
   std::mutex mu_;  // everything below
   std::condition_variable cv_;

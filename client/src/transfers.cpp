@@ -86,6 +86,7 @@ uint64_t parallel_from() {
 // submission ring (a Doorbell only if ferryd's poller sleeps), or a message.
 struct Submit {
   proto::Type type;
+  uint64_t staging;  // byte offset in the staging area (Timeline::place)
   uint64_t ticket, length, buffer, offset;
   uint64_t after = 0;         // upload_after
   uint64_t pool = 0;          // upload_signal
@@ -94,10 +95,11 @@ struct Submit {
 };
 
 int submit(ferry_client* c, const Submit& s) {
-  const auto slot = static_cast<uint32_t>((s.ticket - 1) % c->slot_count);
+  const auto staging = static_cast<uint32_t>(s.staging / proto::kStagingAlign);
   if (c->ring != nullptr) {
-    proto::SubmitEntry& e = c->ring[slot];
-    e.type.store(static_cast<uint64_t>(s.type) | uint64_t{s.flags} << 32, std::memory_order_relaxed);
+    proto::SubmitEntry& e = c->ring[(s.ticket - 1) % c->ring_entries];
+    e.type.store(static_cast<uint64_t>(s.type) | uint64_t{s.flags} << 16 | uint64_t{staging} << 32,
+                 std::memory_order_relaxed);
     e.length.store(s.length, std::memory_order_relaxed);
     e.buffer.store(s.buffer, std::memory_order_relaxed);
     e.offset.store(s.offset, std::memory_order_relaxed);
@@ -116,7 +118,7 @@ int submit(ferry_client* c, const Submit& s) {
   t.h.type = static_cast<uint16_t>(s.type);
   t.h.size = sizeof t;
   t.ticket = s.ticket;
-  t.slot = slot;
+  t.staging = staging;
   t.flags = s.flags;
   t.length = s.length;
   t.buffer = s.buffer;
@@ -176,10 +178,11 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
     const uint64_t t = first + i;
     const uint64_t off = i * piece;
     const uint64_t n = std::min(piece, bytes - off);
-    if (int r = tl.wait_slot(t, c->conn.timeout_ms()); r != 0) return r;
-    stage_copy(tl.slot_of(t), from + off, n, bytes < kStreamBelow);
-    FERRY_SLOT_HANDED_ON(tl.slot_of(t));
-    Submit s{proto::Type::upload, t, n, dst, dst_offset + off};
+    uint64_t at = 0;
+    if (int r = tl.place(t, n, c->conn.timeout_ms(), &at); r != 0) return r;
+    stage_copy(tl.staging() + at, from + off, n, bytes < kStreamBelow);
+    FERRY_SLOT_HANDED_ON(tl.staging());
+    Submit s{proto::Type::upload, at, t, n, dst, dst_offset + off};
     if (i + 1 == pieces) s.flags = proto::kTransferLastPiece;  // the call is counted by it
     if (signal != nullptr && i + 1 == pieces) {
       // The last piece carries the event: the in-order queue signals it
@@ -218,14 +221,15 @@ int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, 
     const uint64_t n = std::min(c->slot_bytes, bytes - done);
     uint64_t t = 0;
     if (int r = tl.take(1, &t); r != 0) return r;
-    if (int r = tl.wait_slot(t, c->conn.timeout_ms()); r != 0) return r;
-    tl.hold_slot(t);  // before the ticket can complete: no upload may reuse the slot until we read it
-    int r = submit(c, Submit{proto::Type::download, t, n, src, src_offset + done});
+    uint64_t at = 0;
+    if (int r = tl.place(t, n, c->conn.timeout_ms(), &at); r != 0) return r;
+    tl.hold(t);  // before the ticket can complete: no upload may reuse the bytes until we read them
+    int r = submit(c, Submit{proto::Type::download, at, t, n, src, src_offset + done});
     // One slot's copy: a daemon that does not finish it in the timeout stalled.
     if (r == 0) r = tl.wait(t, int64_t{c->conn.timeout_ms()} * 1'000'000);
     if (r == -ETIMEDOUT) tl.ended(-ETIMEDOUT);
-    if (r == 0) std::memcpy(to + done, tl.slot_of(t), n);
-    tl.release_slot(t);
+    if (r == 0) std::memcpy(to + done, tl.staging() + at, n);
+    tl.release(t);
     if (r != 0) return r;
     done += n;
   }

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   up.buffer = 1;
   auto down = make<Transfer>(Type::download);
   down.ticket = 2;
-  down.slot = 1;
+  down.staging = 1;
   down.length = 64;
   auto err = make<Error>(Type::error);
   err.h.flags = kErrorFatal;

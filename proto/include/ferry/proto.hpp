@@ -35,7 +35,7 @@
 namespace ferry::proto {
 
 inline constexpr uint32_t kMagic = 0x59524546;  // "FERY"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: staging by offset, ring_entries tickets in flight
 
 // Feature bits, announced in Hello (wanted) and Welcome (granted).
 enum Feature : uint64_t {
@@ -118,10 +118,10 @@ struct Welcome {
   uint64_t features;        // granted
   uint64_t client_id;
   uint64_t segment_bytes;   // size of the memfd that comes with this message
-  uint64_t slot_bytes;
-  uint32_t slot_count;
-  uint32_t reserved1;
-  uint64_t slots_offset;    // byte offset of slot 0 in the segment
+  uint64_t slot_bytes;      // the largest transfer
+  uint32_t slot_count;      // the staging area is slot_count * slot_bytes
+  uint32_t ring_entries;    // tickets in flight at once (ring_entries(slot_count))
+  uint64_t slots_offset;    // byte offset of the staging area in the segment
   uint64_t max_buffer_bytes;
   char device[kDeviceNameBytes];
   char backend[kNameBytes];
@@ -155,19 +155,23 @@ struct Reply {
 };
 static_assert(sizeof(Reply) == 32);
 
-// Upload: the daemon copies `length` bytes from slot `slot` of the sender's
-// segment to `buffer` at `offset`. Download: the reverse, into the slot.
-// Tickets are numbered by the client from 1, one per transfer, and the
-// client writes slot (ticket - 1) % slot_count only once every ticket up to
-// ticket - slot_count has completed.
+// Upload: the daemon copies `length` bytes (at most slot_bytes) from the
+// sender's staging area, at byte staging * kStagingAlign, to `buffer` at
+// `offset`. Download: the reverse, into the staging area. Tickets are
+// numbered by the client from 1, one per transfer; at most ring_entries of
+// them are in flight (ticket t only once every ticket up to t - ring_entries
+// completed). Where in the staging area a transfer lies is the client's
+// choice (libferry: a FIFO of byte ranges, so small transfers share what
+// one slot would hold); the daemon checks only that it lies inside.
 // Transfer::flags: this piece is the last of one ferry_upload call (the
 // daemon counts calls by it; pieces are counted apart).
 constexpr uint32_t kTransferLastPiece = 1;
+inline constexpr uint64_t kStagingAlign = 64;
 struct Transfer {
   Header h;
   uint64_t ticket;
-  uint32_t slot;
-  uint32_t flags;  // kTransferLastPiece
+  uint32_t staging;  // in units of kStagingAlign from the staging area's start
+  uint32_t flags;    // kTransferLastPiece
   uint64_t length;
   uint64_t buffer;
   uint64_t offset;
@@ -370,15 +374,17 @@ static_assert(sizeof(Doorbell) == 16);
 
 // ---------------------------------------------------------------- submission ring
 // With kFeatureSubmitRing, a transfer is not a message: the client describes
-// it in the ring entry of its slot (ticket t: entry (t - 1) % slot_count, at
-// Welcome::ring_offset) and stores `ticket` last, with release. ferryd takes
-// tickets strictly in order: it reads entry (next - 1) % slot_count, copies
+// it in the ring entry of its ticket (ticket t: entry (t - 1) % ring_entries,
+// at Welcome::ring_offset) and stores `ticket` last, with release. ferryd takes
+// tickets strictly in order: it reads entry (next - 1) % ring_entries, copies
 // every word out of shared memory, and uses the copy only if its `ticket` is
 // `next`. The client can rewrite an entry at any moment: ferryd checks the
 // copy as it would a message, and a bad one closes only that session.
 struct SubmitEntry {
   std::atomic<uint64_t> ticket;   // stored last: the entry describes this ticket
-  std::atomic<uint64_t> type;     // Type (upload, download, upload_signal, upload_after) | flags << 32 (Transfer::flags)
+  // Type (upload, download, upload_signal, upload_after) | Transfer::flags << 16
+  // | Transfer::staging << 32
+  std::atomic<uint64_t> type;
   std::atomic<uint64_t> length;   // as Transfer
   std::atomic<uint64_t> buffer;
   std::atomic<uint64_t> offset;
@@ -389,8 +395,8 @@ struct SubmitEntry {
 static_assert(sizeof(SubmitEntry) == 64);
 
 // ---------------------------------------------------------------- segment
-// The staging segment: this header, then slot_count slots of slot_bytes at
-// slots_offset. The daemon creates it (memfd), maps it, and hands the fd to
+// The staging segment: this header, the submission ring (ring_entries
+// entries), then the staging area of slot_count * slot_bytes at slots_offset. The daemon creates it (memfd), maps it, and hands the fd to
 // exactly one client.
 //
 // Ownership: the daemon alone writes `completed` and `failures`, and bumps
@@ -405,7 +411,7 @@ struct alignas(64) Segment {
   uint16_t version;
   uint16_t reserved0;
   uint32_t slot_count;
-  uint32_t reserved1;
+  uint32_t ring_entries;
   uint64_t slot_bytes;
   uint64_t slots_offset;
   uint64_t segment_bytes;
@@ -460,11 +466,16 @@ static_assert(offsetof(Segment, clients) == 452);
 static_assert(sizeof(Segment) == 512);
 inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // the ring starts on the next page
 
-// Where the ring and the slots lie in a segment of `slot_count` slots: the
-// ring right after the header page, the slots on the page after the ring.
+// Tickets a client may have in flight: four per slot's worth of staging, so
+// that small transfers, which share the staging area's bytes, are not held
+// to one per slot (a stream of 1 KiB uploads then sleeps once per ~48 of
+// them rather than once per 12).
+inline constexpr uint32_t ring_entries(uint32_t slot_count) { return slot_count * 4; }
+// Where the ring and the staging area lie in a segment of `slot_count` slots:
+// the ring right after the header page, the staging area on the page after it.
 inline constexpr uint64_t ring_offset() { return kSegmentHeaderBytes; }
 inline constexpr uint64_t slots_offset(uint32_t slot_count) {
-  return kSegmentHeaderBytes + (uint64_t{slot_count} * sizeof(SubmitEntry) + 4095) / 4096 * 4096;
+  return kSegmentHeaderBytes + (uint64_t{ring_entries(slot_count)} * sizeof(SubmitEntry) + 4095) / 4096 * 4096;
 }
 
 // Latency histograms (ferryctl metrics): upper bounds of the buckets in
