@@ -116,6 +116,7 @@ class TransferEngine {
   // The client sends its transfers through its segment's submission ring.
   void use_ring(const ClientRef& c);
   void count_doorbell() { ++stats_.doorbells; }
+  void count_nap() { ++stats_.poller_naps; }
   // Takes the client's published ring entries, in ticket order, as transfer
   // messages. A broken entry ends its session (ProgressSink::broken).
   size_t drain_ring(const ClientRef& c);

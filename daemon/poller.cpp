@@ -63,6 +63,7 @@ void Poller::run() {
       last_work = last_io = Clock::now();
     } else if (const uint32_t queued = engine_.stats().in_flight; n == 0 && nap_us_ != 0 && queued >= kNapFrom) {
       // ferryd's timer slack is 1 µs
+      engine_.count_nap();
       std::this_thread::sleep_for(std::min<std::chrono::microseconds>(kMaxNap, std::chrono::microseconds(queued * nap_us_)));
     } else if (n == 0 && now - last_work >= kYieldAfter) {
       sched_yield();

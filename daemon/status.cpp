@@ -139,6 +139,7 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
        {{"ring_entries", poll.ring_entries},
         {"doorbells", poll.doorbells},
         {"sleeps", poll.poller_sleeps},
+        {"naps", poll.poller_naps},
         {"segments_pooled", poll.segments_pooled},
         {"segments_made", poll.segments_made}}},
       {"held",

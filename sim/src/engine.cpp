@@ -37,8 +37,17 @@ Engine::~Engine() {
 void Engine::submit(std::vector<Command> cmds) {
   {
     std::lock_guard lock(mu_);
-    for (auto& c : cmds) queue_.push_back(std::move(c));
+    for (auto& c : cmds) queue_.push(std::move(c));
     submitted_ += cmds.size();
+  }
+  cv_.notify_one();
+}
+
+void Engine::submit(Command c) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push(std::move(c));
+    ++submitted_;
   }
   cv_.notify_one();
 }
@@ -62,8 +71,7 @@ void Engine::run() {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping and nothing left
-      c = std::move(queue_.front());
-      queue_.pop_front();
+      c = queue_.pop();
     }
     if (!lowered && priority_.load(std::memory_order_relaxed) < 0) {
       setpriority(PRIO_PROCESS, 0, 10);  // Linux: this thread alone
@@ -273,9 +281,7 @@ ze_result_t append(CmdList* list, Command c, uint32_t nwait, ze_event_handle_t* 
     c.waits.push_back(e);
   }
   if (list->engine) {
-    std::vector<Command> one;
-    one.push_back(std::move(c));
-    list->engine->submit(std::move(one));
+    list->engine->submit(std::move(c));
     // Synchronous immediate lists: the append returns once the command ran,
     // so the caller may free or read its memory right after.
     if (list->synchronous) list->engine->drain(UINT64_MAX);

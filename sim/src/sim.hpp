@@ -280,12 +280,42 @@ struct Command {
   std::shared_ptr<const Extra> extra;  // shared: a regular list's commands run again
 };
 
+// A FIFO of commands in one growing array: a deque allocated a block per
+// three commands on the submitting thread and freed it on the engine's.
+class CommandRing {
+ public:
+  bool empty() const { return count_ == 0; }
+  void push(Command&& c) {
+    if (count_ == slots_.size()) grow();
+    slots_[(head_ + count_) & (slots_.size() - 1)] = std::move(c);
+    ++count_;
+  }
+  Command pop() {
+    Command c = std::move(slots_[head_]);
+    slots_[head_] = Command{};  // let go of what it holds now
+    head_ = (head_ + 1) & (slots_.size() - 1);
+    --count_;
+    return c;
+  }
+
+ private:
+  void grow() {
+    std::vector<Command> bigger(slots_.empty() ? 64 : slots_.size() * 2);
+    for (size_t i = 0; i < count_; ++i) bigger[i] = std::move(slots_[(head_ + i) & (slots_.size() - 1)]);
+    slots_.swap(bigger);
+    head_ = 0;
+  }
+  std::vector<Command> slots_;  // a power of two long
+  size_t head_ = 0, count_ = 0;
+};
+
 // One in-order engine: a thread that executes commands in submission order.
 class Engine {
  public:
   Engine();
   ~Engine();
   void submit(std::vector<Command> cmds);
+  void submit(Command c);  // one, without a vector (an immediate list's append)
   // Blocks until everything submitted so far has executed, or timeout.
   bool drain(uint64_t timeout_ns);
   // The queue's priority (ZE_COMMAND_QUEUE_PRIORITY_*), against the other
@@ -303,7 +333,7 @@ class Engine {
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable idle_cv_;
-  std::deque<Command> queue_;
+  CommandRing queue_;
   uint64_t submitted_ = 0;
   uint64_t executed_ = 0;
   bool stop_ = false;
