@@ -333,7 +333,8 @@ double staging_rate(const char* src, char* dst, size_t n, unsigned threads) {
 }
 
 void bandwidth(const std::string& data_dir, unsigned staging_threads) {
-  const uint64_t max = g_quick ? (16ull << 20) : (1ull << 30);
+  uint64_t max = g_quick ? (16ull << 20) : (1ull << 30);
+  if (const char* e = std::getenv("FERRY_BENCH_MAX_BYTES")) max = std::min<uint64_t>(max, std::strtoull(e, nullptr, 10));
   std::vector<char> src(max);
   for (size_t i = 0; i < max; i += 4096) src[i] = static_cast<char>(i >> 12);
   char* pinned = nullptr;
@@ -349,8 +350,8 @@ void bandwidth(const std::string& data_dir, unsigned staging_threads) {
               "pinned-async copies from memory already pinned: the link itself. "
               "staging: %u threads memcpy pageable → pinned, the bound of any staged upload.\n\n",
               staging_threads);
-  std::printf("| size | cudaMemcpy pageable | pinned (link) | staging memcpy | **ferry** | ferry / pageable |\n"
-              "|---|---|---|---|---|---|\n");
+  std::printf("| size | cudaMemcpy pageable | pinned (link) | staging memcpy | **ferry** | ferry / pageable | ferry call returns | ferry until done |\n"
+              "|---|---|---|---|---|---|---|---|\n");
   for (uint64_t n = 4096; n <= max; n *= 4) {
     int reps = n >= (64ull << 20) ? 3 : 5;
     if (g_quick) reps = 1;
@@ -371,10 +372,14 @@ void bandwidth(const std::string& data_dir, unsigned staging_threads) {
     std::vector<double> st;
     for (int r = 0; r < reps; ++r) st.push_back(staging_rate(src.data(), pinned, n, staging_threads));
     double stg = stats(st).median;
+    std::vector<double> call_us, done_us;
     double fr = measure([&] {
       ferry_ticket t = 0;
+      auto t0 = Clock::now();
       FERRY(ferry_upload(f.c, b, 0, src.data(), n, &t));
+      call_us.push_back(us_since(t0));
       FERRY(ferry_wait(f.c, t, -1));
+      done_us.push_back(us_since(t0));
     });
     if (n >= (64ull << 10)) g.mid_vs_pageable = g.mid_vs_pageable == 0 ? fr / pg : std::min(g.mid_vs_pageable, fr / pg);
     if (n >= (64ull << 20)) {
@@ -385,7 +390,8 @@ void bandwidth(const std::string& data_dir, unsigned staging_threads) {
     char label[32];
     std::snprintf(label, sizeof label, n >= (1u << 20) ? "%llu MiB" : "%llu KiB",
                   static_cast<unsigned long long>(n >= (1u << 20) ? n >> 20 : n >> 10));
-    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", label, pg, pin, stg, fr, fr / pg);
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f µs | %.1f µs |\n", label, pg, pin, stg, fr, fr / pg,
+                stats(call_us).median, stats(done_us).median);
     if (tsv) tsv << n << '\t' << pg << '\t' << pin << '\t' << stg << '\t' << fr << '\n';
   }
   std::printf("\n");

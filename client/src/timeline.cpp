@@ -139,7 +139,8 @@ int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready, Cl
 
 int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset) {
   const auto t0 = Clock::now();
-  uint64_t need = t > entries_ ? t - entries_ : 0;  // the daemon's window
+  const uint64_t window = t > entries_ ? t - entries_ : 0;  // the daemon's window
+  uint64_t need = window;  // the ticket that last used these bytes
   {
     std::unique_lock lock(place_mu_);
     // Bytes are handed out in ticket order; the thread placing t - 1 (a
@@ -149,6 +150,11 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
     const uint64_t S = staging_bytes_;
     uint64_t p = (head_ + proto::kStagingAlign - 1) / proto::kStagingAlign * proto::kStagingAlign;
     if (p % S + length > S) p += S - p % S;  // never across the end
+    // With nothing in flight, back to the area's start: an upload now and
+    // then stages into the same bytes each time, still in the CPU's cache
+    // (as a driver's bounce buffer is), not into the next cold ones.
+    if (p % S != 0 && completed() >= t - 1 && oldest_hold_.load(std::memory_order_acquire) == UINT64_MAX)
+      p += S - p % S;
     const uint64_t end = p + length;
     // Every ticket that started before end - S used bytes this one overwrites
     // (tickets start in order), and so must be done first.
@@ -161,11 +167,12 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
     *offset = p % S;
   }
   place_cv_.notify_all();
-  // The daemon's own word, not the device's: ferryd refuses a ticket beyond
-  // its window until the copies before it retired. A download that still
-  // reads bytes of a ticket <= need holds them.
+  // The window by the daemon's own word, not the device's: ferryd refuses a
+  // ticket beyond it until the copies before it retired. The bytes by
+  // either word: the device has read them once it ran the copy. A download
+  // that still reads bytes of a ticket <= need holds them.
   auto ready = [&] {
-    return seg_->completed.load(std::memory_order_acquire) >= need &&
+    return seg_->completed.load(std::memory_order_acquire) >= window && completed() >= need &&
            oldest_hold_.load(std::memory_order_acquire) > need;
   };
   // Asleep, it waits for three quarters of what is in flight before it, not

@@ -15,14 +15,21 @@ namespace ferry::client {
 namespace {
 
 // How much of an upload goes in one slot. An upload of a few slots or less is
-// cut into at least min_pieces() pieces (of at least kMinPiece bytes) so that
+// cut into at least min_pieces() pieces (of at least min_piece() bytes) so that
 // staging the next piece overlaps with the device copying this one. Every
 // piece costs the daemon a submission (on CUDA a copy, a timeline write and
 // an event, a few µs), so pieces are at least 256 KiB: an upload up to that
 // is one piece. Four pieces, not two: with four, uploads from 1 MiB stage on
 // the thread pool, which measured 1 MiB at 7.3-8.1 GB/s against 4.7 with two
 // (H200 machine, scripts/h200-tune.sh). $FERRY_MIN_PIECES changes the count.
-constexpr uint64_t kMinPiece = 256 * 1024;
+uint64_t min_piece() {
+  static const uint64_t v = [] {
+    const char* e = std::getenv("FERRY_MIN_PIECE");  // bytes, for measuring
+    const unsigned long long n = e != nullptr ? std::strtoull(e, nullptr, 10) : 0;
+    return n >= 4096 ? static_cast<uint64_t>(n) : uint64_t{256 * 1024};
+  }();
+  return v;
+}
 uint64_t min_pieces() {
   static const uint64_t v = [] {
     const char* e = std::getenv("FERRY_MIN_PIECES");
@@ -36,11 +43,11 @@ uint64_t piece_bytes(uint64_t slot_bytes, uint64_t bytes) {
   if (bytes >= k * slot_bytes) return slot_bytes;
   uint64_t p = (bytes + k - 1) / k;
   p = (p + 4095) / 4096 * 4096;
-  return std::min(slot_bytes, std::max(p, kMinPiece));
+  return std::min(slot_bytes, std::max(p, min_piece()));
 }
 
 // An upload the staging threads share is cut into at least two pieces per
-// thread (of at least kMinPiece): with 4 MiB slots, 16 MiB in 4 slot-sized
+// thread (of at least min_piece()): with 4 MiB slots, 16 MiB in 4 slot-sized
 // pieces kept 4 of 8 threads busy (11 GB/s on the H200 machine), in 1 MiB
 // pieces all 8 (30 GB/s, scripts/h200-slots.sh). Larger uploads keep whole
 // slots, where more pieces cost more than they win.
@@ -61,8 +68,24 @@ uint64_t staging_threads(ferry_client* c) {
 uint64_t parallel_piece(uint64_t slot_bytes, uint64_t bytes, uint64_t threads) {
   uint64_t p = (bytes + 2 * threads - 1) / (2 * threads);
   p = (p + 4095) / 4096 * 4096;
-  return std::min(slot_bytes, std::max(p, kMinPiece));
+  return std::min(slot_bytes, std::max(p, min_piece()));
 }
+
+// The first piece of an upload staged on one thread: a quarter of a piece,
+// at least this ($FERRY_FIRST_PIECE bytes; 0: the first piece is as the rest).
+uint64_t first_piece_from() {
+  static const uint64_t v = [] {
+    const char* e = std::getenv("FERRY_FIRST_PIECE");
+    return e != nullptr ? static_cast<uint64_t>(std::strtoull(e, nullptr, 10)) : uint64_t{64 * 1024};
+  }();
+  return v;
+}
+
+// An upload up to this size, made while nothing else of the client's is in
+// flight, stages with plain stores: it lands at the staging area's start
+// (Timeline::place), in bytes the last such upload left in the CPU's cache,
+// where streaming stores would push them out to memory first.
+constexpr uint64_t kHotBelow = 2ull << 20;
 
 // Streaming stores (stage_copy) pay below this upload size; above it, with
 // eight staging threads, plain stores measured faster on the H200 machine
@@ -163,10 +186,21 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
   if (c == nullptr || src == nullptr || (signal != nullptr && after != 0)) return -EINVAL;
   if (int r = check_range(c, dst, dst_offset, bytes); r != 0) return r;
   Timeline& tl = c->timeline;
+  // Alone (nothing else in flight) and small enough for the cache: one
+  // thread, plain stores into the bytes the last such upload used. On the
+  // H200 machine 1 MiB so took 54-56 µs to stage against 66-78 on the pool
+  // (scripts/h200-mid.sh).
+  const bool hot = bytes <= kHotBelow && tl.completed() >= tl.issued();
+  const bool stream = bytes < kStreamBelow && !hot;
   uint64_t piece = piece_bytes(c->slot_bytes, bytes);
-  const uint64_t threads = bytes >= parallel_from() ? staging_threads(c) : 1;
+  const uint64_t threads = bytes >= parallel_from() && !hot ? staging_threads(c) : 1;
   if (threads > 1) piece = std::min(piece, parallel_piece(c->slot_bytes, bytes, threads));
-  const uint64_t pieces = (bytes + piece - 1) / piece;
+  // Staged on this thread alone, the first piece is a small one: the device
+  // starts copying after a quarter of a piece is staged, not a whole one.
+  const uint64_t fp = first_piece_from();
+  const uint64_t first_piece = threads == 1 && fp != 0 ? std::min(piece, std::max(fp, piece / 4)) : piece;
+  const uint64_t lead = bytes > first_piece ? first_piece : 0;  // 0: all pieces alike
+  const uint64_t pieces = lead == 0 ? (bytes + piece - 1) / piece : 1 + (bytes - lead + piece - 1) / piece;
   const char* from = static_cast<const char*>(src);
   // Every piece's ticket is taken now, in one run, so the last one is known
   // before any is sent: the upload's outcome is that of all its pieces.
@@ -176,11 +210,11 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
   // the device copies earlier ones; large uploads stage several at once.
   auto one = [&](uint64_t i) {
     const uint64_t t = first + i;
-    const uint64_t off = i * piece;
-    const uint64_t n = std::min(piece, bytes - off);
+    const uint64_t off = lead == 0 ? i * piece : i == 0 ? 0 : lead + (i - 1) * piece;
+    const uint64_t n = lead != 0 && i == 0 ? lead : std::min(piece, bytes - off);
     uint64_t at = 0;
     if (int r = tl.place(t, n, c->conn.timeout_ms(), &at); r != 0) return r;
-    stage_copy(tl.staging() + at, from + off, n, bytes < kStreamBelow);
+    stage_copy(tl.staging() + at, from + off, n, stream);
     FERRY_SLOT_HANDED_ON(tl.staging());
     Submit s{proto::Type::upload, at, t, n, dst, dst_offset + off};
     if (i + 1 == pieces) s.flags = proto::kTransferLastPiece;  // the call is counted by it
