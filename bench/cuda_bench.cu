@@ -407,7 +407,16 @@ void producers() {
   const uint64_t bytes = 4ull << 20;
   const double seconds = g_quick ? 0.3 : 2.0;
   std::printf("### Producer processes uploading 4 MiB pieces at once\n\n");
-  std::printf("Each process (no CUDA context of its own) uploads 4 MiB from pageable memory for %.1f s.\n\n", seconds);
+  // FERRY_PRODUCER_IN_PLACE=1: each piece is written straight into a
+  // reservation of ferry's staging memory (ferry_upload_reserve/commit)
+  // instead of being copied there from the producer's own pages.
+  const char* ip = std::getenv("FERRY_PRODUCER_IN_PLACE");
+  const bool in_place = ip != nullptr && std::strcmp(ip, "1") == 0;
+  if (in_place)
+    std::printf("Each process (no CUDA context of its own) writes 4 MiB pieces straight into ferry's staging memory "
+                "(ferry_upload_reserve, memset, ferry_upload_commit) for %.1f s.\n\n", seconds);
+  else
+    std::printf("Each process (no CUDA context of its own) uploads 4 MiB from pageable memory for %.1f s.\n\n", seconds);
   std::printf("| processes | aggregate GB/s | fairness | per process GB/s |\n|---|---|---|---|\n");
   for (int procs : g_procs) {
     int go[2], res[2];
@@ -425,8 +434,15 @@ void producers() {
         uint64_t done = 0;
         auto t0 = Clock::now();
         auto end = t0 + std::chrono::duration<double>(seconds);
-        while (Clock::now() < end) {
-          FERRY(ferry_upload(f.c, b, 0, src.data(), bytes, nullptr));
+        for (uint64_t i = 0; Clock::now() < end; ++i) {
+          if (in_place) {
+            ferry_reservation r{};
+            FERRY(ferry_upload_reserve(f.c, bytes, &r));
+            std::memset(r.data, static_cast<int>(i & 0xff), bytes);
+            FERRY(ferry_upload_commit(f.c, &r, b, 0, nullptr));
+          } else {
+            FERRY(ferry_upload(f.c, b, 0, src.data(), bytes, nullptr));
+          }
           done += bytes;
         }
         FERRY(ferry_flush(f.c, -1));

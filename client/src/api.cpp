@@ -174,6 +174,15 @@ int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const v
   return fc::upload(c, dst, dst_offset, src, bytes, nullptr, 0, out);
 }
 
+int ferry_upload_reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
+  return fc::reserve(c, bytes, r);
+}
+
+int ferry_upload_commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst_offset,
+                        ferry_ticket* out) {
+  return fc::commit(c, r, dst, dst_offset, out);
+}
+
 int ferry_upload_after(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
                        uint64_t after, ferry_ticket* out) {
   return fc::upload(c, dst, dst_offset, src, bytes, nullptr, after, out);

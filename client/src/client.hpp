@@ -50,5 +50,8 @@ void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes);
 int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
            const proto::UploadSignal* signal, uint64_t after, ferry_ticket* out);
 int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes);
+// ferry_upload_reserve / ferry_upload_commit: one upload written in place.
+int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r);
+int commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst_offset, ferry_ticket* out);
 
 }  // namespace ferry::client

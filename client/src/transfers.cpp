@@ -246,6 +246,33 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
   return 0;
 }
 
+int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
+  if (c == nullptr || r == nullptr || bytes == 0 || bytes > c->slot_bytes) return -EINVAL;
+  Timeline& tl = c->timeline;
+  uint64_t t = 0, at = 0;
+  if (int e = tl.take(1, &t); e != 0) return e;
+  if (int e = tl.place(t, bytes, c->conn.timeout_ms(), &at); e != 0) return e;
+  *r = ferry_reservation{tl.staging() + at, bytes, t, at};
+  return 0;
+}
+
+int commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst_offset, ferry_ticket* out) {
+  if (c == nullptr || r == nullptr || r->ticket == 0) return -EINVAL;
+  Timeline& tl = c->timeline;
+  const uint64_t t = r->ticket;
+  // Sent whatever the range: the daemon takes tickets in order, and fails
+  // this one on its own if the range is wrong.
+  const int range = check_range(c, dst, dst_offset, r->bytes);
+  FERRY_SLOT_HANDED_ON(tl.staging());
+  Submit s{proto::Type::upload, r->staging, t, r->bytes, dst, dst_offset};
+  s.flags = proto::kTransferLastPiece;
+  r->ticket = 0;
+  r->data = nullptr;
+  if (int e = submit(c, s); e != 0) return e;
+  if (out != nullptr) *out = t;
+  return range;
+}
+
 int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {
   if (c == nullptr || dst == nullptr) return -EINVAL;
   if (int r = check_range(c, src, src_offset, bytes); r != 0) return r;

@@ -78,6 +78,31 @@ int ferry_buffer_size(ferry_client *c, ferry_buffer buf, uint64_t *bytes);
 int ferry_upload(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, const void *src, uint64_t bytes,
                  ferry_ticket *out);
 
+/* Pinned staging memory reserved for one upload (ferry_upload_reserve). */
+typedef struct ferry_reservation {
+  void *data;        /* write the upload's bytes here, then commit */
+  uint64_t bytes;
+  uint64_t ticket;   /* libferry's: 0 once committed */
+  uint64_t staging;  /* libferry's */
+} ferry_reservation;
+
+/* Reserves `bytes` (1 to ferry_info.slot_bytes) of this client's pinned
+ * staging memory for one upload written in place: r->data points at it. A
+ * producer that builds its data there saves the host copy ferry_upload makes
+ * from memory of its own. Waits, as ferry_upload does, while those bytes are
+ * still in flight. Until the commit this client's later transfers wait
+ * behind the reservation: commit each one soon, and from any thread.
+ * -EINVAL for 0 bytes, more than a slot, or a NULL r. */
+int ferry_upload_reserve(ferry_client *c, uint64_t bytes, ferry_reservation *r);
+
+/* Uploads a reservation's bytes to `dst` at `dst_offset`; *out (may be NULL)
+ * receives the ticket, which completes when they are on the device. The
+ * reservation is used up even when this fails: a range that is not this
+ * client's (-EINVAL, -ENOENT, as ferry_upload) also fails the ticket.
+ * -EINVAL for a reservation already committed. */
+int ferry_upload_commit(ferry_client *c, ferry_reservation *r, ferry_buffer dst, uint64_t dst_offset,
+                        ferry_ticket *out);
+
 /* Waits until ticket t is done. 0: its bytes are on the device. Otherwise
  * -ETIMEDOUT, the ticket's own error (e.g. -EIO from the device), or
  * -ECONNRESET / -ESHUTDOWN when the daemon went away. A ticket's error is

@@ -49,6 +49,17 @@ class Client {
     check(ferry_upload(c_, dst, offset, src, bytes, &t), "ferry_upload");
     return t;
   }
+  // Staging memory to write one upload into (see ferry_upload_reserve), then commit().
+  ferry_reservation reserve(uint64_t bytes) {
+    ferry_reservation r{};
+    check(ferry_upload_reserve(c_, bytes, &r), "ferry_upload_reserve");
+    return r;
+  }
+  ferry_ticket commit(ferry_reservation& r, ferry_buffer dst, uint64_t offset) {
+    ferry_ticket t = 0;
+    check(ferry_upload_commit(c_, &r, dst, offset, &t), "ferry_upload_commit");
+    return t;
+  }
   // false on timeout; throws on the ticket's error.
   bool wait(ferry_ticket t, int64_t timeout_ns = -1) {
     int r = ferry_wait(c_, t, timeout_ns);
