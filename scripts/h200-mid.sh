@@ -19,8 +19,8 @@ sock=/tmp/ferry-mid.sock
 "$B/daemon/ferryd" --backend cuda --socket "$sock" --slot-size 4194304 --slots 16 --log-level warn 2>"$OUT/ferryd.log" &
 d=$!
 for _ in $(seq 200); do [[ -S $sock ]] && break; sleep 0.05; done
-for v in "default" "FERRY_FIRST_PIECE=0" "FERRY_FIRST_PIECE=32768"; do
-  for r in 1 2; do
+for v in "default" "FERRY_TAIL_PIECE=0" "FERRY_FIRST_PIECE=32768"; do
+  for r in 1 2 3; do
     echo "## $v (run $r)" >>"$OUT/mid.md"
     env $([[ $v == default ]] || echo "$v") FERRY_BENCH_MAX_BYTES=4194304 FERRY_STAGING_THREADS=8 \
       timeout 120 "$B/bench/cuda_bench" --socket "$sock" --bandwidth-only >>"$OUT/mid.md" 2>&1
