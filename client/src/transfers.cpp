@@ -195,15 +195,15 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
   uint64_t piece = piece_bytes(c->slot_bytes, bytes);
   const uint64_t threads = bytes >= parallel_from() && !hot ? staging_threads(c) : 1;
   if (threads > 1) piece = std::min(piece, parallel_piece(c->slot_bytes, bytes, threads));
-  // Staged on this thread alone, the first piece is a small one (a quarter
-  // of a piece): the device starts copying once it is staged, not a whole
-  // piece. H200 machine, 256 KiB (scripts/h200-mid.sh): 64 KiB then 192 KiB
+  // An upload alone (hot) starts with a small piece (a quarter of a piece):
+  // the device starts copying once it is staged, not a whole piece; in a
+  // stream the device has earlier pieces to copy meanwhile anyway. H200 machine, 256 KiB (scripts/h200-mid.sh): 64 KiB then 192 KiB
   // 0.86-1.00x pageable cudaMemcpy, one piece 0.72-0.79x; a small last
   // piece as well (64, 128, 64) 0.74-0.76x, and 32 KiB first 0.66-0.70x:
   // each piece costs ferryd a submission (copy, timeline write, event).
   const uint64_t fp = first_piece_from();
-  const uint64_t small = threads == 1 && fp != 0 ? std::min(piece, std::max(fp, piece / 4)) : piece;
-  const uint64_t lead = threads == 1 && bytes > small ? small : 0;  // 0: all pieces alike
+  const uint64_t small = hot && threads == 1 && fp != 0 ? std::min(piece, std::max(fp, piece / 4)) : piece;
+  const uint64_t lead = small < piece && bytes > small ? small : 0;  // 0: all pieces alike
   const uint64_t pieces = lead == 0 ? (bytes + piece - 1) / piece : 1 + (bytes - lead + piece - 1) / piece;
   // Where piece i starts.
   auto offset_of = [&](uint64_t i) -> uint64_t { return lead == 0 ? i * piece : i == 0 ? 0 : lead + (i - 1) * piece; };
