@@ -21,10 +21,12 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kSlotSpin = std::chrono::microseconds(2);
 }  // namespace
 
-void Timeline::attach(proto::Segment* seg, char* staging, uint64_t staging_bytes, uint32_t entries) {
+void Timeline::attach(proto::Segment* seg, char* staging, uint32_t slots, uint64_t slot_bytes, uint32_t entries) {
   seg_ = seg;
   staging_ = staging;
-  staging_bytes_ = staging_bytes;
+  staging_bytes_ = uint64_t{slots} * slot_bytes;
+  slot_bytes_ = slot_bytes;
+  slots_ = slots;
   entries_ = entries;
   start_ = std::make_unique<uint64_t[]>(entries);
 }
@@ -161,6 +163,11 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
     if (reuse_ <= need) reuse_ = need + 1;
     while (reuse_ < t && end > S && start_[(reuse_ - 1) % entries_] < end - S) ++reuse_;
     need = std::max(need, reuse_ - 1);
+    // Large transfers (a quarter slot and up) stay one per slot in flight,
+    // as before staging went by offset: a deeper queue of large copies only
+    // adds to every client's wait on a shared device, and measured less
+    // fair (8 producers of 4 MiB pieces on one H200: 0.94-0.975 against 0.999).
+    if (length * 4 >= slot_bytes_ && t > slots_) need = std::max(need, t - slots_);
     start_[(t - 1) % entries_] = p;
     head_ = end;
     placed_ = t;

@@ -30,7 +30,7 @@ using Clock = std::chrono::steady_clock;
 class Timeline {
  public:
   // The segment's header and staging area, once connected.
-  void attach(proto::Segment* seg, char* staging, uint64_t staging_bytes, uint32_t entries);
+  void attach(proto::Segment* seg, char* staging, uint32_t slots, uint64_t slot_bytes, uint32_t entries);
   char* staging() const { return staging_; }
 
   // ---- tickets
@@ -87,6 +87,8 @@ class Timeline {
   proto::Segment* seg_ = nullptr;
   char* staging_ = nullptr;
   uint64_t staging_bytes_ = 0;
+  uint64_t slot_bytes_ = 0;
+  uint32_t slots_ = 0;
   uint32_t entries_ = 0;
 
   // Placement, in ticket order (place()).
