@@ -1,4 +1,4 @@
-// ferry wire protocol, version 1: every message between libferry and ferryd,
+// ferry wire protocol, version 2 (staging by offset): every message between libferry and ferryd,
 // and the header of a client's staging segment. This file is the single
 // source of truth; both sides include it.
 //
