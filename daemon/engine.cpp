@@ -77,6 +77,7 @@ const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& 
 
 void TransferEngine::issue(const ClientRef& c, const ClientState::Held& h) {
   const proto::Transfer& m = h.t;
+  if (m.buffer == proto::kNoBuffer && !h.download && !h.signal) return fail(c, m.ticket, 0);  // nothing to copy
   // A wrong buffer or range is the caller's mistake: fail that ticket only.
   int err = 0;
   BufferRef buf = c->find(m.buffer, h.download ? proto::kRightDownload : proto::kRightUpload, &err);
@@ -159,11 +160,14 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
 
 // A refused ticket is reported at once: its failure is counted, and its
 // message queued, before the device (or the retire path) can pass it.
+// status 0: a ticket with nothing to copy, done as it is.
 void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status) {
   client->mark_in_flight(ticket, 0);
-  client->count_failure();
-  ++stats_.failed;
-  if (auto sink = client->sink.lock()) sink->progress(*client, Failed{{ticket, status}});
+  if (status != 0) {
+    client->count_failure();
+    ++stats_.failed;
+    if (auto sink = client->sink.lock()) sink->progress(*client, Failed{{ticket, status}});
+  }
   settle(client, ticket, 0, 0);
   // If that moved the frontier, the device says so after the copies before it.
   TimelineWrite w;

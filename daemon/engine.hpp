@@ -106,7 +106,8 @@ class TransferEngine {
   // queued and the caller fails the ticket itself.
   int submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src, uint64_t bytes,
              BufferRef buffer, const Signal* signal = nullptr, bool last_piece = true);
-  // Fails a ticket without touching the device (a refused transfer).
+  // Fails a ticket without touching the device (a refused transfer); with
+  // status 0 completes it so (an upload to proto::kNoBuffer).
   void fail(const ClientRef& client, uint64_t ticket, int status);
 
   // Stops the retire thread and drops the copies still recorded.

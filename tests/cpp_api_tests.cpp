@@ -29,6 +29,24 @@ TEST_CASE("C++: connect, allocate, upload, wait, download", "[cpp]") {
   CHECK(back == src);
 }
 
+TEST_CASE("C++: reserve, write in place, commit; cancel; errors as exceptions", "[cpp][reserve]") {
+  Daemon d;
+  ferry::Client c(d.socket);
+  ferry::Buffer b(c, 4096);
+  ferry_reservation r = c.reserve(4096);
+  std::memset(r.data, 0x3C, 4096);
+  CHECK(c.wait(c.commit(r, b.id(), 0)));
+  std::vector<uint8_t> back(4096);
+  c.download(b.id(), 0, back.data(), back.size());
+  CHECK(back == std::vector<uint8_t>(4096, 0x3C));
+  ferry_reservation g = c.reserve(16);
+  c.cancel(g);
+  CHECK_THROWS_AS(c.cancel(g), ferry::error);      // used up
+  CHECK_THROWS_AS(c.commit(r, b.id(), 0), ferry::error);
+  CHECK_THROWS_AS(c.reserve(0), ferry::error);
+  CHECK(c.flush());
+}
+
 TEST_CASE("C++: errors are exceptions with the errno and the call's name", "[cpp]") {
   Daemon d;
   SECTION("no daemon at that path") {

@@ -86,6 +86,21 @@ TEST_CASE("ring: a failed ticket still comes as a message; the session goes on",
   CHECK(r.header()->failures.load() == 1);
 }
 
+TEST_CASE("ring: an upload to buffer 0 (a cancelled reservation) completes with nothing copied", "[ring]") {
+  Daemon d;
+  RingClient r(d.socket);
+  r.publish(1, proto::Type::upload, 4096, proto::kNoBuffer, 0);
+  REQUIRE(eventually([&] { return r.completed() >= 1; }));
+  CHECK(r.header()->failures.load() == 0);
+  CHECK(r.quiet(100));  // no TicketFailed
+  r.publish(2, proto::Type::download, 4096, proto::kNoBuffer, 0);  // a download from it is still an error
+  proto::TicketFailed f{};
+  REQUIRE(r.expect(proto::Type::ticket_failed, &f));
+  CHECK(f.ticket == 2);
+  CHECK(f.error == -ENOENT);
+  CHECK(d.status().get<uint64_t>("totals.failed") == 1);
+}
+
 TEST_CASE("ring: the Doorbell is asked for only while the poller sleeps", "[ring]") {
   SECTION("a poller that never polls wants a Doorbell for every entry") {
     Daemon d({"--poll-idle-us", "0"});

@@ -113,6 +113,20 @@ TEST_CASE("uploads written in place (reserve, commit) and ordinary ones share th
   CHECK(ferry_upload_commit(k.c, &r, b, 60 * region - 16, &bad) == 0);
   CHECK(ferry_upload_commit(k.c, nullptr, b, 0, &bad) == -EINVAL);
   CHECK(ferry_wait(k.c, bad, -1) == 0);
+  // Given up: nothing written, no error anywhere, and the client goes on.
+  const auto before = k.download(b, 0, 64);
+  const uint64_t failed = d.status().get<uint64_t>("totals.failed");
+  REQUIRE(ferry_upload_reserve(k.c, 64, &r) == 0);
+  std::memset(r.data, 0x5A, 64);
+  CHECK(ferry_upload_cancel(k.c, &r) == 0);
+  CHECK(ferry_upload_cancel(k.c, &r) == -EINVAL);
+  CHECK(ferry_upload_commit(k.c, &r, b, 0, &bad) == -EINVAL);
+  auto after = pattern(64, 7);
+  REQUIRE(ferry_upload(k.c, b, 64, after.data(), 64, &bad) == 0);
+  CHECK(ferry_flush(k.c, -1) == 0);
+  CHECK(k.download(b, 0, 64) == before);
+  CHECK(k.download(b, 64, 64) == after);
+  CHECK(d.status().get<uint64_t>("totals.failed") == failed);
 }
 
 TEST_CASE("the source may be overwritten and freed as soon as ferry_upload returns", "[upload][safety]") {

@@ -182,6 +182,8 @@ int ferry_upload_commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst,
   return fc::commit(c, r, dst, dst_offset, out);
 }
 
+int ferry_upload_cancel(ferry_client* c, ferry_reservation* r) { return fc::cancel(c, r); }
+
 int ferry_upload_after(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
                        uint64_t after, ferry_ticket* out) {
   return fc::upload(c, dst, dst_offset, src, bytes, nullptr, after, out);

@@ -53,5 +53,6 @@ int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, 
 // ferry_upload_reserve / ferry_upload_commit: one upload written in place.
 int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r);
 int commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst_offset, ferry_ticket* out);
+int cancel(ferry_client* c, ferry_reservation* r);
 
 }  // namespace ferry::client

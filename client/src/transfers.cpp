@@ -279,6 +279,17 @@ int commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst
   return range;
 }
 
+int cancel(ferry_client* c, ferry_reservation* r) {
+  if (c == nullptr || r == nullptr || r->ticket == 0) return -EINVAL;
+  // The ticket still goes out, in order: an upload to buffer 0
+  // (proto::kNoBuffer), which the daemon completes without a copy.
+  Submit s{proto::Type::upload, r->staging, r->ticket, r->bytes, 0, 0};
+  s.flags = proto::kTransferLastPiece;
+  r->ticket = 0;
+  r->data = nullptr;
+  return submit(c, s);
+}
+
 int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {
   if (c == nullptr || dst == nullptr) return -EINVAL;
   if (int r = check_range(c, src, src_offset, bytes); r != 0) return r;

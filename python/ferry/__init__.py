@@ -22,6 +22,7 @@ from ._api import (
     Error,
     Info,
     IpcHandle,
+    Reservation,
     Timeline,
     library_version,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "IpcHandle",
     "RIGHT_DOWNLOAD",
     "RIGHT_UPLOAD",
+    "Reservation",
     "Timeline",
     "library_version",
 ]

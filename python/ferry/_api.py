@@ -191,6 +191,18 @@ class Client:
         _check(r, f"upload of {n} bytes to buffer {bid} at {offset}")
         return ticket.value
 
+    def reserve(self, nbytes):
+        """Pinned staging memory for one upload that you write in place (up to
+        one slot, Info.slot_bytes): a Reservation. Fill reservation.view (a
+        writable memoryview; numpy.frombuffer(r.view, dtype) gives an array on
+        it), then r.commit(buffer, offset): one copy fewer than upload() from
+        an array of your own. Until then this client's later transfers wait
+        behind it. As a context manager, leaving the block without a commit
+        gives it up (nothing is written)."""
+        r = _lib.CReservation()
+        _check(_c.ferry_upload_reserve(self._h(), int(nbytes), ctypes.byref(r)), f"reserve {nbytes} bytes")
+        return Reservation(self, r)
+
     def download(self, buffer, out=None, offset=0, nbytes=None):
         """Copies device bytes back: into `out` (a writable C-contiguous
         buffer, filled entirely), or into a new bytearray of nbytes (default:
@@ -244,6 +256,51 @@ class Client:
         _check(_c.ferry_get_info(self._h(), ctypes.byref(i)), "info")
         return Info(i.client_id, i.slot_bytes, i.slot_count, i.device.decode(errors="replace"),
                     i.backend.decode(errors="replace"))
+
+
+class Reservation:
+    """Staging memory for one upload (Client.reserve): write into `view`,
+    then commit() it to a buffer, or cancel() it. Either uses it up; the view
+    must not be written after."""
+
+    def __init__(self, client, c):
+        self.client = client
+        self._r = c
+        self.nbytes = c.bytes
+        self.view = memoryview((ctypes.c_uint8 * c.bytes).from_address(c.data)).cast("B")
+
+    def __repr__(self):
+        state = "open" if self._r.ticket else "used"
+        return f"<ferry.Reservation of {self.nbytes} bytes, {state}>"
+
+    def commit(self, buffer, offset=0):
+        """Uploads the written bytes to `buffer` at `offset`; returns the ticket."""
+        bid = _buffer_id(buffer)
+        ticket = _lib.c_ticket()
+        r = _c.ferry_upload_commit(self.client._h(), ctypes.byref(self._r), bid, int(offset), ctypes.byref(ticket))
+        self._drop_view()
+        _check(r, f"commit of {self.nbytes} bytes to buffer {bid} at {offset}")
+        return ticket.value
+
+    def cancel(self):
+        """Gives the reservation up: nothing is written anywhere."""
+        r = _c.ferry_upload_cancel(self.client._h(), ctypes.byref(self._r))
+        self._drop_view()
+        _check(r, "cancel of a reservation")
+
+    def _drop_view(self):
+        try:
+            self.view.release()
+        except BufferError:
+            pass  # an array made on it lives on: writes through it now land in bytes ferry reuses
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._r.ticket:
+            self.cancel()
+        return False
 
 
 def _buffer_id(buffer):

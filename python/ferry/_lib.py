@@ -32,6 +32,15 @@ class CTimeline(ctypes.Structure):
     ]
 
 
+class CReservation(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("bytes", ctypes.c_uint64),
+        ("ticket", ctypes.c_uint64),
+        ("staging", ctypes.c_uint64),
+    ]
+
+
 class CInfo(ctypes.Structure):
     _fields_ = [
         ("client_id", ctypes.c_uint64),
@@ -87,6 +96,9 @@ def _declare(lib):
         "ferry_buffer_size": (i32, [c_client_p, c_buffer, P(u64)]),
         "ferry_upload": (i32, [c_client_p, c_buffer, u64, vp, u64, P(c_ticket)]),
         "ferry_upload_after": (i32, [c_client_p, c_buffer, u64, vp, u64, u64, P(c_ticket)]),
+        "ferry_upload_reserve": (i32, [c_client_p, u64, P(CReservation)]),
+        "ferry_upload_commit": (i32, [c_client_p, P(CReservation), c_buffer, u64, P(c_ticket)]),
+        "ferry_upload_cancel": (i32, [c_client_p, P(CReservation)]),
         "ferry_wait": (i32, [c_client_p, c_ticket, i64]),
         "ferry_flush": (i32, [c_client_p, i64]),
         "ferry_download": (i32, [c_client_p, c_buffer, u64, vp, u64]),

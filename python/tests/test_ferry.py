@@ -211,6 +211,37 @@ class FerryTest(unittest.TestCase):
         for b in bufs:
             b.free()
 
+    def test_reserve_write_in_place_commit_or_cancel(self):
+        c = self.client()
+        with c.alloc(65536) as buf:
+            r = c.reserve(4096)
+            self.assertEqual(len(r.view), 4096)
+            r.view[:] = bytes(range(256)) * 16
+            c.wait(r.commit(buf, offset=100))
+            self.assertEqual(bytes(buf.download(offset=100, nbytes=4096)), bytes(range(256)) * 16)
+            with self.assertRaises(ValueError):
+                r.view[0] = 1  # used up: the view is released
+            with self.assertRaises(ferry.Error) as e:
+                r.commit(buf)
+            self.assertEqual(e.exception.errno, errno.EINVAL)
+            # leaving the block without a commit gives it up: nothing written, no error
+            with self.assertRaises(RuntimeError):
+                with c.reserve(4096) as r2:
+                    r2.view[:] = b"\xff" * 4096
+                    raise RuntimeError("the producer failed")
+            c.flush()
+            self.assertEqual(bytes(buf.download(offset=100, nbytes=4096)), bytes(range(256)) * 16)
+            with self.assertRaises(ferry.Error) as e:
+                c.reserve(65537)  # more than a slot
+            self.assertEqual(e.exception.errno, errno.EINVAL)
+            if np is not None:
+                with c.reserve(8 * 1000) as r3:
+                    a = np.frombuffer(r3.view, dtype=np.float64)  # held past the commit
+                    a[:] = np.arange(1000)
+                    c.wait(r3.commit(buf))
+                back = np.frombuffer(buf.download(nbytes=8000), dtype=np.float64)
+                np.testing.assert_array_equal(back, np.arange(1000))
+
     @unittest.skipIf(np is None, "numpy is not installed")
     def test_numpy_arrays_without_a_copy(self):
         c = self.client()

@@ -103,6 +103,11 @@ int ferry_upload_reserve(ferry_client *c, uint64_t bytes, ferry_reservation *r);
 int ferry_upload_commit(ferry_client *c, ferry_reservation *r, ferry_buffer dst, uint64_t dst_offset,
                         ferry_ticket *out);
 
+/* Gives a reservation up: nothing is written anywhere, and its ticket
+ * completes with no error, so the client's later transfers go on.
+ * -EINVAL for a reservation already committed or cancelled. */
+int ferry_upload_cancel(ferry_client *c, ferry_reservation *r);
+
 /* Waits until ticket t is done. 0: its bytes are on the device. Otherwise
  * -ETIMEDOUT, the ticket's own error (e.g. -EIO from the device), or
  * -ECONNRESET / -ESHUTDOWN when the daemon went away. A ticket's error is

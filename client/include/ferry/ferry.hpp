@@ -60,6 +60,7 @@ class Client {
     check(ferry_upload_commit(c_, &r, dst, offset, &t), "ferry_upload_commit");
     return t;
   }
+  void cancel(ferry_reservation& r) { check(ferry_upload_cancel(c_, &r), "ferry_upload_cancel"); }
   // false on timeout; throws on the ticket's error.
   bool wait(ferry_ticket t, int64_t timeout_ns = -1) {
     int r = ferry_wait(c_, t, timeout_ns);

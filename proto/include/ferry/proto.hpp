@@ -167,6 +167,9 @@ static_assert(sizeof(Reply) == 32);
 // daemon counts calls by it; pieces are counted apart).
 constexpr uint32_t kTransferLastPiece = 1;
 inline constexpr uint64_t kStagingAlign = 64;
+// An Upload to buffer 0 copies nothing: its ticket completes, with no error
+// (a reservation given up, ferry_upload_cancel). Buffer ids start at 1.
+inline constexpr uint64_t kNoBuffer = 0;
 struct Transfer {
   Header h;
   uint64_t ticket;
