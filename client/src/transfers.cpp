@@ -71,8 +71,8 @@ uint64_t parallel_piece(uint64_t slot_bytes, uint64_t bytes, uint64_t threads) {
   return std::min(slot_bytes, std::max(p, min_piece()));
 }
 
-// The first piece of an upload staged on one thread: a quarter of a piece,
-// at least this ($FERRY_FIRST_PIECE bytes; 0: the first piece is as the rest).
+// The first piece of an upload made alone: a quarter of a piece, at least
+// this ($FERRY_FIRST_PIECE bytes; 0: the first piece is as the rest).
 uint64_t first_piece_from() {
   static const uint64_t v = [] {
     const char* e = std::getenv("FERRY_FIRST_PIECE");
@@ -197,10 +197,11 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
   if (threads > 1) piece = std::min(piece, parallel_piece(c->slot_bytes, bytes, threads));
   // An upload alone (hot) starts with a small piece (a quarter of a piece):
   // the device starts copying once it is staged, not a whole piece; in a
-  // stream the device has earlier pieces to copy meanwhile anyway. H200 machine, 256 KiB (scripts/h200-mid.sh): 64 KiB then 192 KiB
-  // 0.86-1.00x pageable cudaMemcpy, one piece 0.72-0.79x; a small last
-  // piece as well (64, 128, 64) 0.74-0.76x, and 32 KiB first 0.66-0.70x:
-  // each piece costs ferryd a submission (copy, timeline write, event).
+  // stream the device has earlier pieces to copy meanwhile anyway. H200
+  // machine, 256 KiB (scripts/h200-mid.sh): 64 KiB then 192 KiB 0.86-1.00x
+  // pageable cudaMemcpy, one piece 0.72-0.79x; a small last piece as well
+  // (64, 128, 64) 0.74-0.76x, and 32 KiB first 0.66-0.70x: each piece costs
+  // ferryd a submission (copy, timeline write, event).
   const uint64_t fp = first_piece_from();
   const uint64_t small = hot && threads == 1 && fp != 0 ? std::min(piece, std::max(fp, piece / 4)) : piece;
   const uint64_t lead = small < piece && bytes > small ? small : 0;  // 0: all pieces alike
