@@ -289,14 +289,20 @@ class RawClient {
   }
   void publish(uint64_t t, proto::Type type, uint64_t len, uint64_t buffer, uint64_t offset, uint64_t after = 0,
                bool ring_bell = true) {
+    publish_word(t, static_cast<uint64_t>(type) | uint64_t{staging_of(t)} << 32, len, buffer, offset, after, 0, 0,
+                 ring_bell);
+  }
+  // The same with the entry's first word as given (type | flags << 16 | staging << 32).
+  void publish_word(uint64_t t, uint64_t word, uint64_t len, uint64_t buffer, uint64_t offset, uint64_t after = 0,
+                    uint64_t pool = 0, uint64_t event = 0, bool ring_bell = true) {
     proto::SubmitEntry& e = entry(t);
-    e.type = static_cast<uint64_t>(type) | uint64_t{staging_of(t)} << 32;
+    e.type = word;
     e.length = len;
     e.buffer = buffer;
     e.offset = offset;
     e.after = after;
-    e.pool = 0;
-    e.event = 0;
+    e.pool = pool;
+    e.event = event;
     e.ticket.store(t, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (ring_bell && header()->doorbell.load() != 0) send(proto::make<proto::Doorbell>(proto::Type::doorbell));

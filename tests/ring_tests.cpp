@@ -141,37 +141,18 @@ TEST_CASE("ring: a bad entry closes only its own session", "[ring][badinput]") {
     closed_for(r, "length");
   }
   SECTION("bytes past the staging area's end") {
-    proto::SubmitEntry& e = r.entry(1);
     const uint64_t area = uint64_t{r.welcome.slot_count} * r.welcome.slot_bytes;
-    e.type = static_cast<uint64_t>(proto::Type::upload) | (area - 64) / proto::kStagingAlign << 32;
-    e.length = 4096;  // one slot's worth, but only 64 bytes are left
-    e.buffer = r.buffer;
-    e.offset = 0;
-    e.after = e.pool = e.event = 0;
-    e.ticket.store(1);
-    r.send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    // One slot's worth, but only 64 bytes are left.
+    r.publish_word(1, static_cast<uint64_t>(proto::Type::upload) | (area - 64) / proto::kStagingAlign << 32, 4096,
+                   r.buffer, 0);
     closed_for(r, "staging area");
   }
   SECTION("a staging offset far past the segment") {
-    proto::SubmitEntry& e = r.entry(1);
-    e.type = static_cast<uint64_t>(proto::Type::download) | uint64_t{UINT32_MAX} << 32;
-    e.length = 64;
-    e.buffer = r.buffer;
-    e.offset = 0;
-    e.after = e.pool = e.event = 0;
-    e.ticket.store(1);
-    r.send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    r.publish_word(1, static_cast<uint64_t>(proto::Type::download) | uint64_t{UINT32_MAX} << 32, 64, r.buffer, 0);
     closed_for(r, "staging area");
   }
   SECTION("flags that do not exist") {
-    proto::SubmitEntry& e = r.entry(1);
-    e.type = static_cast<uint64_t>(proto::Type::upload) | uint64_t{0x8000} << 16;
-    e.length = 64;
-    e.buffer = r.buffer;
-    e.offset = 0;
-    e.after = e.pool = e.event = 0;
-    e.ticket.store(1);
-    r.send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    r.publish_word(1, static_cast<uint64_t>(proto::Type::upload) | uint64_t{0x8000} << 16, 64, r.buffer, 0);
     closed_for(r, "flags");
   }
   SECTION("a zero length") {
@@ -183,15 +164,7 @@ TEST_CASE("ring: a bad entry closes only its own session", "[ring][badinput]") {
     closed_for(r, "no value");
   }
   SECTION("an event index past 32 bits") {
-    proto::SubmitEntry& e = r.entry(1);
-    e.event = uint64_t{1} << 40;
-    e.pool = 1;
-    e.type = static_cast<uint64_t>(proto::Type::upload_signal);
-    e.length = 4096;
-    e.buffer = r.buffer;
-    e.offset = 0;
-    e.ticket.store(1);
-    r.send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    r.publish_word(1, static_cast<uint64_t>(proto::Type::upload_signal), 4096, r.buffer, 0, 0, 1, uint64_t{1} << 40);
     closed_for(r, "32 bits");
   }
   SECTION("a ticket past the window (the first one held, the ring published all round)") {
