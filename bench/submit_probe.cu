@@ -57,6 +57,7 @@ struct Variant {
   bool query = true;             // the poller queries its oldest event while it spins
   bool malloc_host = false;      // staging in cudaMallocHost memory, not registered memory
   int kernel_blocks = 0;         // the copy by a kernel of this many blocks reading mapped host memory
+  int window = 0;                // staged round a window of this many pieces, each reused once its copy is seen done
 };
 
 struct Piece {
@@ -65,6 +66,8 @@ struct Piece {
   uint64_t value = 0;
   char* base = nullptr;
   int blocks = 0;
+  uint64_t soff = 0;  // where in the staging buffer
+  uint64_t wait = 0;  // the timeline value to see before staging it (its bytes' last user done)
 };
 
 // Shared between the client and the poller, which lives as long as the
@@ -183,6 +186,7 @@ int main(int argc, char** argv) {
               median(pageable), median(pinned_sync), median(pinned_4k), median(memcpy_us));
 
   const uint64_t q = bytes / 4, h = bytes / 2;
+  auto split = [&](uint64_t piece) { return std::vector<uint64_t>(std::max<uint64_t>(1, bytes / piece), std::min(piece, bytes)); };
   std::vector<Variant> variants = {
       {"one piece", {bytes}},
       {"lead quarter + rest (ferry now)", {q, bytes - q}},
@@ -205,11 +209,21 @@ int main(int argc, char** argv) {
        {bytes / 8, bytes / 8, bytes / 8, bytes / 8, bytes / 8, bytes / 8, bytes / 8, bytes - 7 * (bytes / 8)}, false,
        false},
       {"4 KiB alone", {4096}},
+      {"256 KiB pieces, fresh bytes", split(256 << 10)},
+      {"256 KiB pieces round 2", split(256 << 10), true, true, true, false, 0, 2},
+      {"256 KiB pieces round 4", split(256 << 10), true, true, true, false, 0, 4},
+      {"256 KiB pieces round 8", split(256 << 10), true, true, true, false, 0, 8},
+      {"128 KiB pieces round 4", split(128 << 10), true, true, true, false, 0, 4},
+      {"128 KiB pieces round 8", split(128 << 10), true, true, true, false, 0, 8},
+      {"512 KiB pieces round 2", split(512 << 10), true, true, true, false, 0, 2},
+      {"512 KiB pieces round 4", split(512 << 10), true, true, true, false, 0, 4},
   };
   std::printf("| variant | until seen (us) | call returns (us) | last publish -> seen (us) | poller: copy / write / event (us per call) |\n"
               "|---|---|---|---|---|\n");
   Shared sh;
-  sh.plan.resize(variants.size() * (runs + 3) * 8);
+  size_t total = 0;
+  for (const Variant& v : variants) total += v.pieces.size() * (runs + 3);
+  sh.plan.resize(total);
   std::atomic<bool> ready{false};
   std::thread poller([&] {
     check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
@@ -221,12 +235,12 @@ int main(int argc, char** argv) {
         auto a = Clock::now();
         if (p.blocks != 0) {
           copy_kernel<<<p.blocks, 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
-              reinterpret_cast<const int4*>(staging_dev + p.off), reinterpret_cast<int4*>(static_cast<char*>(dst) + p.off),
+              reinterpret_cast<const int4*>(staging_dev + p.soff), reinterpret_cast<int4*>(static_cast<char*>(dst) + p.off),
               p.len / 16);
           check(cudaGetLastError(), "copy_kernel");
         } else {
           check(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst) + p.off,
-                              reinterpret_cast<CUdeviceptr>(p.base + p.off), p.len, stream),
+                              reinterpret_cast<CUdeviceptr>(p.base + p.soff), p.len, stream),
                 "cuMemcpyAsync");
         }
         auto b = Clock::now();
@@ -262,8 +276,12 @@ int main(int argc, char** argv) {
       uint64_t off = 0;
       for (size_t i = 0; i < v.pieces.size(); ++i) {
         const bool last = i + 1 == v.pieces.size();
-        Piece p{off, v.pieces[i], last || v.write_each, last || v.event_each, 0, v.malloc_host ? pinned : staging, v.kernel_blocks};
+        Piece p{off, v.pieces[i], last || v.write_each, last || v.event_each, 0, v.malloc_host ? pinned : staging, v.kernel_blocks, off};
         if (p.write) p.value = ++value;
+        if (v.window != 0) {
+          p.soff = (i % v.window) * v.pieces[0];
+          if (i >= static_cast<size_t>(v.window)) p.wait = sh.plan[planned - v.window].value;
+        }
         sh.plan[planned++] = p;
         off += v.pieces[i];
       }
@@ -275,7 +293,9 @@ int main(int argc, char** argv) {
       Clock::time_point last_pub;
       for (uint64_t k = first; k < planned; ++k) {
         const Piece& p = sh.plan[k];
-        std::memcpy(p.base + p.off, src.data() + p.off, p.len);
+        while (*word < p.wait) {
+        }
+        std::memcpy(p.base + p.soff, src.data() + p.off, p.len);
         last_pub = Clock::now();
         sh.published.store(k + 1, std::memory_order_release);
       }
