@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: the CUDA tests, then the bandwidth table up to
-# 4 MiB under several piece settings (medium uploads against pageable
-# cudaMemcpy), each twice. Results under $OUT.
+# 4 MiB under several settings (medium uploads against pageable
+# cudaMemcpy), each three times. Results under $OUT.
 set -u
 B=${B:-.device}
 OUT=${OUT:-/tmp/ferry-out}
@@ -9,6 +9,8 @@ mkdir -p "$OUT"
 nvidia-smi -L >"$OUT/gpu.txt"
 {
   FERRY_TEST_BACKEND=cuda "$B/tests/upload_tests" "~[simonly]" 2>&1 | tail -2
+  FERRY_TEST_BACKEND=cuda "$B/tests/upload_tests" "[covered]" 2>&1 | tail -2
+  LD_LIBRARY_PATH=$B/lib FERRY_TEST_BACKEND=cuda "$B/tests/ring_tests" 2>&1 | tail -2
   echo "upload_tests exit: ${PIPESTATUS[0]}"
   FERRY_TEST_BACKEND=cuda "$B/tests/cpp_api_tests" 2>&1 | tail -2
   LD_LIBRARY_PATH=$B/lib FERRY_TEST_BACKEND=cuda "$B/tests/sharing_tests" "[grant]" 2>&1 | tail -2
@@ -19,8 +21,10 @@ sock=/tmp/ferry-mid.sock
 "$B/daemon/ferryd" --backend cuda --socket "$sock" --slot-size 4194304 --slots 16 --log-level warn 2>"$OUT/ferryd.log" &
 d=$!
 for _ in $(seq 200); do [[ -S $sock ]] && break; sleep 0.05; done
-for v in "default" "FERRY_TAIL_PIECE=0" "FERRY_FIRST_PIECE=32768"; do
-  for r in 1 2 3; do
+# Variants alternate run by run, so the machine's drift spreads over all.
+# VARIANTS: settings separated by spaces ("default": none).
+for r in 1 2 3; do
+  for v in ${VARIANTS:-default FERRY_COVERED_PIECES=0}; do
     echo "## $v (run $r)" >>"$OUT/mid.md"
     env $([[ $v == default ]] || echo "$v") FERRY_BENCH_MAX_BYTES=4194304 FERRY_STAGING_THREADS=8 \
       timeout 120 "$B/bench/cuda_bench" --socket "$sock" --bandwidth-only >>"$OUT/mid.md" 2>&1
