@@ -70,13 +70,9 @@ class Backend {
   // cuStreamWriteValue64; only where info().device_writes). bytes == 0: the
   // write alone. The cookie is reported once all of it ran, so nothing it
   // touches may go before. Work completes in submission order. Called from
-  // the engine's thread only. event == false (a copy alone, no signal, no
-  // write): no completion of its own; its cookie is reported with the next
-  // submission that has one, and with that one's status (a failure on the
-  // queue fails every later report until then, on both backends). The
-  // engine makes sure one follows.
+  // the engine's thread only.
   virtual int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal = nullptr,
-                     const TimelineWrite* write = nullptr, bool event = true) = 0;
+                     const TimelineWrite* write = nullptr) = 0;
 
   // Sharing with clients' own contexts. Each returns -ENOTSUP where the
   // backend cannot. export_buffer: an IPC handle of a device allocation.

@@ -204,24 +204,21 @@ class Cuda final : public Backend {
   }
 
   int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal,
-             const TimelineWrite* write, bool event) override {
+             const TimelineWrite* write) override {
     if (signal != nullptr) return -ENOTSUP;  // no IPC event pools on this backend
-    if (!event && (write != nullptr || bytes == 0)) return -EINVAL;
     CUdeviceptr word = 0;
     if (write != nullptr && !device_address(write->word, &word)) return -ENOTSUP;
     current();
-    CUevent ev = nullptr;
-    if (event && (ev = take_event()) == nullptr) return -ENOMEM;
+    CUevent ev = take_event();
+    if (ev == nullptr) return -ENOMEM;
     CUresult r = CUDA_SUCCESS;
     if (bytes != 0)
       r = cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes, stream_);
     // In stream order: after the copy, before the event that retires both.
     if (r == CUDA_SUCCESS && write != nullptr) r = cu_.cuStreamWriteValue64(stream_, word, write->value, 0);
-    // A copy with no event of its own is retired by the next event; a failed
-    // copy makes every later one fail (the context's errors are sticky).
-    if (r == CUDA_SUCCESS && ev != nullptr) r = cu_.cuEventRecord(ev, stream_);
+    if (r == CUDA_SUCCESS) r = cu_.cuEventRecord(ev, stream_);
     if (r != CUDA_SUCCESS) {
-      if (ev != nullptr) give_event(ev);
+      give_event(ev);
       return to_errno(r);
     }
     inflight_.push(ev, cookie);

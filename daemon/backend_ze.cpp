@@ -109,16 +109,7 @@ class LevelZero final : public Backend {
   }
 
   int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal,
-             const TimelineWrite* write, bool event) override {
-    if (!event) {
-      // A copy with no event of its own: the next event reports it, failed
-      // if it failed (an event reports every failure since the last one).
-      if (signal != nullptr || write != nullptr || bytes == 0) return -EINVAL;
-      const ze_result_t r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, nullptr, 0, nullptr);
-      if (r != ZE_RESULT_SUCCESS) return to_errno(r);
-      inflight_.push(nullptr, cookie);
-      return 0;
-    }
+             const TimelineWrite* write) override {
     ze_event_handle_t client_event = nullptr;
     if (signal != nullptr) {
       client_event = pool_event(signal->pool, signal->index);
@@ -128,7 +119,7 @@ class LevelZero final : public Backend {
     ze_event_handle_t ev = take_event();
     if (ev == nullptr) return -ENOMEM;
     ze_result_t r = ZE_RESULT_SUCCESS;
-    if (client_event == nullptr && write == nullptr && bytes != 0) {
+    if (client_event == nullptr && write == nullptr) {
       r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, ev, 0, nullptr);
     } else {
       // copy -> the client's event -> the timeline -> ours: the copy retires

@@ -27,11 +27,6 @@ namespace {
 // application's queue waiting; 20 µs kept the loop within 1.04× of
 // in-process staging.
 constexpr auto kHoldPoll = std::chrono::microseconds(20);
-// How long a copy queued with no report of its own (proto::kTransferCovered)
-// waits for the next piece before the engine queues a report for it: an
-// upload made alone stages its next piece (at most 512 KiB) in well under
-// this on the H200 machine, so the report usually comes with that piece.
-constexpr uint64_t kSealAfterNs = 50'000;
 }  // namespace
 
 TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend)
@@ -66,9 +61,7 @@ const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& 
                                      const proto::UploadSignal* sig, uint64_t after) {
   // Breaking the slot protocol is a broken client: its session closes.
   if (const char* why = c->check_transfer(m.ticket, m.staging, m.length)) return why;
-  if ((m.flags & ~proto::kTransferFlags) != 0) return "transfer with unknown flags";
-  if ((m.flags & proto::kTransferCovered) != 0 && (download || (m.flags & proto::kTransferLastPiece) != 0))
-    return "a covered transfer must be an upload piece before the last";
+  if ((m.flags & ~proto::kTransferLastPiece) != 0) return "transfer with unknown flags";
   c->note_transfer();
   ClientState::Held h{m, download, sig != nullptr, sig != nullptr ? *sig : proto::UploadSignal{}, after};
   // Behind an earlier hold, or before its own value: kept here, on the host,
@@ -99,9 +92,8 @@ void TransferEngine::issue(const ClientRef& c, const ClientState::Held& h) {
   // CUDA device addresses are not host pointers: plain integer arithmetic.
   auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + m.offset);
   const bool last = (m.flags & proto::kTransferLastPiece) != 0;
-  const bool covered = (m.flags & proto::kTransferCovered) != 0 && !h.signal && h.after == 0;
   int r = h.download ? submit(c, m.ticket, true, slot, dev, m.length, buf)
-                     : submit(c, m.ticket, false, dev, slot, m.length, buf, h.signal ? &signal : nullptr, last, covered);
+                     : submit(c, m.ticket, false, dev, slot, m.length, buf, h.signal ? &signal : nullptr, last);
   if (r != 0) fail(c, m.ticket, r);
 }
 
@@ -137,21 +129,17 @@ void TransferEngine::poll_holds() {
 }
 
 int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src,
-                           uint64_t bytes, BufferRef buffer, const Signal* signal, bool last_piece, bool covered) {
+                           uint64_t bytes, BufferRef buffer, const Signal* signal, bool last_piece) {
   if (device_lost_) return -ENODEV;
   const uint64_t cookie = next_cookie_++;
   // Record first: the retire thread may report the copy before submit returns,
   // but its batch is handled on this thread, after we return.
-  const uint64_t now = now_ns();
-  records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, last_piece, now});
+  records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, last_piece, now_ns()});
   client->mark_in_flight(ticket, bytes);
-  // A covered piece goes with no report of its own only while the poller is
-  // awake to seal it (seal_due); the next report moves the frontier past it.
-  const bool report = !covered || asleep_ || download || signal != nullptr || bytes == 0;
   const uint64_t before = client->frontier();
   TimelineWrite w;
-  const TimelineWrite* wp = report ? timeline_write(*client, &w) : nullptr;
-  int r = backend_->submit(dst, src, bytes, cookie, signal, wp, report);
+  const TimelineWrite* wp = timeline_write(*client, &w);
+  int r = backend_->submit(dst, src, bytes, cookie, signal, wp);
   if (r == -ENOTSUP && wp != nullptr) {
     // The device cannot write this client's word: the copy goes alone, and
     // the retire path keeps the word from now on.
@@ -167,46 +155,7 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
   }
   ++stats_.in_flight;
   stats_.in_flight_bytes += bytes;
-  if (report) {
-    unsealed_.reset();  // its event reports every copy before it
-  } else {
-    ++stats_.covered;
-    if (!unsealed_) unsealed_ns_ = now;
-    unsealed_ = client;
-  }
   return 0;
-}
-
-int TransferEngine::report_alone(const ClientRef& client, const TimelineWrite* wp) {
-  const uint64_t cookie = next_cookie_++;
-  records_.push_back({cookie, client, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: no transfer
-  if (int r = backend_->submit(nullptr, nullptr, 0, cookie, nullptr, wp); r != 0) {
-    records_.pop_back();
-    return r;
-  }
-  ++stats_.in_flight;
-  unsealed_.reset();
-  return 0;
-}
-
-void TransferEngine::seal_due(uint64_t now) {
-  if (!unsealed_ || (now != 0 && now - unsealed_ns_ < kSealAfterNs)) return;
-  const ClientRef c = unsealed_;
-  const uint64_t before = c->frontier();
-  TimelineWrite w;
-  const TimelineWrite* wp = timeline_write(*c, &w);
-  int r = report_alone(c, wp);
-  if (r == -ENOTSUP && wp != nullptr) {
-    c->host_timeline = true;  // as in submit: the retire path keeps the word from now on
-    r = report_alone(c, nullptr);
-  }
-  if (r != 0) {
-    // Tried again next round; the copies before it stay recorded meanwhile.
-    c->reset_frontier(before);
-    FERRY_LOG(warn, "cannot queue the report of a covered copy: %d", r);
-    return;
-  }
-  ++stats_.seals;
 }
 
 // A refused ticket is reported at once: its failure is counted, and its
@@ -222,9 +171,16 @@ void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status) 
   settle(client, ticket, 0, 0);
   // If that moved the frontier, the device says so after the copies before it.
   TimelineWrite w;
-  if (const TimelineWrite* wp = timeline_write(*client, &w); wp != nullptr && report_alone(client, wp) != 0) {
-    client->host_timeline = true;
-    client->publish(0, true);
+  if (const TimelineWrite* wp = timeline_write(*client, &w)) {
+    const uint64_t cookie = next_cookie_++;
+    records_.push_back({cookie, client, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: the write alone
+    if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, wp) == 0) {
+      ++stats_.in_flight;
+    } else {
+      records_.pop_back();
+      client->host_timeline = true;
+      client->publish(0, true);
+    }
   }
 }
 

@@ -104,11 +104,8 @@ class TransferEngine {
   bool device_timeline() const { return device_writes_; }
   // Queues one copy of `client`'s ticket. On a non-zero return nothing was
   // queued and the caller fails the ticket itself.
-  // covered: an upload piece whose next piece follows (proto::kTransferCovered):
-  // queued with no timeline write or event of its own while the poller is
-  // awake; seal_due() reports it if nothing follows.
   int submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src, uint64_t bytes,
-             BufferRef buffer, const Signal* signal = nullptr, bool last_piece = true, bool covered = false);
+             BufferRef buffer, const Signal* signal = nullptr, bool last_piece = true);
   // Fails a ticket without touching the device (a refused transfer); with
   // status 0 completes it so (an upload to proto::kNoBuffer).
   void fail(const ClientRef& client, uint64_t ticket, int status);
@@ -121,10 +118,6 @@ class TransferEngine {
   void use_ring(const ClientRef& c);
   void count_doorbell() { ++stats_.doorbells; }
   void count_nap() { ++stats_.poller_naps; }
-  // The last copy queued has no report of its own and nothing came after it
-  // for kSealAfter (or `now` is 0): queue a report (the client's timeline
-  // write, an event) so it retires. Poller, each round; sleep_begin.
-  void seal_due(uint64_t now_ns);
   // Takes the client's published ring entries, in ticket order, as transfer
   // messages. A broken entry ends its session (ProgressSink::broken).
   size_t drain_ring(const ClientRef& c);
@@ -159,10 +152,6 @@ class TransferEngine {
   void poll_holds();
   void arm_holds();
   void retire(const std::vector<Done>& batch);
-  // Queues a report with no copy: `wp` (if any) and an event, which also
-  // reports every copy queued before it. 0, or the backend's error (then
-  // nothing stays queued).
-  int report_alone(const ClientRef& client, const TimelineWrite* wp);
   void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
   BufferRef lend(void* ptr, uint64_t bytes, bool imported);
   void release(ClientState* c);
@@ -191,9 +180,6 @@ class TransferEngine {
   std::vector<ClientRef> rings_;  // connected clients with a submission ring
   bool asleep_ = true;            // the poller sleeps (or never polls): rings want Doorbells
   std::vector<Done> reaped_;      // reap_now's batch, kept for its capacity
-  // The newest copy on the device has no report of its own: whose, and since when.
-  ClientRef unsealed_;
-  uint64_t unsealed_ns_ = 0;
   // Held across taking finished copies from the backend and queueing them
   // for retirement, by the retire thread and (try_lock) the poller: batches
   // then reach retire() in the order the device finished them.

@@ -45,7 +45,7 @@ size_t TransferEngine::drain_ring(const ClientRef& c) {
     c->ring_next = t + 1;
     ++stats_.ring_entries;
     const char* why = nullptr;
-    if ((m.flags & ~proto::kTransferFlags) != 0) why = "ring entry with unknown flags";
+    if ((m.flags & ~proto::kTransferLastPiece) != 0) why = "ring entry with unknown flags";
     else switch (static_cast<proto::Type>(type)) {
       case proto::Type::upload: why = transfer(c, m, false); break;
       case proto::Type::download: why = transfer(c, m, true); break;
@@ -110,7 +110,6 @@ size_t TransferEngine::reap_now() {
 }
 
 bool TransferEngine::sleep_begin() {
-  seal_due(0);  // nobody would seal it while the poller sleeps
   asleep_ = true;
   for (const ClientRef& c : rings_) c->segment().header()->doorbell.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);

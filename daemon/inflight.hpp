@@ -16,18 +16,15 @@ namespace ferry::ferryd {
 template <class Event>
 class InFlight {
  public:
-  // Engine thread. Wakes the retire thread only when it may be asleep. A
-  // null event: a copy with no report of its own (Backend::submit, event ==
-  // false), done when the next entry with an event is, with its status.
+  // Engine thread. Wakes the retire thread only when it may be asleep.
   void push(Event e, uint64_t cookie) {
-    bool wake;
+    bool was_empty;
     {
       std::lock_guard lock(mu_);
-      wake = e != Event{} && evented_ == 0;
-      evented_ += e != Event{};
+      was_empty = queue_.empty();
       queue_.push_back({e, cookie});
     }
-    if (wake) cv_.notify_one();
+    if (was_empty) cv_.notify_one();
   }
 
   // Retire thread. wait(event) blocks until the oldest copy's event is done
@@ -46,40 +43,25 @@ class InFlight {
     } else {
       reaper.lock();
     }
-    Event oldest{};
+    Event oldest;
     {
       std::unique_lock lock(mu_);
-      // Entries with no event of their own wait for one that has.
-      if (!cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [&] { return evented_ != 0; })) return 0;
-      for (const Entry& e : queue_) {
-        if (e.event != Event{}) {
-          oldest = e.event;
-          break;
-        }
-      }
+      if (!cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [&] { return !queue_.empty(); })) return 0;
+      oldest = queue_.front().event;
     }
-    // Only the holder of reap_mu_ pops, so `oldest` stays where it is while we wait.
+    // Only the holder of reap_mu_ pops, so `oldest` stays at the front while we wait.
     auto status = timeout_ns == 0 ? query(oldest) : wait(oldest);
     if (!done(status)) return 0;
     size_t n = 0;
-    bool known = true;  // `status` is the first event's
     std::lock_guard lock(mu_);
     while (!queue_.empty()) {
-      // Entries with no event ahead of the next one that has: done with it.
-      size_t k = 0;
-      while (k < queue_.size() && queue_[k].event == Event{}) ++k;
-      if (k == queue_.size()) break;  // no event after them yet
-      auto s = known ? status : query(queue_[k].event);
-      known = false;
+      Entry e = queue_.front();
+      auto s = n == 0 ? status : query(e.event);
       if (!done(s)) break;
-      const int err = to_errno(s);
-      for (size_t i = 0; i <= k; ++i) {
-        out.push_back({queue_.front().cookie, err});
-        if (i == k) recycle(queue_.front().event);
-        queue_.pop_front();
-      }
-      --evented_;
-      n += k + 1;
+      queue_.pop_front();
+      out.push_back({e.cookie, to_errno(s)});
+      recycle(e.event);
+      ++n;
     }
     return n;
   }
@@ -93,7 +75,6 @@ class InFlight {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Entry> queue_;
-  size_t evented_ = 0;  // entries of queue_ with an event
 };
 
 }  // namespace ferry::ferryd

@@ -50,7 +50,6 @@ void Poller::run() {
   while (!io_.stopped()) {
     const size_t n = engine_.poll();
     auto now = Clock::now();
-    engine_.seal_due(static_cast<uint64_t>(std::chrono::nanoseconds(now.time_since_epoch()).count()));
     if (n != 0) last_work = now;
     if (now - last_io >= kIoEvery) {
       if (io_.poll() != 0) last_work = Clock::now();

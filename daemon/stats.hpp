@@ -43,8 +43,6 @@ struct EngineStats {
   uint64_t doorbells = 0;      // Doorbell messages received
   uint64_t poller_sleeps = 0;  // times the poller went to sleep
   uint64_t poller_naps = 0;    // naps while the device had copies queued (--poll-nap-us)
-  uint64_t covered = 0;        // upload pieces queued with no report of their own (proto::kTransferCovered)
-  uint64_t seals = 0;          // reports queued for covered pieces that nothing followed
   uint64_t segments_pooled = 0;  // Hellos served a segment made ahead of time
   uint64_t segments_made = 0;    // Hellos that made their own (pool empty, or other geometry)
 };

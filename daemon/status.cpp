@@ -140,8 +140,6 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
         {"doorbells", poll.doorbells},
         {"sleeps", poll.poller_sleeps},
         {"naps", poll.poller_naps},
-        {"covered", poll.covered},
-        {"seals", poll.seals},
         {"segments_pooled", poll.segments_pooled},
         {"segments_made", poll.segments_made}}},
       {"held",

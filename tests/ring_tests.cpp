@@ -128,56 +128,6 @@ TEST_CASE("ring: the Doorbell is asked for only while the poller sleeps", "[ring
   }
 }
 
-TEST_CASE("ring: covered pieces go without a report of their own, and are reported even if nothing follows",
-          "[ring][covered]") {
-  const auto covered = [](RingClient& r, uint64_t t, uint64_t offset, bool ring_bell) {
-    r.publish_word(t,
-                   static_cast<uint64_t>(proto::Type::upload) | uint64_t{proto::kTransferCovered} << 16 |
-                       uint64_t{r.staging_of(t)} << 32,
-                   4096, r.buffer, offset, 0, 0, 0, ring_bell);
-  };
-  SECTION("an awake poller: the next piece's report covers it; alone, the daemon seals it") {
-    Daemon d({"--poll-idle-us", "1000000"});
-    RingClient r(d.socket);
-    REQUIRE(eventually([&] { return r.header()->doorbell.load() == 0; }, std::chrono::milliseconds(500)));
-    for (uint64_t t = 1; t <= 3; ++t) std::memset(r.slot(static_cast<uint32_t>((t - 1) % r.welcome.slot_count)), static_cast<int>(t), 4096);
-    // Pieces 1 and 2 covered, 3 the last: one report for all three.
-    covered(r, 1, 0, false);
-    covered(r, 2, 4096, false);
-    r.publish_word(3,
-                   static_cast<uint64_t>(proto::Type::upload) | uint64_t{proto::kTransferLastPiece} << 16 |
-                       uint64_t{r.staging_of(3)} << 32,
-                   4096, r.buffer, 8192, 0, 0, 0, false);
-    REQUIRE(eventually([&] { return r.completed() >= 3; }, std::chrono::milliseconds(500)));
-    auto st = d.status();
-    CHECK(st.get<uint64_t>("poller.covered") == 2);
-    CHECK(st.get<uint64_t>("totals.uploads") == 1);
-    CHECK(st.get<uint64_t>("totals.upload_pieces") == 3);
-    const uint64_t seals = st.get<uint64_t>("poller.seals");
-    // A covered piece whose next piece never comes: reported all the same.
-    std::memset(r.slot(static_cast<uint32_t>(3 % r.welcome.slot_count)), 4, 4096);
-    covered(r, 4, 12288, false);
-    REQUIRE(eventually([&] { return r.completed() >= 4; }, std::chrono::milliseconds(500)));
-    st = d.status();
-    CHECK(st.get<uint64_t>("poller.covered") == 3);
-    CHECK(st.get<uint64_t>("poller.seals") == seals + 1);
-    CHECK(r.header()->failures.load() == 0);
-    // Every piece's bytes arrived.
-    r.publish(5, proto::Type::download, 4096 * 4 <= r.welcome.slot_bytes ? 4096 * 4 : 4096, r.buffer, 0);
-    REQUIRE(eventually([&] { return r.completed() >= 5; }));
-    const char* back = r.slot(static_cast<uint32_t>(4 % r.welcome.slot_count));
-    const uint64_t n = 4096 * 4 <= r.welcome.slot_bytes ? 4 : 1;
-    for (uint64_t i = 0; i < n; ++i) CHECK(std::count(back + i * 4096, back + (i + 1) * 4096, static_cast<char>(i + 1)) == 4096);
-  }
-  SECTION("a poller that never polls: nobody would seal it, so it is reported by itself") {
-    Daemon d({"--poll-idle-us", "0"});
-    RingClient r(d.socket);
-    covered(r, 1, 0, true);
-    REQUIRE(eventually([&] { return r.completed() >= 1; }));
-    CHECK(d.status().get<uint64_t>("poller.covered") == 0);
-  }
-}
-
 TEST_CASE("ring: a bad entry closes only its own session", "[ring][badinput]") {
   Daemon d({"--max-clients", "8"});
   Witness w(d.socket);  // a well-behaved client, uploading and checking all along
@@ -204,18 +154,6 @@ TEST_CASE("ring: a bad entry closes only its own session", "[ring][badinput]") {
   SECTION("flags that do not exist") {
     r.publish_word(1, static_cast<uint64_t>(proto::Type::upload) | uint64_t{0x8000} << 16, 64, r.buffer, 0);
     closed_for(r, "flags");
-  }
-  SECTION("a covered last piece") {
-    r.publish_word(1,
-                   static_cast<uint64_t>(proto::Type::upload) |
-                       uint64_t{proto::kTransferCovered | proto::kTransferLastPiece} << 16,
-                   64, r.buffer, 0);
-    closed_for(r, "covered");
-  }
-  SECTION("a covered download") {
-    r.publish_word(1, static_cast<uint64_t>(proto::Type::download) | uint64_t{proto::kTransferCovered} << 16, 64,
-                   r.buffer, 0);
-    closed_for(r, "covered");
   }
   SECTION("a zero length") {
     r.publish(1, proto::Type::upload, 0, r.buffer, 0);

@@ -211,30 +211,6 @@ TEST_CASE("status counts upload calls, their pieces apart, and clients, not stat
   ferry_disconnect(c);
 }
 
-TEST_CASE("an upload made alone reports only its last piece, and every byte arrives", "[upload][covered]") {
-  // An awake poller (1 s), so the pieces before the last go covered.
-  Daemon d({"--poll-idle-us", "1000000", "--slot-size", "1048576", "--slots", "4"});
-  ferry_client* c = nullptr;
-  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  const uint64_t n = 1'000'000;  // alone: a 64 KiB lead, then pieces of 256 KiB
-  ferry_buffer b = 0;
-  REQUIRE(ferry_buffer_alloc(c, n, &b) == 0);
-  for (int round = 1; round <= 3; ++round) {
-    std::vector<uint8_t> src = pattern(n, round);
-    ferry_ticket t = 0;
-    REQUIRE(ferry_upload(c, b, 0, src.data(), n, &t) == 0);
-    REQUIRE(ferry_wait(c, t, -1) == 0);
-    std::vector<uint8_t> back(n);
-    REQUIRE(ferry_download(c, b, 0, back.data(), n) == 0);
-    CHECK(back == src);
-  }
-  auto st = d.status();
-  const uint64_t pieces = st.get<uint64_t>("totals.upload_pieces");
-  CHECK(pieces >= 3 * 4);
-  CHECK(st.get<uint64_t>("poller.covered") == pieces - 3);  // all but each call's last
-  ferry_disconnect(c);
-}
-
 TEST_CASE("many threads share one client", "[upload][threads]") {
   Daemon d({"--slot-size", "16384", "--slots", "4"});
   Conn k(d.socket);

@@ -105,20 +105,6 @@ uint64_t parallel_from() {
   return v;
 }
 
-// Whether the pieces of an upload made alone, but its last, go without a
-// report of their own (proto::kTransferCovered): the device then runs no
-// timeline write and no event between them, and the next piece's copy
-// follows at once. In bench/submit_probe on the H200 machine, 256 KiB as 64 +
-// 192 KiB was seen 25.4-26.9 µs against 28.2-30.5 with a report after each.
-// $FERRY_COVERED_PIECES=0 turns it off, for measuring.
-bool cover_pieces(ferry_client* c) {
-  static const bool on = [] {
-    const char* e = std::getenv("FERRY_COVERED_PIECES");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return on && (c->welcome.features & proto::kFeatureCoveredPieces) != 0;
-}
-
 // One transfer of ticket t, as the daemon takes it: an entry in the
 // submission ring (a Doorbell only if ferryd's poller sleeps), or a message.
 struct Submit {
@@ -128,7 +114,7 @@ struct Submit {
   uint64_t after = 0;         // upload_after
   uint64_t pool = 0;          // upload_signal
   uint32_t event = 0;
-  uint32_t flags = 0;         // proto::kTransferFlags
+  uint32_t flags = 0;         // proto::kTransferLastPiece
 };
 
 int submit(ferry_client* c, const Submit& s) {
@@ -223,9 +209,6 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
   // Where piece i starts.
   auto offset_of = [&](uint64_t i) -> uint64_t { return lead == 0 ? i * piece : i == 0 ? 0 : lead + (i - 1) * piece; };
   const char* from = static_cast<const char*>(src);
-  // Made alone on this thread, piece after piece: each but the last is
-  // followed at once by the next, whose report covers it.
-  const bool cover = hot && threads == 1 && signal == nullptr && after == 0 && cover_pieces(c);
   // Every piece's ticket is taken now, in one run, so the last one is known
   // before any is sent: the upload's outcome is that of all its pieces.
   uint64_t first = 0;
@@ -242,7 +225,6 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
     FERRY_SLOT_HANDED_ON(tl.staging());
     Submit s{proto::Type::upload, at, t, n, dst, dst_offset + off};
     if (i + 1 == pieces) s.flags = proto::kTransferLastPiece;  // the call is counted by it
-    else if (cover) s.flags = proto::kTransferCovered;
     if (signal != nullptr && i + 1 == pieces) {
       // The last piece carries the event: the in-order queue signals it
       // after every earlier piece.

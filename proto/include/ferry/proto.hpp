@@ -50,13 +50,9 @@ enum Feature : uint64_t {
   // as messages; a Doorbell only while Segment::doorbell asks for one; no
   // Completion messages (the segment's words say it), TicketFailed still.
   kFeatureSubmitRing = 1u << 5,
-  // The daemon knows Transfer::flags kTransferCovered (it grants it whenever
-  // asked; a client that was not granted it must not set the flag).
-  kFeatureCoveredPieces = 1u << 6,
 };
 inline constexpr uint64_t kFeaturesV1 = kFeatureTimelineCounter | kFeatureDownload | kFeatureStatus |
-                                        kFeatureDeviceTimeline | kFeatureUploadAfter | kFeatureSubmitRing |
-                                        kFeatureCoveredPieces;
+                                        kFeatureDeviceTimeline | kFeatureUploadAfter | kFeatureSubmitRing;
 
 enum class Type : uint16_t {
   hello = 1,
@@ -170,14 +166,6 @@ static_assert(sizeof(Reply) == 32);
 // Transfer::flags: this piece is the last of one ferry_upload call (the
 // daemon counts calls by it; pieces are counted apart).
 constexpr uint32_t kTransferLastPiece = 1;
-// An upload piece, not the last, whose next piece of the same call follows
-// at once (kFeatureCoveredPieces): the device need not report it by itself
-// (no timeline write, no event of its own); the next report covers it. The
-// daemon still reports it within some tens of microseconds if nothing
-// follows. With kTransferLastPiece, or on a download, the transfer is
-// malformed; on UploadAfter and UploadSignal the flag is ignored.
-constexpr uint32_t kTransferCovered = 2;
-constexpr uint32_t kTransferFlags = kTransferLastPiece | kTransferCovered;
 inline constexpr uint64_t kStagingAlign = 64;
 // An Upload to buffer 0 copies nothing: its ticket completes, with no error
 // (a reservation given up, ferry_upload_cancel). Buffer ids start at 1.
@@ -186,7 +174,7 @@ struct Transfer {
   Header h;
   uint64_t ticket;
   uint32_t staging;  // in units of kStagingAlign from the staging area's start
-  uint32_t flags;    // kTransferFlags
+  uint32_t flags;    // kTransferLastPiece
   uint64_t length;
   uint64_t buffer;
   uint64_t offset;
