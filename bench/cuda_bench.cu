@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -332,9 +334,43 @@ double staging_rate(const char* src, char* dst, size_t n, unsigned threads) {
   return static_cast<double>(n) / (us_since(t0) * 1000);
 }
 
+// $FERRY_BENCH_OTHER_CLIENT: another client of the same daemon meanwhile,
+// "idle" (connected, never transferring) or "ticking" (a 1-byte upload every
+// 100 ms): what a second connection costs the measured one.
+class OtherClient {
+ public:
+  OtherClient() {
+    const char* e = std::getenv("FERRY_BENCH_OTHER_CLIENT");
+    if (e == nullptr || *e == '\0') return;
+    other_ = std::make_unique<Ferry>();
+    if (std::strcmp(e, "ticking") != 0) return;
+    buf_ = other_->alloc(4096);
+    ticker_ = std::thread([this] {
+      const char byte = 1;
+      while (!stop_) {
+        ferry_ticket t = 0;
+        FERRY(ferry_upload(other_->c, buf_, 0, &byte, 1, &t));
+        FERRY(ferry_wait(other_->c, t, -1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
+  ~OtherClient() {
+    stop_ = true;
+    if (ticker_.joinable()) ticker_.join();
+  }
+
+ private:
+  std::unique_ptr<Ferry> other_;
+  ferry_buffer buf_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread ticker_;
+};
+
 void bandwidth(const std::string& data_dir, unsigned staging_threads) {
   uint64_t max = g_quick ? (16ull << 20) : (1ull << 30);
   if (const char* e = std::getenv("FERRY_BENCH_MAX_BYTES")) max = std::min<uint64_t>(max, std::strtoull(e, nullptr, 10));
+  OtherClient other;
   std::vector<char> src(max);
   for (size_t i = 0; i < max; i += 4096) src[i] = static_cast<char>(i >> 12);
   char* pinned = nullptr;

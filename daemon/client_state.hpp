@@ -135,8 +135,23 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // slots, none longer than its connection): a client that scribbles on its
   // page drops out of the daemon-wide histogram instead of poisoning it.
   void add_slot_waits(Histogram& h) const;
-  // A transfer message of this client passed the window check.
-  void note_transfer() { ++transfers_; }
+  // A transfer message of this client passed the window check. Returns
+  // whether the client was idle until now (see TransferEngine::publish_clients).
+  bool note_transfer() {
+    ++transfers_;
+    if (active_) return false;
+    active_ = true;
+    return true;
+  }
+  // Called every kIdleCheck: whether the client is still active (it moved a
+  // transfer since the last call); it becomes idle otherwise.
+  bool still_active() {
+    if (!active_) return false;
+    if (transfers_ == transfers_seen_) active_ = false;
+    transfers_seen_ = transfers_;
+    return active_;
+  }
+  bool active() const { return active_; }
 
   // 1 while the daemon serves this client, 2 once it is stopping.
   void set_daemon_state(uint32_t s);
@@ -174,6 +189,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   uint64_t next_buffer_ = 0;
   uint32_t opened_ = 0;    // table entries opened through grants
   uint64_t transfers_ = 0; // transfer messages accepted
+  uint64_t transfers_seen_ = 0;  // transfers_ at the last still_active()
+  bool active_ = false;          // moved a transfer lately (still_active)
   uint32_t imported_ = 0;  // table entries that are imports
   struct Entry {
     BufferRef owned;                   // set for the owner

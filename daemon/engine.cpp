@@ -34,6 +34,7 @@ TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Back
       backend_(std::move(backend)),
       device_writes_(backend_->info().device_writes),
       hold_timer_(io),
+      idle_timer_(io),
       retirer_([this] { retire_loop(); }) {}
 
 TransferEngine::~TransferEngine() { stop(); }
@@ -46,6 +47,7 @@ void TransferEngine::stop() {
   }
   retire_cv_.notify_one();
   hold_timer_.cancel();
+  idle_timer_.cancel();
   retirer_.join();
   if (!records_.empty()) {
     // Copies still queued past --drain read their client's segment and write
@@ -62,7 +64,7 @@ const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& 
   // Breaking the slot protocol is a broken client: its session closes.
   if (const char* why = c->check_transfer(m.ticket, m.staging, m.length)) return why;
   if ((m.flags & ~proto::kTransferLastPiece) != 0) return "transfer with unknown flags";
-  c->note_transfer();
+  if (c->note_transfer()) publish_clients();  // one more client transfers now
   ClientState::Held h{m, download, sig != nullptr, sig != nullptr ? *sig : proto::UploadSignal{}, after};
   // Behind an earlier hold, or before its own value: kept here, on the host,
   // never as a wait in the device's queue that every client shares.

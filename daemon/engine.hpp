@@ -72,9 +72,12 @@ class TransferEngine {
   // Every client whose resources still exist, by id.
   const std::map<uint64_t, ClientState*>& clients() const { return clients_; }
   size_t connected_clients() const;
-  // Stores connected_clients() into every connected client's segment
-  // (proto::Segment::clients): called when one comes or goes.
+  // Stores how many connected clients transfer now (at least 1) into every
+  // connected client's segment (proto::Segment::clients): called when one
+  // comes or goes, starts transferring, or has been idle for kIdleCheck.
   void publish_clients();
+  // A client that moved no transfer for this long counts as idle.
+  static constexpr auto kIdleCheck = std::chrono::milliseconds(500);
   // Slot waits as clients published them: the gone ones and the live ones.
   Histogram slot_waits() const;
 
@@ -151,6 +154,8 @@ class TransferEngine {
   // Releases held transfers whose value came; re-arms itself while any is held.
   void poll_holds();
   void arm_holds();
+  // Every kIdleCheck while any client is active: idle ones stop counting.
+  void arm_idle_check();
   void retire(const std::vector<Done>& batch);
   void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
   BufferRef lend(void* ptr, uint64_t bytes, bool imported);
@@ -175,6 +180,8 @@ class TransferEngine {
   bool device_writes_ = false;  // the backend writes timelines; off after a device failure
   boost::asio::steady_timer hold_timer_;
   bool hold_timer_armed_ = false;
+  boost::asio::steady_timer idle_timer_;
+  bool idle_timer_armed_ = false;
   EngineStats stats_;
   std::atomic<bool> stop_{false};
   std::vector<ClientRef> rings_;  // connected clients with a submission ring

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
+
 #include "engine.hpp"
 
 namespace ferry::ferryd {
@@ -61,9 +63,31 @@ size_t TransferEngine::connected_clients() const {
 }
 
 void TransferEngine::publish_clients() {
-  const auto n = static_cast<uint32_t>(connected_clients());
+  uint32_t active = 0;
+  for (const auto& [id, c] : clients_) active += c->connected && c->slot_count() != 0 && c->active();
+  // At least 1: an idle reader reads the word only as it starts to transfer.
+  const uint32_t n = std::max<uint32_t>(active, 1);
   for (const auto& [id, c] : clients_)
     if (c->connected && c->slot_count() != 0) c->segment().header()->clients.store(n, std::memory_order_relaxed);
+  if (active != 0 && !idle_timer_armed_) arm_idle_check();
+}
+
+void TransferEngine::arm_idle_check() {
+  idle_timer_armed_ = true;
+  idle_timer_.expires_after(kIdleCheck);
+  idle_timer_.async_wait([this](const boost::system::error_code& ec) {
+    idle_timer_armed_ = false;
+    if (ec) return;
+    bool changed = false, any = false;
+    for (const auto& [id, c] : clients_) {
+      const bool was = c->active();
+      const bool now = c->still_active();
+      changed = changed || was != now;
+      any = any || now;
+    }
+    if (changed) publish_clients();
+    if (any && !idle_timer_armed_) arm_idle_check();
+  });
 }
 
 Histogram TransferEngine::slot_waits() const {

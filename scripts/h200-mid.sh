@@ -23,7 +23,7 @@ d=$!
 for _ in $(seq 200); do [[ -S $sock ]] && break; sleep 0.05; done
 # Variants alternate run by run, in reversed order every other run, so the
 # machine's drift spreads over all. VARIANTS: settings separated by spaces
-# ("default": none); RUNS: runs of each (3).
+# ("default": none); RUNS: runs of each (3); MAX_BYTES: the largest size (4 MiB).
 read -r -a vs <<<"${VARIANTS:-default FERRY_FIRST_PIECE=0}"
 for r in $(seq "${RUNS:-3}"); do
   order=("${vs[@]}")
@@ -33,7 +33,7 @@ for r in $(seq "${RUNS:-3}"); do
   fi
   for v in "${order[@]}"; do
     echo "## $v (run $r)" >>"$OUT/mid.md"
-    env $([[ $v == default ]] || echo "$v") FERRY_BENCH_MAX_BYTES=4194304 FERRY_STAGING_THREADS=8 \
+    env $([[ $v == default ]] || echo "$v") FERRY_BENCH_MAX_BYTES=${MAX_BYTES:-4194304} FERRY_STAGING_THREADS=8 \
       timeout 120 "$B/bench/cuda_bench" --socket "$sock" --bandwidth-only >>"$OUT/mid.md" 2>&1
   done
 done

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -604,7 +605,7 @@ TEST_CASE("a failed connect says which socket and what to do", "[connect]") {
   ferry_disconnect(c);
 }
 
-TEST_CASE("each segment says how many clients the daemon serves (libferry shares the cores by it)", "[upload][share]") {
+TEST_CASE("each segment says how many clients transfer now (libferry shares the cores by it)", "[upload][share]") {
   Daemon d;
   ferry_client *a = nullptr, *b = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &a) == 0);
@@ -612,10 +613,31 @@ TEST_CASE("each segment says how many clients the daemon serves (libferry shares
   ferry_timeline tl{};
   REQUIRE(ferry_get_timeline(a, &tl) == 0);
   const auto* seg = static_cast<const ferry::proto::Segment*>(tl.segment);
-  auto becomes = [&](uint32_t n) {
-    for (int i = 0; i < 200 && seg->clients.load() != n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto becomes = [&](uint32_t n, const std::function<void()>& meanwhile = {}) {
+    for (int i = 0; i < 400 && seg->clients.load() != n; ++i) {
+      if (meanwhile) meanwhile();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     return seg->clients.load() == n;
   };
+  ferry_buffer ba = 0, bb = 0;
+  REQUIRE(ferry_buffer_alloc(a, 4096, &ba) == 0);
+  REQUIRE(ferry_buffer_alloc(b, 4096, &bb) == 0);
+  const uint8_t byte = 1;
+  auto touch = [&](ferry_client* c, ferry_buffer buf) {
+    ferry_ticket t = 0;
+    REQUIRE(ferry_upload(c, buf, 0, &byte, 1, &t) == 0);
+    REQUIRE(ferry_wait(c, t, -1) == 0);
+  };
+  // Connected but idle clients do not count; at least 1 is shown.
+  CHECK(becomes(1));
+  touch(a, ba);
+  CHECK(becomes(1));
+  touch(b, bb);
+  CHECK(becomes(2));
+  // b falls idle (within a second) while a goes on: a has the cores again.
+  CHECK(becomes(1, [&] { touch(a, ba); }));
+  touch(b, bb);
   CHECK(becomes(2));
   ferry_disconnect(b);
   CHECK(becomes(1));

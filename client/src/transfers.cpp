@@ -52,9 +52,10 @@ uint64_t piece_bytes(uint64_t slot_bytes, uint64_t bytes) {
 // pieces all 8 (30 GB/s, scripts/h200-slots.sh). Larger uploads keep whole
 // slots, where more pieces cost more than they win.
 // Threads that stage one large upload, this one included: the pool's, unless
-// several clients share ferryd: then a share of the host's cores each (a
-// quarter of the cores per client), as 4 producers of 8 threads each on 32
-// cores reached 18 GB/s together, of 2 threads each 35 GB/s (H200 machine,
+// several clients of ferryd transfer at once (proto::Segment::clients; idle
+// ones do not count): then a share of the host's cores each (a quarter of the
+// cores per client), as 4 producers of 8 threads each on 32 cores reached
+// 18 GB/s together, of 2 threads each 35 GB/s (H200 machine,
 // scripts/h200-producers2.sh).
 uint64_t staging_threads(ferry_client* c) {
   const uint64_t pool = c->stager.workers() + 1;

@@ -450,9 +450,11 @@ struct alignas(64) Segment {
   // the ring once more; the client stores its entry, then looks here (both
   // with seq_cst fences): one of them sees the other.
   alignas(64) std::atomic<uint32_t> doorbell;
-  // Clients this daemon serves now, stored by the daemon when one comes or
-  // goes: libferry shares the host's cores among them when it stages with
-  // several threads (a hint; a client that lies only slows itself).
+  // Clients of this daemon that transfer now (connected, and a transfer
+  // within the last 0.5-1 s), at least 1; stored by the daemon when the
+  // number changes: libferry shares the host's cores among them when it
+  // stages with several threads (a hint; a client that lies only slows
+  // itself).
   std::atomic<uint32_t> clients;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
