@@ -36,6 +36,7 @@ int Timeline::take(uint64_t count, uint64_t* first) {
   if (dead_ != 0) return dead_;
   *first = next_ticket_;
   next_ticket_ += count;
+  issued_.store(next_ticket_ - 1, std::memory_order_release);
   if (count > 1) {
     std::vector<uint64_t> earlier(count - 1);
     for (uint64_t i = 0; i + 1 < count; ++i) earlier[i] = *first + i;
@@ -44,10 +45,6 @@ int Timeline::take(uint64_t count, uint64_t* first) {
   return 0;
 }
 
-uint64_t Timeline::issued() {
-  std::lock_guard lock(mu_);
-  return next_ticket_ - 1;
-}
 
 void Timeline::failed(uint64_t ticket, int error) {
   {

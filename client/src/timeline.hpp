@@ -38,8 +38,9 @@ class Timeline {
   // count > 1 they form one upload: its last ticket reports the first error
   // of any of them. 0, or why the connection ended.
   int take(uint64_t count, uint64_t* first);
-  // The newest ticket handed out (0 before the first).
-  uint64_t issued();
+  // The newest ticket handed out (0 before the first); no lock: every upload
+  // asks it (whether it is made alone).
+  uint64_t issued() const { return issued_.load(std::memory_order_acquire); }
   // Every ticket <= this is done: the daemon's word, or the device's, which
   // the device writes right after the copies and so often runs ahead.
   uint64_t completed() const {
@@ -104,6 +105,7 @@ class Timeline {
   std::mutex mu_;  // everything below
   std::condition_variable cv_;
   uint64_t next_ticket_ = 1;
+  std::atomic<uint64_t> issued_{0};                   // next_ticket_ - 1, for issued()
   uint64_t failures_seen_ = 0;                        // TicketFailed messages received
   std::map<uint64_t, int> failed_;                    // ticket -> error, until reported
   std::map<uint64_t, std::vector<uint64_t>> groups_;  // last ticket of an upload -> its other tickets
