@@ -45,7 +45,6 @@ int Timeline::take(uint64_t count, uint64_t* first) {
   return 0;
 }
 
-
 void Timeline::failed(uint64_t ticket, int error) {
   {
     std::lock_guard lock(mu_);
