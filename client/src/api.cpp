@@ -1,10 +1,12 @@
 // The C ABI (ferry/ferry.h): argument checks, then the connection, the
 // timeline and the transfer paths do the work.
 #include <grp.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +21,14 @@ namespace proto = ferry::proto;
 namespace fc = ferry::client;
 
 namespace {
+
+// Bumped in every child that fork() makes: a client remembers the value it
+// connected under, so one inherited across a fork is told apart without a
+// system call on the hot path (getpid() is one).
+std::atomic<uint64_t> fork_generation{0};
+[[maybe_unused]] const bool atfork_registered = [] {
+  return pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); }) == 0;
+}();
 
 proto::Hello hello_message() {
   auto hello = proto::make<proto::Hello>(proto::Type::hello);
@@ -44,6 +54,10 @@ int map_segment(ferry_client* c, int seg_fd) {
   // never past the memfd's end (-EPROTO: the Welcome and the file disagree).
   if (int r = c->mapping.map(seg_fd, w.segment_bytes); r != 0) return r == -EPROTO ? r : -ENOMEM;
   void* p = c->mapping.data();
+  // A forked child does not inherit the segment: bytes it wrote there would
+  // land in the parent's staging area (owner_check refuses its calls; this
+  // makes a stray pointer fault instead of corrupting an upload).
+  (void)::madvise(p, w.segment_bytes, MADV_DONTFORK);
   auto* seg = static_cast<proto::Segment*>(p);
   if (seg->magic != proto::kMagic || w.slot_count == 0 || w.ring_entries == 0 || w.slot_bytes == 0 ||
       w.slot_bytes % proto::kStagingAlign != 0 || w.slots_offset % proto::kStagingAlign != 0 ||
@@ -69,11 +83,7 @@ int map_segment(ferry_client* c, int seg_fd) {
   return 0;
 }
 
-// The calling thread's last connect failure, in words (ferry_last_error).
-std::string& last_error() {
-  thread_local std::string s;
-  return s;
-}
+using fc::last_error;
 
 int connect_failed(const std::string& path, int r) {
   std::string& s = last_error();
@@ -105,6 +115,29 @@ int connect_failed(const std::string& path, int r) {
 
 }  // namespace
 
+ferry_client::ferry_client()
+    : conn(timeline), pid(::getpid()), generation(fork_generation.load(std::memory_order_relaxed)) {}
+
+namespace ferry::client {
+
+std::string& last_error() {
+  thread_local std::string s;
+  return s;
+}
+
+int owner_check(const ferry_client* c) {
+  if (c == nullptr) return -EINVAL;
+  if (c->generation == fork_generation.load(std::memory_order_relaxed)) [[likely]]
+    return 0;
+  last_error() = "this ferry client was connected by process " + std::to_string(c->pid) + "; process " +
+                 std::to_string(::getpid()) +
+                 " is a fork of it and may not use it (its staging memory and socket are the parent's): "
+                 "connect a client of its own with ferry_connect";
+  return -ECHILD;
+}
+
+}  // namespace ferry::client
+
 extern "C" {
 
 int ferry_connect(const char* socket_path, ferry_client** out) {
@@ -130,11 +163,20 @@ int ferry_connect(const char* socket_path, ferry_client** out) {
 
 void ferry_disconnect(ferry_client* c) {
   if (c == nullptr) return;
+  if (fc::owner_check(c) == -ECHILD) {
+    // In a forked child: the connection is the parent's (a shutdown() here
+    // would end it for the parent too) and the threads this struct would
+    // join exist only there. Close this process's copy of the socket and
+    // let the rest go with the process.
+    c->conn.abandon();
+    return;
+  }
   c->conn.close();
   delete c;  // the segment is unmapped last (ferry_client::mapping)
 }
 
 int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr || out == nullptr || bytes == 0) return -EINVAL;
   auto m = proto::make<proto::Alloc>(proto::Type::alloc);
   m.bytes = bytes;
@@ -147,6 +189,7 @@ int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {
 }
 
 int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr) return -EINVAL;
   auto m = proto::make<proto::Free>(proto::Type::free);
   m.buffer = buf;
@@ -160,6 +203,7 @@ int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
 }
 
 int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr || bytes == nullptr) return -EINVAL;
   std::lock_guard lock(c->buffers_mu);
   auto it = c->buffer_sizes.find(buf);
@@ -170,26 +214,34 @@ int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
 
 int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
                  ferry_ticket* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   return fc::upload(c, dst, dst_offset, src, bytes, nullptr, 0, out);
 }
 
 int ferry_upload_reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   return fc::reserve(c, bytes, r);
 }
 
 int ferry_upload_commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst_offset,
                         ferry_ticket* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   return fc::commit(c, r, dst, dst_offset, out);
 }
 
-int ferry_upload_cancel(ferry_client* c, ferry_reservation* r) { return fc::cancel(c, r); }
+int ferry_upload_cancel(ferry_client* c, ferry_reservation* r) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  return fc::cancel(c, r);
+}
 
 int ferry_upload_after(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
                        uint64_t after, ferry_ticket* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   return fc::upload(c, dst, dst_offset, src, bytes, nullptr, after, out);
 }
 
 int ferry_signal(ferry_client* c, uint64_t value) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr) return -EINVAL;
   // Only forward: a value the application's queue already passed stays.
   uint64_t seen = c->seg->app_value.load(std::memory_order_relaxed);
@@ -199,6 +251,7 @@ int ferry_signal(ferry_client* c, uint64_t value) {
 }
 
 int ferry_get_timeline(ferry_client* c, ferry_timeline* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr || out == nullptr) return -EINVAL;
   std::memset(out, 0, sizeof *out);
   out->segment = c->seg;
@@ -211,6 +264,7 @@ int ferry_get_timeline(ferry_client* c, ferry_timeline* out) {
 
 int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
                         uint64_t pool, uint32_t event, ferry_ticket* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   proto::UploadSignal s{};
   s.pool = pool;
   s.event = event;
@@ -218,10 +272,12 @@ int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, 
 }
 
 int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   return fc::download(c, src, src_offset, dst, bytes);
 }
 
 int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry_token* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr || out == nullptr) return -EINVAL;
   auto m = proto::make<proto::Grant>(proto::Type::grant);
   m.buffer = buf;
@@ -233,6 +289,7 @@ int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry
 }
 
 int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* token) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr) return -EINVAL;
   auto m = proto::make<proto::Revoke>(proto::Type::revoke);
   m.buffer = buf;
@@ -243,6 +300,7 @@ int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* to
 }
 
 int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* out, uint64_t* bytes) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr || token == nullptr || out == nullptr) return -EINVAL;
   auto m = proto::make<proto::Open>(proto::Type::open);
   std::memcpy(m.token, token->bytes, sizeof m.token);
@@ -256,6 +314,7 @@ int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* o
 }
 
 int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr || out == nullptr) return -EINVAL;
   auto m = proto::make<proto::Export>(proto::Type::export_buffer);
   m.buffer = buf;
@@ -282,6 +341,7 @@ int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out
 }
 
 int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr || h == nullptr || out == nullptr || h->bytes == 0) return -EINVAL;
   if (h->kind == proto::kIpcLevelZero && h->fd < 0) return -EINVAL;
   auto m = proto::make<proto::Import>(proto::Type::import_buffer);
@@ -298,6 +358,7 @@ int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer
 }
 
 int ferry_event_pool_register(ferry_client* c, const ferry_ipc_handle* h, uint32_t count, uint64_t* pool) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr || h == nullptr || pool == nullptr || count == 0) return -EINVAL;
   if (h->kind != proto::kIpcLevelZero || h->fd < 0) return -EINVAL;
   auto m = proto::make<proto::EventPool>(proto::Type::event_pool);
@@ -311,17 +372,20 @@ int ferry_event_pool_register(ferry_client* c, const ferry_ipc_handle* h, uint32
 }
 
 int ferry_wait(ferry_client* c, ferry_ticket t, int64_t timeout_ns) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr || t == 0) return -EINVAL;
   if (t > c->timeline.issued()) return -EINVAL;  // not issued yet
   return c->timeline.wait(t, timeout_ns);
 }
 
 int ferry_flush(ferry_client* c, int64_t timeout_ns) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr) return -EINVAL;
   return c->timeline.flush(timeout_ns);
 }
 
 int ferry_get_info(ferry_client* c, ferry_info* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
   if (c == nullptr || out == nullptr) return -EINVAL;
   std::memset(out, 0, sizeof *out);
   out->client_id = c->welcome.client_id;
@@ -332,7 +396,7 @@ int ferry_get_info(ferry_client* c, ferry_info* out) {
   return 0;
 }
 
-ferry_ticket ferry_completed(ferry_client* c) { return c == nullptr ? 0 : c->timeline.completed(); }
+ferry_ticket ferry_completed(ferry_client* c) { return fc::owner_check(c) != 0 ? 0 : c->timeline.completed(); }
 
 const char* ferry_strerror(int err) {
   switch (err) {
@@ -349,6 +413,7 @@ const char* ferry_strerror(int err) {
     case -EIO: return "the device failed the transfer";
     case -ETIMEDOUT: return "timed out";
     case -EINVAL: return "invalid argument (offset or length out of range?)";
+    case -ECHILD: return "this client belongs to the process that connected it: a forked child must connect its own (ferry_last_error names both)";
     default: break;
   }
   if (err < 0) {

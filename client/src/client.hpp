@@ -2,6 +2,8 @@
 // segment, the buffers this client may name, and the staging pool.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -14,7 +16,7 @@
 #include "timeline.hpp"
 
 struct ferry_client {
-  ferry_client() : conn(timeline) {}
+  ferry_client();
 
   // The staging segment's mapping: declared first, so it goes last.
   ferry::proto::SegmentMapping mapping;
@@ -33,12 +35,27 @@ struct ferry_client {
   uint32_t ring_entries = 0;   // tickets in flight at once
   ferry::client::Stager stager;
 
-  // Buffers this client allocated, opened or imported: id -> bytes.
+  // Buffers this client allocated, opened or imported: id -> bytes, and
+  // the fence of each allocation (its index + 1; 0: none).
   std::mutex buffers_mu;
   std::map<uint64_t, uint64_t> buffer_sizes;
+  std::map<uint64_t, uint32_t> fences;
+
+  // The process that connected, and the fork generation it saw then
+  // (client::owner_check): a forked child inherits this struct but must not
+  // touch anything it points at.
+  pid_t pid;
+  uint64_t generation;
 };
 
 namespace ferry::client {
+
+// 0 when the calling process is the one that connected c; -EINVAL for a
+// NULL c; -ECHILD in a process forked from it (ferry_last_error says so).
+// Every call on a client starts here, so a child touches nothing shared.
+int owner_check(const ferry_client* c);
+// The calling thread's ferry_last_error text.
+std::string& last_error();
 
 // Checks [offset, offset + bytes) against a buffer this client knows. 0 or -errno.
 int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t bytes);

@@ -61,6 +61,11 @@ void Connection::close() {
   answers_.clear();
 }
 
+void Connection::abandon() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 int Connection::send(const void* data, size_t n, int fd) {
   std::lock_guard lock(send_mu_);
   if (fd < 0) return proto::send_all(fd_, data, n) == 0 ? 0 : -ECONNRESET;

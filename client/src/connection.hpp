@@ -51,6 +51,9 @@ class Connection {
   void start();
   // Ends the connection and joins the receiver.
   void close();
+  // In a forked child: closes this process's copy of the socket, sends
+  // nothing and joins nothing (the receiver thread is the parent's).
+  void abandon();
 
   // One whole message on the socket (with `fd` when >= 0). 0 or -ECONNRESET.
   int send(const void* data, size_t n, int fd = -1);

@@ -11,6 +11,15 @@
  * Timeouts are in nanoseconds; a negative timeout waits without limit, 0
  * only looks.
  *
+ * A client belongs to the process that connected it. After fork(), every
+ * call on an inherited client in the child returns -ECHILD (ferry_last_error
+ * names both processes) and touches nothing shared: the child does not even
+ * map the parent's staging segment, sends nothing on the parent's socket,
+ * and ferry_disconnect there only closes the child's copy of the socket
+ * descriptor (the rest of the inherited client's memory stays allocated in
+ * the child: the threads it would join exist only in the parent). A child
+ * connects a client of its own; the parent's goes on as before.
+ *
  * A stalled daemon (stopped, say) never hangs a call that waits on it
  * internally: connecting, every request that needs an answer, an upload
  * waiting for a slot and a download end with -ETIMEDOUT once the daemon made
@@ -249,10 +258,11 @@ const char *ferry_socket_path(const ferry_client *c);
 /* A description of a value returned by any ferry function (static storage). */
 const char *ferry_strerror(int err);
 
-/* What the calling thread's last failed ferry_connect was about, in words:
- * the socket path and what to do ("no daemon socket at /run/ferry/ferryd-0.sock:
- * is ferryd running?"). "" after a success. Static per thread; valid until the
- * thread's next ferry_connect. */
+/* What the calling thread's last failed ferry_connect, or its last call
+ * refused with -ECHILD, was about, in words: the socket path and what to do
+ * ("no daemon socket at /run/ferry/ferryd-0.sock: is ferryd running?"), or
+ * which process owns the client. "" after a successful connect. Static per
+ * thread; valid until the thread's next ferry_connect or refused call. */
 const char *ferry_last_error(void);
 
 /* The library's version, e.g. "0.1.0"; compare with FERRY_VERSION_STRING. */
