@@ -44,6 +44,14 @@ struct TimelineWrite {
   uint64_t value = 0;
 };
 
+// The words one submission writes after its copy, in this order: the
+// client's timeline and, for an UploadFenced, the fence of the buffer's owner.
+struct DeviceWrites {
+  TimelineWrite w[2];
+  size_t n = 0;
+  void add(uint64_t* word, uint64_t value) { w[n++] = {word, value}; }
+};
+
 struct Done {
   uint64_t cookie;
   int status;               // 0 or a negative errno
@@ -65,14 +73,15 @@ class Backend {
   virtual int register_host(void* ptr, uint64_t bytes) = 0;
   virtual void unregister_host(void* ptr) = 0;
 
-  // Queues a copy (either direction); with `write`, the device then writes
-  // the value (Level Zero zexCommandListAppendWriteToMemory, CUDA
-  // cuStreamWriteValue64; only where info().device_writes). bytes == 0: the
-  // write alone. The cookie is reported once all of it ran, so nothing it
+  // Queues a copy (either direction); with `writes`, the device then writes
+  // each value, in order (Level Zero zexCommandListAppendWriteToMemory, CUDA
+  // cuStreamWriteValue64; only where info().device_writes, and only words of
+  // registered segments: -ENOTSUP otherwise). bytes == 0: the
+  // writes alone. The cookie is reported once all of it ran, so nothing it
   // touches may go before. Work completes in submission order. Called from
   // the engine's thread only.
   virtual int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal = nullptr,
-                     const TimelineWrite* write = nullptr) = 0;
+                     const DeviceWrites* writes = nullptr) = 0;
 
   // Sharing with clients' own contexts. Each returns -ENOTSUP where the
   // backend cannot. export_buffer: an IPC handle of a device allocation.

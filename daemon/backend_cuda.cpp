@@ -204,10 +204,12 @@ class Cuda final : public Backend {
   }
 
   int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal,
-             const TimelineWrite* write) override {
+             const DeviceWrites* writes) override {
     if (signal != nullptr) return -ENOTSUP;  // no IPC event pools on this backend
-    CUdeviceptr word = 0;
-    if (write != nullptr && !device_address(write->word, &word)) return -ENOTSUP;
+    CUdeviceptr words[2] = {};
+    const size_t n = writes != nullptr ? writes->n : 0;
+    for (size_t i = 0; i < n; ++i)
+      if (!device_address(writes->w[i].word, &words[i])) return -ENOTSUP;
     current();
     CUevent ev = take_event();
     if (ev == nullptr) return -ENOMEM;
@@ -215,7 +217,8 @@ class Cuda final : public Backend {
     if (bytes != 0)
       r = cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes, stream_);
     // In stream order: after the copy, before the event that retires both.
-    if (r == CUDA_SUCCESS && write != nullptr) r = cu_.cuStreamWriteValue64(stream_, word, write->value, 0);
+    for (size_t i = 0; i < n && r == CUDA_SUCCESS; ++i)
+      r = cu_.cuStreamWriteValue64(stream_, words[i], writes->w[i].value, 0);
     if (r == CUDA_SUCCESS) r = cu_.cuEventRecord(ev, stream_);
     if (r != CUDA_SUCCESS) {
       give_event(ev);

@@ -109,17 +109,18 @@ class LevelZero final : public Backend {
   }
 
   int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal,
-             const TimelineWrite* write) override {
+             const DeviceWrites* writes) override {
+    const size_t n = writes != nullptr ? writes->n : 0;
     ze_event_handle_t client_event = nullptr;
     if (signal != nullptr) {
       client_event = pool_event(signal->pool, signal->index);
       if (client_event == nullptr) return -EINVAL;
     }
-    if (write != nullptr && write_ == nullptr) return -ENOTSUP;
+    if (n != 0 && write_ == nullptr) return -ENOTSUP;
     ze_event_handle_t ev = take_event();
     if (ev == nullptr) return -ENOMEM;
     ze_result_t r = ZE_RESULT_SUCCESS;
-    if (client_event == nullptr && write == nullptr) {
+    if (client_event == nullptr && n == 0) {
       r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, ev, 0, nullptr);
     } else {
       // copy -> the client's event -> the timeline -> ours: the copy retires
@@ -127,9 +128,9 @@ class LevelZero final : public Backend {
       // goes away under them.
       if (bytes != 0) r = ze_.zeCommandListAppendMemoryCopy(list_, dst, src, bytes, nullptr, 0, nullptr);
       if (r == ZE_RESULT_SUCCESS && client_event != nullptr) r = ze_.zeCommandListAppendSignalEvent(list_, client_event);
-      if (r == ZE_RESULT_SUCCESS && write != nullptr) {
+      for (size_t i = 0; i < n && r == ZE_RESULT_SUCCESS; ++i) {
         WriteToMemDesc d{kScopeHost};  // a host process reads it
-        r = write_(native_list_, &d, write->word, write->value);
+        r = write_(native_list_, &d, writes->w[i].word, writes->w[i].value);
       }
       if (r == ZE_RESULT_SUCCESS) r = ze_.zeCommandListAppendBarrier(list_, ev, 0, nullptr);
     }

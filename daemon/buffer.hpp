@@ -8,11 +8,18 @@
 
 namespace ferry::ferryd {
 
+class ClientState;
+
 struct Buffer {
   void* ptr = nullptr;  // a device address (CUDA's is an integer, not a host pointer)
   uint64_t bytes = 0;
   bool imported = false;  // a client's own allocation, opened from its IPC handle
   bool exported = false;  // its IPC handle went out: another process may keep the memory alive
+  // Its fence in the owner's segment (index + 1; 0: none). The fence goes
+  // back to the owner when the memory does: no device write for this buffer
+  // is still queued then.
+  uint32_t fence = 0;
+  std::weak_ptr<ClientState> owner;
 };
 
 using BufferRef = std::shared_ptr<Buffer>;

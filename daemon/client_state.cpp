@@ -25,6 +25,32 @@ void ClientState::adopt_segment(StagingSegment seg) {
   entries_ = proto::ring_entries(slots);
   slot_state_.assign(entries_, kFree);
   slot_status_.assign(entries_, 0);
+  free_fences_.clear();
+  for (uint32_t f = proto::kFences; f >= 1; --f) free_fences_.push_back(f);
+}
+
+uint32_t ClientState::take_fence() {
+  if (free_fences_.empty() || segment_.header() == nullptr) return 0;
+  const uint32_t f = free_fences_.back();
+  free_fences_.pop_back();
+  proto::Fence* w = fence_words(f);
+  w->ready.store(0, std::memory_order_relaxed);
+  w->released.store(0, std::memory_order_relaxed);
+  w->failed.store(0, std::memory_order_relaxed);
+  return f;
+}
+
+void ClientState::give_fence(uint32_t fence) {
+  if (fence != 0 && fence <= proto::kFences) free_fences_.push_back(fence);
+}
+
+void ClientState::wake_sleepers() {
+  proto::Segment* seg = segment_.header();
+  if (seg == nullptr) return;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (seg->sleepers.load(std::memory_order_relaxed) == 0) return;
+  seg->wake.fetch_add(1, std::memory_order_seq_cst);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seg->wake), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 uint64_t ClientState::adopt(BufferRef b) {
@@ -194,6 +220,15 @@ void ClientState::hold(const Held& h) {
 uint64_t ClientState::app_value() const {
   const proto::Segment* seg = segment_.header();
   return seg == nullptr ? 0 : seg->app_value.load(std::memory_order_acquire);
+}
+
+bool ClientState::hold_over(const Held& h) const {
+  if (h.after != 0 && app_value() < h.after) return false;
+  if (h.release == 0) return true;
+  auto owner = h.fence_owner.lock();
+  // Its owner gone, the buffer is too: the transfer goes on, to fail.
+  if (!owner || !owner->connected || owner->segment().header() == nullptr) return true;
+  return owner->fence_words(h.fence)->released.load(std::memory_order_acquire) >= h.release;
 }
 
 void ClientState::add_slot_waits(Histogram& h) const {

@@ -116,18 +116,38 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   uint64_t frontier() const { return frontier_; }
   void reset_frontier(uint64_t v) { frontier_ = v; }
 
-  // ---- holds (UploadAfter): transfers waiting for the application's value
+  // ---- fences (proto::Fence): one per allocation, in this client's segment
+  // A free fence, its words zeroed: index + 1, or 0 when all are taken.
+  uint32_t take_fence();
+  void give_fence(uint32_t fence);
+  proto::Fence* fence_words(uint32_t fence) const { return segment_.fence(fence - 1); }
+  // Wakes the client's threads asleep on the segment's futex word, whatever
+  // they wait for (a fence's word, written by the device, say).
+  void wake_sleepers();
+
+  // ---- holds (UploadAfter, UploadFenced): transfers waiting for a value
   struct Held {
     proto::Transfer t;
     bool download = false;
     bool signal = false;
     proto::UploadSignal sig{};
-    uint64_t after = 0;  // 0: no value of its own, only behind an earlier hold
+    uint64_t after = 0;  // the client's app_value; 0: no value of its own, only behind an earlier hold
+    // UploadFenced: the destination's fence released (0: no wait), and the
+    // value the device writes into its ready word after the copy (0: none).
+    bool fenced = false;
+    uint64_t release = 0;
+    uint64_t publish = 0;
+    std::weak_ptr<ClientState> fence_owner;  // whose segment holds that fence
+    uint32_t fence = 0;
   };
   void hold(const Held& h);
   std::deque<Held>& held() { return held_; }
   // The application's value as the client's segment shows it (hostile: a number only).
   uint64_t app_value() const;
+  // Whether h may start now: its values came (each read as a number that
+  // decides only when this client's transfer, or an upload into the fence
+  // owner's own buffer, starts). A fence owner that is gone holds nothing.
+  bool hold_over(const Held& h) const;
 
   // Adds the slot waits the client published in its segment to h, if they
   // are believable against what the daemon itself saw of this client (every
@@ -183,6 +203,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   uint64_t failures_ = 0;  // failures published so far
   uint64_t frontier_ = 0;  // see advance_frontier
   std::deque<Held> held_;
+  std::vector<uint32_t> free_fences_;  // fence indexes + 1, the lowest last
   uint32_t in_flight_ = 0;
   uint64_t in_flight_bytes_ = 0;
   uint64_t device_bytes_ = 0;

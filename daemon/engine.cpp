@@ -59,16 +59,34 @@ void TransferEngine::stop() {
   }
 }
 
-const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& m, bool download,
-                                     const proto::UploadSignal* sig, uint64_t after) {
+const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& m, bool download, const TransferExtra& x) {
   // Breaking the slot protocol is a broken client: its session closes.
   if (const char* why = c->check_transfer(m.ticket, m.staging, m.length)) return why;
   if ((m.flags & ~proto::kTransferLastPiece) != 0) return "transfer with unknown flags";
   if (c->note_transfer()) publish_clients();  // one more client transfers now
-  ClientState::Held h{m, download, sig != nullptr, sig != nullptr ? *sig : proto::UploadSignal{}, after};
-  // Behind an earlier hold, or before its own value: kept here, on the host,
-  // never as a wait in the device's queue that every client shares.
-  if (!c->held().empty() || (after != 0 && c->app_value() < after)) {
+  ClientState::Held h;
+  h.t = m;
+  h.download = download;
+  h.signal = x.signal != nullptr;
+  if (h.signal) h.sig = *x.signal;
+  h.after = x.after;
+  if (x.fenced) {
+    h.fenced = true;
+    h.release = x.release;
+    h.publish = x.publish;
+    // The fence is the destination's: found now, for the hold. A buffer the
+    // client may not upload into holds nothing; issue() fails its ticket.
+    int err = 0;
+    if (BufferRef b = c->find(m.buffer, proto::kRightUpload, &err); b && b->fence != 0) {
+      h.fence_owner = b->owner;
+      h.fence = b->fence;
+    } else {
+      h.release = 0;
+    }
+  }
+  // Behind an earlier hold, or before its own values: kept here, on the
+  // host, never as a wait in the device's queue that every client shares.
+  if (!c->held().empty() || !c->hold_over(h)) {
     c->hold(h);
     arm_holds();
     return nullptr;
@@ -84,7 +102,17 @@ void TransferEngine::issue(const ClientRef& c, const ClientState::Held& h) {
   int err = 0;
   BufferRef buf = c->find(m.buffer, h.download ? proto::kRightDownload : proto::kRightUpload, &err);
   if (!buf) return fail(c, m.ticket, err);
-  if (m.offset > buf->bytes || m.length > buf->bytes - m.offset) return fail(c, m.ticket, -EINVAL);
+  // An UploadFenced's publish: into the fence the buffer has now.
+  FenceWrite fence;
+  if (h.fenced) {
+    ClientRef owner = buf->owner.lock();
+    // An owner that left takes its buffers along, even while its state drains.
+    if (owner && !owner->connected) return fail(c, m.ticket, -ENOENT);
+    if (buf->fence == 0 || !owner) return fail(c, m.ticket, -ENOTSUP);  // no fence (an import, say)
+    if (h.publish != 0) fence = FenceWrite{std::move(owner), buf->fence, h.publish};
+  }
+  const FenceWrite* fp = fence.value != 0 ? &fence : nullptr;
+  if (m.offset > buf->bytes || m.length > buf->bytes - m.offset) return fail(c, m.ticket, -EINVAL, fp);
   Signal signal;
   if (h.signal) {
     if (!c->event_pool(h.sig.pool, &signal.pool)) return fail(c, m.ticket, -ENOENT);
@@ -95,8 +123,8 @@ void TransferEngine::issue(const ClientRef& c, const ClientState::Held& h) {
   auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + m.offset);
   const bool last = (m.flags & proto::kTransferLastPiece) != 0;
   int r = h.download ? submit(c, m.ticket, true, slot, dev, m.length, buf)
-                     : submit(c, m.ticket, false, dev, slot, m.length, buf, h.signal ? &signal : nullptr, last);
-  if (r != 0) fail(c, m.ticket, r);
+                     : submit(c, m.ticket, false, dev, slot, m.length, buf, h.signal ? &signal : nullptr, last, fp);
+  if (r != 0) fail(c, m.ticket, r, fp);
 }
 
 void TransferEngine::arm_holds() {
@@ -119,8 +147,7 @@ void TransferEngine::poll_holds() {
       continue;
     }
     const ClientRef c = raw->shared_from_this();
-    const uint64_t value = raw->app_value();
-    while (!held.empty() && (held.front().after == 0 || held.front().after <= value)) {
+    while (!held.empty() && raw->hold_over(held.front())) {
       ClientState::Held h = held.front();
       held.pop_front();
       issue(c, h);
@@ -131,22 +158,30 @@ void TransferEngine::poll_holds() {
 }
 
 int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src,
-                           uint64_t bytes, BufferRef buffer, const Signal* signal, bool last_piece) {
+                           uint64_t bytes, BufferRef buffer, const Signal* signal, bool last_piece,
+                           const FenceWrite* fence) {
   if (device_lost_) return -ENODEV;
   const uint64_t cookie = next_cookie_++;
   // Record first: the retire thread may report the copy before submit returns,
   // but its batch is handled on this thread, after we return.
   records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, last_piece, now_ns()});
+  Record& rec = records_.back();
+  if (fence != nullptr) rec.fence = *fence;
   client->mark_in_flight(ticket, bytes);
   const uint64_t before = client->frontier();
-  TimelineWrite w;
-  const TimelineWrite* wp = timeline_write(*client, &w);
-  int r = backend_->submit(dst, src, bytes, cookie, signal, wp);
-  if (r == -ENOTSUP && wp != nullptr) {
-    // The device cannot write this client's word: the copy goes alone, and
-    // the retire path keeps the word from now on.
-    client->host_timeline = true;
-    client->reset_frontier(before);
+  DeviceWrites w;
+  const bool own = timeline_write(*client, &w);
+  rec.fence_on_device = fence != nullptr && device_can_write(*fence->owner);
+  if (rec.fence_on_device) w.add(reinterpret_cast<uint64_t*>(&fence->owner->fence_words(fence->fence)->ready), fence->value);
+  int r = backend_->submit(dst, src, bytes, cookie, signal, w.n != 0 ? &w : nullptr);
+  if (r == -ENOTSUP && w.n != 0) {
+    // The device cannot write these words: the copy goes alone, and the
+    // retire path keeps them (this client's timeline from now on).
+    if (own) {
+      client->host_timeline = true;
+      client->reset_frontier(before);
+    }
+    rec.fence_on_device = false;
     r = backend_->submit(dst, src, bytes, cookie, signal, nullptr);
   }
   if (r != 0) {
@@ -163,7 +198,7 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
 // A refused ticket is reported at once: its failure is counted, and its
 // message queued, before the device (or the retire path) can pass it.
 // status 0: a ticket with nothing to copy, done as it is.
-void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status) {
+void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status, const FenceWrite* fence) {
   client->mark_in_flight(ticket, 0);
   if (status != 0) {
     client->count_failure();
@@ -171,27 +206,50 @@ void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status) 
     if (auto sink = client->sink.lock()) sink->progress(*client, Failed{{ticket, status}});
   }
   settle(client, ticket, 0, 0);
-  // If that moved the frontier, the device says so after the copies before it.
-  TimelineWrite w;
-  if (const TimelineWrite* wp = timeline_write(*client, &w)) {
+  // The fence's owner reads of the failure first, then (like the frontier,
+  // if it moved) the fence's value comes after the copies before it.
+  if (fence != nullptr) mark_failed(*fence);
+  DeviceWrites w;
+  const bool own = timeline_write(*client, &w);
+  const bool fence_on_device = fence != nullptr && device_can_write(*fence->owner);
+  if (fence_on_device) w.add(reinterpret_cast<uint64_t*>(&fence->owner->fence_words(fence->fence)->ready), fence->value);
+  if (w.n != 0) {
     const uint64_t cookie = next_cookie_++;
-    records_.push_back({cookie, client, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: the write alone
-    if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, wp) == 0) {
+    records_.push_back({cookie, client, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: the writes alone
+    if (fence_on_device) {
+      records_.back().fence = *fence;
+      records_.back().fence_on_device = true;
+    }
+    if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, &w) == 0) {
       ++stats_.in_flight;
-    } else {
-      records_.pop_back();
+      return;
+    }
+    records_.pop_back();
+    if (own) {
       client->host_timeline = true;
       client->publish(0, true);
     }
   }
+  if (fence != nullptr) write_fence(*fence, false);
 }
 
-const TimelineWrite* TransferEngine::timeline_write(ClientState& c, TimelineWrite* w) {
+void TransferEngine::write_fence(const FenceWrite& f, bool failed) {
+  if (!f.owner || f.owner->segment().header() == nullptr) return;
+  if (failed) mark_failed(f);
+  f.owner->fence_words(f.fence)->ready.store(f.value, std::memory_order_release);
+  f.owner->wake_sleepers();
+}
+
+void TransferEngine::mark_failed(const FenceWrite& f) {
+  if (f.owner && f.owner->segment().header() != nullptr)
+    f.owner->fence_words(f.fence)->failed.store(f.value, std::memory_order_release);
+}
+
+bool TransferEngine::timeline_write(ClientState& c, DeviceWrites* w) {
   uint64_t v = 0;
-  if (!device_writes_ || !c.registered || c.host_timeline || !c.advance_frontier(&v)) return nullptr;
-  w->word = reinterpret_cast<uint64_t*>(&c.segment().header()->device_completed);
-  w->value = v;
-  return w;
+  if (!device_writes_ || !c.registered || c.host_timeline || !c.advance_frontier(&v)) return false;
+  w->add(reinterpret_cast<uint64_t*>(&c.segment().header()->device_completed), v);
+  return true;
 }
 
 // The one place a ticket's outcome goes out: the client's state, the
@@ -215,7 +273,16 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
     records_.pop_front();
     --stats_.in_flight;
     stats_.in_flight_bytes -= r.bytes;
-    if (r.ticket == 0) {  // a timeline write alone
+    // The fence's owner hears of the copy once it is done: from the device's
+    // own write (its sleepers are woken now), or from this one.
+    if (r.fence.owner) {
+      if (r.fence_on_device && d.status == 0) {
+        r.fence.owner->wake_sleepers();
+      } else {
+        write_fence(r.fence, d.status != 0);
+      }
+    }
+    if (r.ticket == 0) {  // timeline writes alone
       if (d.status != 0) device_writes_ = false;
       continue;
     }

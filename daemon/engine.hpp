@@ -32,6 +32,17 @@ namespace ferry::ferryd {
 
 using ClientRef = std::shared_ptr<ClientState>;
 
+// What a transfer asks besides its proto::Transfer: an UploadSignal's event,
+// an UploadAfter's or UploadFenced's value of the client's own timeline, an
+// UploadFenced's fence values.
+struct TransferExtra {
+  const proto::UploadSignal* signal = nullptr;
+  uint64_t after = 0;
+  bool fenced = false;
+  uint64_t release = 0;
+  uint64_t publish = 0;
+};
+
 // What one client may make the engine hold besides device memory (-EDQUOT past it).
 struct ClientLimits {
   uint32_t max_grants = 1024;
@@ -83,7 +94,8 @@ class TransferEngine {
 
   // ---- buffers and sharing (engine_clients.cpp); each returns 0 or -errno
   // `limit`: device bytes the client may hold in all, 0 for no limit.
-  int alloc(ClientState& c, uint64_t bytes, uint64_t limit, uint64_t* id);
+  // *fence (may be null): the allocation's fence, index + 1, 0 if none was free.
+  int alloc(ClientState& c, uint64_t bytes, uint64_t limit, uint64_t* id, uint32_t* fence = nullptr);
   int free(ClientState& c, uint64_t id);
   // A client's own allocation from its IPC handle (h.fd, if any, stays the caller's).
   int import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id);
@@ -96,22 +108,30 @@ class TransferEngine {
   int open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t* bytes, uint32_t* rights);
 
   // ---- transfers (engine.cpp)
-  // Checks and queues a client's Upload, Download, UploadSignal or
-  // UploadAfter (`after` > 0: held until the client's app_value reaches it;
-  // the client's later transfers wait behind a hold). Returns nullptr, or why
-  // the message breaks the slot protocol (the caller then closes the
-  // session). A wrong buffer, range or pool fails the ticket only.
-  const char* transfer(const ClientRef& c, const proto::Transfer& m, bool download,
-                       const proto::UploadSignal* sig = nullptr, uint64_t after = 0);
+  // Checks and queues a client's Upload, Download, UploadSignal, UploadAfter
+  // or UploadFenced (held while its values have not come: `after` of the
+  // client's app_value, `release` of the destination's fence; the client's
+  // later transfers wait behind a hold). Returns nullptr, or why the message
+  // breaks the slot protocol (the caller then closes the session). A wrong
+  // buffer, range or pool fails the ticket only.
+  const char* transfer(const ClientRef& c, const proto::Transfer& m, bool download, const TransferExtra& x = {});
   // Whether the device writes clients' timelines (else the daemon does, at retire).
   bool device_timeline() const { return device_writes_; }
   // Queues one copy of `client`'s ticket. On a non-zero return nothing was
   // queued and the caller fails the ticket itself.
+  // A fence's ready word written after a copy (UploadFenced::publish).
+  struct FenceWrite {
+    ClientRef owner;  // whose segment holds it: kept until the write is done
+    uint32_t fence = 0;
+    uint64_t value = 0;
+  };
   int submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src, uint64_t bytes,
-             BufferRef buffer, const Signal* signal = nullptr, bool last_piece = true);
+             BufferRef buffer, const Signal* signal = nullptr, bool last_piece = true,
+             const FenceWrite* fence = nullptr);
   // Fails a ticket without touching the device (a refused transfer); with
-  // status 0 completes it so (an upload to proto::kNoBuffer).
-  void fail(const ClientRef& client, uint64_t ticket, int status);
+  // status 0 completes it so (an upload to proto::kNoBuffer). A fence write
+  // still happens after the copies before it, the fence's failed word first.
+  void fail(const ClientRef& client, uint64_t ticket, int status, const FenceWrite* fence = nullptr);
 
   // Stops the retire thread and drops the copies still recorded.
   void stop();
@@ -144,13 +164,23 @@ class TransferEngine {
     bool download;
     bool last_piece;  // of an upload call (proto::kTransferLastPiece)
     uint64_t submitted_ns;
+    // A fence to write after it: by the device (fence_on_device), else by
+    // the retire path (which also marks it failed when the copy failed).
+    FenceWrite fence{};
+    bool fence_on_device = false;
   };
+  // Stores a fence's ready word from the host (its failed word first, for a
+  // failed upload) and wakes its owner's sleepers.
+  static void write_fence(const FenceWrite& f, bool failed);
+  static void mark_failed(const FenceWrite& f);
+  // Whether the device can write words of this client's segment.
+  bool device_can_write(const ClientState& c) const { return device_writes_ && c.registered && !c.host_timeline; }
   void retire_loop();
   // Queues a checked transfer now (the buffer, range and pool are checked here).
   void issue(const ClientRef& c, const ClientState::Held& h);
   // The device write of the client's new frontier, if it moved and the
   // device writes timelines; nullptr otherwise.
-  const TimelineWrite* timeline_write(ClientState& c, TimelineWrite* w);
+  bool timeline_write(ClientState& c, DeviceWrites* w);
   // Releases held transfers whose value came; re-arms itself while any is held.
   void poll_holds();
   void arm_holds();

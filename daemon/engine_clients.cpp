@@ -100,7 +100,14 @@ Histogram TransferEngine::slot_waits() const {
 BufferRef TransferEngine::lend(void* ptr, uint64_t bytes, bool imported) {
   ++holdings_.buffers;
   holdings_.device_bytes += bytes;
-  return BufferRef(new Buffer{ptr, bytes, imported}, [this](Buffer* b) {
+  auto* raw = new Buffer;
+  raw->ptr = ptr;
+  raw->bytes = bytes;
+  raw->imported = imported;
+  return BufferRef(raw, [this](Buffer* b) {
+    // Every copy into it retired: no device write to its fence is queued.
+    if (b->fence != 0)
+      if (auto owner = b->owner.lock()) owner->give_fence(b->fence);
     if (b->imported) {
       backend_->release_import(b->ptr);
     } else {
@@ -112,7 +119,7 @@ BufferRef TransferEngine::lend(void* ptr, uint64_t bytes, bool imported) {
   });
 }
 
-int TransferEngine::alloc(ClientState& c, uint64_t bytes, uint64_t limit, uint64_t* id) {
+int TransferEngine::alloc(ClientState& c, uint64_t bytes, uint64_t limit, uint64_t* id, uint32_t* fence) {
   if (device_lost_) return -ENODEV;
   if (bytes == 0) return -EINVAL;
   if (limit != 0 && (bytes > limit || c.device_bytes() > limit - bytes)) return -EDQUOT;
@@ -123,7 +130,11 @@ int TransferEngine::alloc(ClientState& c, uint64_t bytes, uint64_t limit, uint64
   }
   void* p = nullptr;
   if (int r = backend_->alloc(bytes, &p); r != 0) return r;
-  *id = c.adopt(lend(p, bytes, false));
+  BufferRef b = lend(p, bytes, false);
+  b->owner = c.weak_from_this();
+  b->fence = c.take_fence();
+  if (fence != nullptr) *fence = b->fence;
+  *id = c.adopt(std::move(b));
   return 0;
 }
 

@@ -50,15 +50,24 @@ size_t TransferEngine::drain_ring(const ClientRef& c) {
       case proto::Type::upload: why = transfer(c, m, false); break;
       case proto::Type::download: why = transfer(c, m, true); break;
       case proto::Type::upload_after:
-        why = after == 0 ? "ring entry UploadAfter with no value to wait for" : transfer(c, m, false, nullptr, after);
+        why = after == 0 ? "ring entry UploadAfter with no value to wait for" : transfer(c, m, false, TransferExtra{nullptr, after});
         break;
+      case proto::Type::upload_fenced: {
+        TransferExtra x;
+        x.fenced = true;
+        x.after = after;
+        x.release = sig.pool;
+        x.publish = event;
+        why = transfer(c, m, false, x);
+        break;
+      }
       case proto::Type::upload_signal:
         if (event > UINT32_MAX) {
           why = "ring entry with an event index past 32 bits";
           break;
         }
         sig.event = static_cast<uint32_t>(event);
-        why = transfer(c, m, false, &sig);
+        why = transfer(c, m, false, TransferExtra{&sig});
         break;
       default: why = "ring entry of a type that is no transfer"; break;
     }

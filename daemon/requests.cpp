@@ -44,7 +44,8 @@ bool Requests::client_may_send(proto::Type type) {
   switch (type) {
     case T::hello: case T::status_request: case T::alloc: case T::free: case T::grant: case T::revoke:
     case T::open: case T::export_buffer: case T::import_buffer: case T::event_pool: case T::upload:
-    case T::download: case T::upload_signal: case T::upload_after: case T::doorbell: case T::admin_request:
+    case T::download: case T::upload_signal: case T::upload_after: case T::upload_fenced: case T::doorbell:
+    case T::admin_request:
       return true;
     default:
       return false;
@@ -65,7 +66,8 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
     if (type == T::doorbell) ctx_.engine.count_doorbell();
     ctx_.engine.drain_ring(client_);
     if (type == T::doorbell) return;
-    if (type == T::upload || type == T::download || type == T::upload_signal || type == T::upload_after)
+    if (type == T::upload || type == T::download || type == T::upload_signal || type == T::upload_after ||
+        type == T::upload_fenced)
       return peer_.fatal(-EPROTO, "transfer message from a client that uses the submission ring");
   }
   switch (type) {
@@ -80,6 +82,7 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
     case T::upload: return call(this, msg, &Requests::on_upload);
     case T::download: return call(this, msg, &Requests::on_download);
     case T::upload_after: return call(this, msg, &Requests::on_upload_after);
+    case T::upload_fenced: return call(this, msg, &Requests::on_upload_fenced);
     case T::doorbell: return;  // nothing to ring for without a ring
     default: return call(this, msg, &Requests::on_upload_signal);
   }
@@ -115,6 +118,7 @@ void Requests::on_hello(const proto::Hello& m) {
   w.ring_entries = c->ring_entries();
   w.slots_offset = c->segment().slots_offset();
   w.ring_offset = proto::ring_offset();
+  w.fences_offset = c->segment().fences_offset();
   w.max_buffer_bytes = o.client_memory != 0 ? o.client_memory : info.memory_bytes;
   proto::set_text(w.device, info.name);
   proto::set_text(w.backend, info.backend);
@@ -132,10 +136,11 @@ void Requests::on_hello(const proto::Hello& m) {
 
 void Requests::on_alloc(const proto::Alloc& m) {
   uint64_t id = 0;
-  int r = ctx_.engine.alloc(*client_, m.bytes, ctx_.options.client_memory, &id);
+  uint32_t fence = 0;
+  int r = ctx_.engine.alloc(*client_, m.bytes, ctx_.options.client_memory, &id, &fence);
   FERRY_LOG(debug, "client %llu: alloc %llu bytes -> %s (buffer %llu)", ull(client_->id()), ull(m.bytes),
             r == 0 ? "ok" : std::strerror(-r), ull(id));
-  reply(m.request, r, id);
+  reply(m.request, r, id, fence);
 }
 
 void Requests::on_free(const proto::Free& m) {
@@ -144,16 +149,24 @@ void Requests::on_free(const proto::Free& m) {
   reply(m.request, r, 0);
 }
 
-void Requests::on_upload(const proto::Transfer& m) { transfer(m, false, nullptr); }
-void Requests::on_download(const proto::Transfer& m) { transfer(m, true, nullptr); }
-void Requests::on_upload_signal(const proto::UploadSignal& m) { transfer(m.t, false, &m); }
+void Requests::on_upload(const proto::Transfer& m) { transfer(m, false); }
+void Requests::on_download(const proto::Transfer& m) { transfer(m, true); }
+void Requests::on_upload_signal(const proto::UploadSignal& m) { transfer(m.t, false, TransferExtra{&m}); }
 void Requests::on_upload_after(const proto::UploadAfter& m) {
   if (m.after == 0) return peer_.fatal(-EPROTO, "UploadAfter with no value to wait for");
-  transfer(m.t, false, nullptr, m.after);
+  transfer(m.t, false, TransferExtra{nullptr, m.after});
+}
+void Requests::on_upload_fenced(const proto::UploadFenced& m) {
+  TransferExtra x;
+  x.fenced = true;
+  x.after = m.after;
+  x.release = m.release;
+  x.publish = m.publish;
+  transfer(m.t, false, x);
 }
 
-void Requests::transfer(const proto::Transfer& m, bool download, const proto::UploadSignal* sig, uint64_t after) {
-  if (const char* why = ctx_.engine.transfer(client_, m, download, sig, after)) peer_.fatal(-EPROTO, why);
+void Requests::transfer(const proto::Transfer& m, bool download, const TransferExtra& x) {
+  if (const char* why = ctx_.engine.transfer(client_, m, download, x)) peer_.fatal(-EPROTO, why);
 }
 
 void Requests::on_grant(const proto::Grant& m) {
@@ -273,11 +286,12 @@ void Requests::on_status(const proto::StatusRequest& m) {
   peer_.send(msg.data(), msg.size());
 }
 
-void Requests::reply(uint64_t request, int status, uint64_t value) {
+void Requests::reply(uint64_t request, int status, uint64_t value, uint32_t fence) {
   auto r = proto::make<proto::Reply>(proto::Type::reply);
   r.request = request;
   r.status = status;
   r.value = value;
+  r.fence = fence;
   peer_.send(&r, sizeof r);
 }
 

@@ -55,6 +55,7 @@ class Requests {
   void on_download(const proto::Transfer& m);
   void on_upload_signal(const proto::UploadSignal& m);
   void on_upload_after(const proto::UploadAfter& m);
+  void on_upload_fenced(const proto::UploadFenced& m);
   void on_status(const proto::StatusRequest& m);
   void on_admin(const proto::AdminRequest& m);
   void on_grant(const proto::Grant& m);
@@ -65,8 +66,8 @@ class Requests {
   void on_event_pool(const proto::EventPool& m);
 
  private:
-  void transfer(const proto::Transfer& m, bool download, const proto::UploadSignal* sig, uint64_t after = 0);
-  void reply(uint64_t request, int status, uint64_t value);
+  void transfer(const proto::Transfer& m, bool download, const TransferExtra& x = {});
+  void reply(uint64_t request, int status, uint64_t value, uint32_t fence = 0);
   void buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes);
   // Fills h from a message's kind and handle; a Level Zero handle's fd came with it.
   IpcHandle ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcBytes]);

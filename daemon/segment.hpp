@@ -40,6 +40,9 @@ class StagingSegment {
   uint64_t slots_bytes() const { return bytes_ - slots_offset_; }
   // The submission ring: ring_entries() entries (proto::SubmitEntry).
   proto::SubmitEntry* ring() const;
+  // Fence i (0 <= i < proto::kFences), in the client's own memory.
+  proto::Fence* fence(uint32_t i) const;
+  uint64_t fences_offset() const { return proto::fences_offset(slot_count_); }
 
  private:
   int fd_ = -1;

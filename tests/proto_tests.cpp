@@ -71,6 +71,12 @@ TEST_CASE("every message type decodes whole, and need-more for each prefix", "[p
       }(),
       bytes_of(make<Doorbell>(Type::doorbell)),
       bytes_of(make<AdminRequest>(Type::admin_request)),
+      [] {
+        UploadFenced u{};
+        u.t.h.type = static_cast<uint16_t>(Type::upload_fenced);
+        u.t.h.size = sizeof u;
+        return bytes_of(u);
+      }(),
   };
   // The list names every type there is, each once.
   std::set<uint16_t> seen;

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -73,6 +74,16 @@ int map_segment(ferry_client* c, int seg_fd) {
       return -EPROTO;
     }
     c->ring = reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(p) + w.ring_offset);
+  }
+  if (w.features & proto::kFeatureFences) {
+    const uint64_t ring_end = w.ring_offset + uint64_t{w.ring_entries} * sizeof(proto::SubmitEntry);
+    if (w.fences_offset < sizeof(proto::Segment) || w.fences_offset % alignof(proto::Fence) != 0 ||
+        ((w.features & proto::kFeatureSubmitRing) && w.fences_offset < ring_end) ||
+        w.fences_offset + proto::kFencesBytes > w.slots_offset) {
+      c->mapping.reset();
+      return -EPROTO;
+    }
+    c->fence_words = reinterpret_cast<proto::Fence*>(static_cast<char*>(p) + w.fences_offset);
   }
   c->seg = seg;
   c->seg_bytes = w.segment_bytes;
@@ -175,47 +186,27 @@ void ferry_disconnect(ferry_client* c) {
   delete c;  // the segment is unmapped last (ferry_client::mapping)
 }
 
-int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {
-  if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || out == nullptr || bytes == 0) return -EINVAL;
-  auto m = proto::make<proto::Alloc>(proto::Type::alloc);
-  m.bytes = bytes;
-  proto::Reply r{};
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
-  if (r.status != 0) return r.status;
-  fc::remember_buffer(c, r.value, bytes);
-  *out = r.value;
-  return 0;
-}
-
-int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
-  if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr) return -EINVAL;
-  auto m = proto::make<proto::Free>(proto::Type::free);
-  m.buffer = buf;
-  proto::Reply r{};
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
-  if (r.status == 0) {
-    std::lock_guard lock(c->buffers_mu);
-    c->buffer_sizes.erase(buf);
-  }
-  return r.status;
-}
-
-int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
-  if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || bytes == nullptr) return -EINVAL;
-  std::lock_guard lock(c->buffers_mu);
-  auto it = c->buffer_sizes.find(buf);
-  if (it == c->buffer_sizes.end()) return -ENOENT;
-  *bytes = it->second;
-  return 0;
-}
-
 int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
                  ferry_ticket* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  return fc::upload(c, dst, dst_offset, src, bytes, nullptr, 0, out);
+  const ferry_iovec one{src, bytes};
+  return fc::upload(c, dst, dst_offset, &one, 1, {}, out);
+}
+
+int ferry_upload_gather(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_iovec* src,
+                        size_t count, const ferry_upload_opts* opts, ferry_ticket* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  fc::UploadOptions o;
+  if (opts != nullptr) {
+    // Sized: a caller built against an older header passes a shorter struct.
+    if (opts->size < offsetof(ferry_upload_opts, publish) + sizeof opts->publish || opts->flags != 0) return -EINVAL;
+    o.after = opts->after;
+    o.release = opts->after_release;
+    o.publish = opts->publish;
+    o.fenced = o.release != 0 || o.publish != 0;
+    if (o.fenced && c->fence_words == nullptr) return -ENOTSUP;
+  }
+  return fc::upload(c, dst, dst_offset, src, count, o, out);
 }
 
 int ferry_upload_reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
@@ -237,7 +228,10 @@ int ferry_upload_cancel(ferry_client* c, ferry_reservation* r) {
 int ferry_upload_after(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
                        uint64_t after, ferry_ticket* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  return fc::upload(c, dst, dst_offset, src, bytes, nullptr, after, out);
+  const ferry_iovec one{src, bytes};
+  fc::UploadOptions o;
+  o.after = after;
+  return fc::upload(c, dst, dst_offset, &one, 1, o, out);
 }
 
 int ferry_signal(ferry_client* c, uint64_t value) {
@@ -268,107 +262,15 @@ int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, 
   proto::UploadSignal s{};
   s.pool = pool;
   s.event = event;
-  return fc::upload(c, dst, dst_offset, src, bytes, &s, 0, out);
+  const ferry_iovec one{src, bytes};
+  fc::UploadOptions o;
+  o.signal = &s;
+  return fc::upload(c, dst, dst_offset, &one, 1, o, out);
 }
 
 int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {
   if (int e = fc::owner_check(c); e != 0) return e;
   return fc::download(c, src, src_offset, dst, bytes);
-}
-
-int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry_token* out) {
-  if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || out == nullptr) return -EINVAL;
-  auto m = proto::make<proto::Grant>(proto::Type::grant);
-  m.buffer = buf;
-  m.rights = rights;
-  proto::TokenReply r{};
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
-  if (r.status == 0) std::memcpy(out->bytes, r.token, sizeof out->bytes);
-  return r.status;
-}
-
-int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* token) {
-  if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr) return -EINVAL;
-  auto m = proto::make<proto::Revoke>(proto::Type::revoke);
-  m.buffer = buf;
-  if (token != nullptr) std::memcpy(m.token, token->bytes, sizeof m.token);
-  proto::Reply r{};
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
-  return r.status;
-}
-
-int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* out, uint64_t* bytes) {
-  if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || token == nullptr || out == nullptr) return -EINVAL;
-  auto m = proto::make<proto::Open>(proto::Type::open);
-  std::memcpy(m.token, token->bytes, sizeof m.token);
-  proto::BufferReply r{};
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
-  if (r.status != 0) return r.status;
-  fc::remember_buffer(c, r.buffer, r.bytes);
-  *out = r.buffer;
-  if (bytes != nullptr) *bytes = r.bytes;
-  return 0;
-}
-
-int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out) {
-  if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || out == nullptr) return -EINVAL;
-  auto m = proto::make<proto::Export>(proto::Type::export_buffer);
-  m.buffer = buf;
-  proto::ExportReply r{};
-  int fd = -1;
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, -1, &fd); e != 0) return e;
-  if (r.status != 0) {
-    if (fd >= 0) ::close(fd);
-    return r.status;
-  }
-  std::memset(out, 0, sizeof *out);
-  out->kind = r.kind;
-  out->bytes = r.bytes;
-  std::memcpy(out->data, r.handle, sizeof out->data);
-  out->fd = -1;
-  if (r.kind == proto::kIpcLevelZero) {
-    if (fd < 0) return -EPROTO;
-    out->fd = fd;
-    std::memcpy(out->data, &fd, sizeof fd);  // the handle names this process's descriptor
-  } else if (fd >= 0) {
-    ::close(fd);
-  }
-  return 0;
-}
-
-int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer* out) {
-  if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || h == nullptr || out == nullptr || h->bytes == 0) return -EINVAL;
-  if (h->kind == proto::kIpcLevelZero && h->fd < 0) return -EINVAL;
-  auto m = proto::make<proto::Import>(proto::Type::import_buffer);
-  m.bytes = h->bytes;
-  m.kind = h->kind;
-  std::memcpy(m.handle, h->data, sizeof m.handle);
-  proto::BufferReply r{};
-  const int fd = h->kind == proto::kIpcLevelZero ? h->fd : -1;
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, fd); e != 0) return e;
-  if (r.status != 0) return r.status;
-  fc::remember_buffer(c, r.buffer, r.bytes);
-  *out = r.buffer;
-  return 0;
-}
-
-int ferry_event_pool_register(ferry_client* c, const ferry_ipc_handle* h, uint32_t count, uint64_t* pool) {
-  if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || h == nullptr || pool == nullptr || count == 0) return -EINVAL;
-  if (h->kind != proto::kIpcLevelZero || h->fd < 0) return -EINVAL;
-  auto m = proto::make<proto::EventPool>(proto::Type::event_pool);
-  m.count = count;
-  m.kind = h->kind;
-  std::memcpy(m.handle, h->data, sizeof m.handle);
-  proto::Reply r{};
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, h->fd); e != 0) return e;
-  if (r.status == 0) *pool = r.value;
-  return r.status;
 }
 
 int ferry_wait(ferry_client* c, ferry_ticket t, int64_t timeout_ns) {

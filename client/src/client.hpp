@@ -29,6 +29,8 @@ struct ferry_client {
   ferry::proto::Segment* seg = nullptr;
   // The submission ring, when the daemon granted it: transfers go there.
   ferry::proto::SubmitEntry* ring = nullptr;
+  // The fences of this client's allocations (kFeatureFences), or nullptr.
+  ferry::proto::Fence* fence_words = nullptr;
   uint64_t seg_bytes = 0;
   uint32_t slot_count = 0;
   uint64_t slot_bytes = 0;     // the largest transfer
@@ -59,13 +61,30 @@ std::string& last_error();
 
 // Checks [offset, offset + bytes) against a buffer this client knows. 0 or -errno.
 int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t bytes);
-void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes);
+void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes, uint32_t fence = 0);
+void forget_buffer(ferry_client* c, ferry_buffer buf);
+// The fence of an allocation of this client (index + 1), or 0. A buffer
+// opened through a grant has its owner's fence, which this client cannot
+// see: 0 here, and the daemon checks it.
+uint32_t fence_of(ferry_client* c, ferry_buffer buf);
 
-// The transfer paths (transfers.cpp). `signal`: an UploadSignal whose pool
-// and event the last piece carries, or nullptr. `after` > 0: every piece is
-// an UploadAfter, held by the daemon until the segment's app_value reaches it.
-int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
-           const proto::UploadSignal* signal, uint64_t after, ferry_ticket* out);
+// What an upload asks besides its bytes. `signal`: an UploadSignal whose
+// pool and event the last piece carries, or nullptr. `after` > 0: every piece
+// is held by the daemon until the segment's app_value reaches it. `fenced`:
+// every piece is an UploadFenced (held until the destination's fence shows
+// `release`), and the last one has the device write `publish` into the fence.
+struct UploadOptions {
+  const proto::UploadSignal* signal = nullptr;
+  uint64_t after = 0;
+  bool fenced = false;
+  uint64_t release = 0;
+  uint64_t publish = 0;
+};
+
+// The transfer paths (transfers.cpp). An upload gathers `count` source
+// ranges, back to back, into dst from dst_offset.
+int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
+           const UploadOptions& o, ferry_ticket* out);
 int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes);
 // ferry_upload_reserve / ferry_upload_commit: one upload written in place.
 int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r);

@@ -230,6 +230,14 @@ int Timeline::wait(uint64_t t, int64_t timeout_ns) {
   return outcome(t);
 }
 
+int Timeline::wait_word(const std::atomic<uint64_t>& word, uint64_t value, int64_t timeout_ns) {
+  const bool forever = timeout_ns < 0;
+  const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
+  // Target 0: any move of this client's timeline wakes it too, besides
+  // ferryd's wake-up after the word's write.
+  return wait_for(deadline, forever, [&] { return word.load(std::memory_order_acquire) >= value; }, kSpin, 0);
+}
+
 int Timeline::flush(int64_t timeout_ns) {
   const uint64_t last = issued();
   if (last == 0) return 0;

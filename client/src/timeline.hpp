@@ -65,6 +65,9 @@ class Timeline {
   int wait(uint64_t t, int64_t timeout_ns);
   // Until every ticket handed out is done; the oldest failure among them, if any.
   int flush(int64_t timeout_ns);
+  // Until word >= value: a word of this client's segment that the device or
+  // ferryd writes (a fence's ready word); ferryd wakes sleepers after it.
+  int wait_word(const std::atomic<uint64_t>& word, uint64_t value, int64_t timeout_ns);
   // The outcome of a done ticket: its error (reported once) or 0.
   int outcome(uint64_t t);
 

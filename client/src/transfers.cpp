@@ -112,9 +112,9 @@ struct Submit {
   proto::Type type;
   uint64_t staging;  // byte offset in the staging area (Timeline::place)
   uint64_t ticket, length, buffer, offset;
-  uint64_t after = 0;         // upload_after
-  uint64_t pool = 0;          // upload_signal
-  uint32_t event = 0;
+  uint64_t after = 0;         // upload_after, upload_fenced
+  uint64_t pool = 0;          // upload_signal; upload_fenced: release
+  uint64_t event = 0;         // upload_signal; upload_fenced: publish
   uint32_t flags = 0;         // proto::kTransferLastPiece
 };
 
@@ -162,8 +162,60 @@ int submit(ferry_client* c, const Submit& s) {
     m.after = s.after;
     return c->conn.send(&m, sizeof m);
   }
+  if (s.type == proto::Type::upload_fenced) {
+    proto::UploadFenced m{};
+    m.t = t;
+    m.t.h.size = sizeof m;
+    m.after = s.after;
+    m.release = s.pool;
+    m.publish = s.event;
+    return c->conn.send(&m, sizeof m);
+  }
   return c->conn.send(&t, sizeof t);
 }
+
+// An upload's source: ranges read back to back, as one run of bytes.
+class Gather {
+ public:
+  // 0, or -EINVAL for a NULL range of non-zero length or a total past 64 bits.
+  int init(const ferry_iovec* iov, size_t count) {
+    iov_ = iov;
+    count_ = count;
+    if (count == 1) {  // the common case: no table
+      bytes_ = iov[0].bytes;
+      return iov[0].base == nullptr ? -EINVAL : 0;
+    }
+    ends_.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (iov[i].base == nullptr && iov[i].bytes != 0) return -EINVAL;
+      if (bytes_ + iov[i].bytes < bytes_) return -EINVAL;
+      bytes_ += iov[i].bytes;
+      ends_[i] = bytes_;
+    }
+    return 0;
+  }
+  uint64_t bytes() const { return bytes_; }
+  // Stages bytes [at, at + n) of the run into dst.
+  void copy(char* dst, uint64_t at, uint64_t n, bool stream) const {
+    if (count_ == 1) return stage_copy(dst, static_cast<const char*>(iov_[0].base) + at, n, stream);
+    size_t i = static_cast<size_t>(std::upper_bound(ends_.begin(), ends_.end(), at) - ends_.begin());
+    while (n != 0) {
+      const uint64_t begin = ends_[i] - iov_[i].bytes;
+      const uint64_t take = std::min(n, ends_[i] - at);
+      stage_copy(dst, static_cast<const char*>(iov_[i].base) + (at - begin), take, stream);
+      dst += take;
+      at += take;
+      n -= take;
+      ++i;
+    }
+  }
+
+ private:
+  const ferry_iovec* iov_ = nullptr;
+  size_t count_ = 0;
+  uint64_t bytes_ = 0;
+  std::vector<uint64_t> ends_;  // where each range ends in the run
+};
 
 }  // namespace
 
@@ -177,14 +229,32 @@ int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t byt
   return 0;
 }
 
-void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes) {
+void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes, uint32_t fence) {
   std::lock_guard lock(c->buffers_mu);
   c->buffer_sizes[buf] = bytes;
+  if (fence != 0) c->fences[buf] = fence;
 }
 
-int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
-           const proto::UploadSignal* signal, uint64_t after, ferry_ticket* out) {
-  if (c == nullptr || src == nullptr || (signal != nullptr && after != 0)) return -EINVAL;
+void forget_buffer(ferry_client* c, ferry_buffer buf) {
+  std::lock_guard lock(c->buffers_mu);
+  c->buffer_sizes.erase(buf);
+  c->fences.erase(buf);
+}
+
+uint32_t fence_of(ferry_client* c, ferry_buffer buf) {
+  std::lock_guard lock(c->buffers_mu);
+  auto it = c->fences.find(buf);
+  return it == c->fences.end() ? 0 : it->second;
+}
+
+int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
+           const UploadOptions& o, ferry_ticket* out) {
+  const proto::UploadSignal* signal = o.signal;
+  const uint64_t after = o.after;
+  if (c == nullptr || src == nullptr || count == 0 || (signal != nullptr && (after != 0 || o.fenced))) return -EINVAL;
+  Gather from;
+  if (int r = from.init(src, count); r != 0) return r;
+  const uint64_t bytes = from.bytes();
   if (int r = check_range(c, dst, dst_offset, bytes); r != 0) return r;
   Timeline& tl = c->timeline;
   // Alone (nothing else in flight) and small enough for the cache: one
@@ -209,7 +279,6 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
   const uint64_t pieces = lead == 0 ? (bytes + piece - 1) / piece : 1 + (bytes - lead + piece - 1) / piece;
   // Where piece i starts.
   auto offset_of = [&](uint64_t i) -> uint64_t { return lead == 0 ? i * piece : i == 0 ? 0 : lead + (i - 1) * piece; };
-  const char* from = static_cast<const char*>(src);
   // Every piece's ticket is taken now, in one run, so the last one is known
   // before any is sent: the upload's outcome is that of all its pieces.
   uint64_t first = 0;
@@ -222,7 +291,7 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
     const uint64_t n = (i + 1 == pieces ? bytes : offset_of(i + 1)) - off;
     uint64_t at = 0;
     if (int r = tl.place(t, n, c->conn.timeout_ms(), &at); r != 0) return r;
-    stage_copy(tl.staging() + at, from + off, n, stream);
+    from.copy(tl.staging() + at, off, n, stream);
     FERRY_SLOT_HANDED_ON(tl.staging());
     Submit s{proto::Type::upload, at, t, n, dst, dst_offset + off};
     if (i + 1 == pieces) s.flags = proto::kTransferLastPiece;  // the call is counted by it
@@ -232,6 +301,12 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* s
       s.type = proto::Type::upload_signal;
       s.pool = signal->pool;
       s.event = signal->event;
+    } else if (o.fenced) {
+      // Every piece waits for the values, as below; the last publishes.
+      s.type = proto::Type::upload_fenced;
+      s.after = after;
+      s.pool = o.release;
+      s.event = i + 1 == pieces ? o.publish : 0;
     } else if (after != 0) {
       // Every piece waits for the value: pieces staged by several threads
       // may reach the daemon in any order.

@@ -31,6 +31,7 @@ size_t fixed_size(Type t) {
     case Type::event_pool: return sizeof(EventPool);
     case Type::upload_signal: return sizeof(UploadSignal);
     case Type::upload_after: return sizeof(UploadAfter);
+    case Type::upload_fenced: return sizeof(UploadFenced);
     case Type::doorbell: return sizeof(Doorbell);
     case Type::admin_request: return sizeof(AdminRequest);
   }

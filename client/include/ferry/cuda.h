@@ -52,15 +52,26 @@ static inline int ferry_cu_unregister(ferry_client *c) {
   return cuMemHostUnregister(tl.segment) == CUDA_SUCCESS ? 0 : -EIO;
 }
 
+/* A wait for *word >= value, or a write of value into *word, on `stream`:
+ * words of this client's segment, registered with ferry_cu_register. */
+static inline int ferry_cu_wait_word_(CUstream stream, volatile uint64_t *word, uint64_t value) {
+  CUdeviceptr w;
+  if (cuMemHostGetDevicePointer(&w, (void *)word, 0) != CUDA_SUCCESS) return -EIO;
+  return cuStreamWaitValue64(stream, w, value, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS ? 0 : -EIO;
+}
+
+static inline int ferry_cu_write_word_(CUstream stream, volatile uint64_t *word, uint64_t value) {
+  CUdeviceptr w;
+  if (cuMemHostGetDevicePointer(&w, (void *)word, 0) != CUDA_SUCCESS) return -EIO;
+  return cuStreamWriteValue64(stream, w, value, 0) == CUDA_SUCCESS ? 0 : -EIO;
+}
+
 /* Read after upload: work queued on `stream` after this starts only once
  * ticket t's bytes are on the device. */
 static inline int ferry_cu_stream_wait(ferry_client *c, CUstream stream, ferry_ticket t) {
   ferry_timeline tl;
   int r = ferry_get_timeline(c, &tl);
-  if (r != 0) return r;
-  CUdeviceptr word;
-  if (cuMemHostGetDevicePointer(&word, (void *)tl.completed, 0) != CUDA_SUCCESS) return -EIO;
-  return cuStreamWaitValue64(stream, word, t, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS ? 0 : -EIO;
+  return r != 0 ? r : ferry_cu_wait_word_(stream, tl.completed, t);
 }
 
 /* Write after read: once `stream` gets here, the device raises the client's
@@ -68,10 +79,24 @@ static inline int ferry_cu_stream_wait(ferry_client *c, CUstream stream, ferry_t
 static inline int ferry_cu_stream_signal(ferry_client *c, CUstream stream, uint64_t value) {
   ferry_timeline tl;
   int r = ferry_get_timeline(c, &tl);
-  if (r != 0) return r;
-  CUdeviceptr word;
-  if (cuMemHostGetDevicePointer(&word, (void *)tl.app_value, 0) != CUDA_SUCCESS) return -EIO;
-  return cuStreamWriteValue64(stream, word, value, 0) == CUDA_SUCCESS ? 0 : -EIO;
+  return r != 0 ? r : ferry_cu_write_word_(stream, tl.app_value, value);
+}
+
+/* The same for a buffer this client allocated and granted (ferry_buffer_fence):
+ * work after ferry_cu_stream_wait_fence starts once an upload by any producer
+ * published `value` into buf's fence; once `stream` gets to
+ * ferry_cu_stream_release_fence, uploads into buf made with after_release
+ * <= value may start. */
+static inline int ferry_cu_stream_wait_fence(ferry_client *c, CUstream stream, ferry_buffer buf, uint64_t value) {
+  ferry_fence f;
+  int r = ferry_buffer_fence(c, buf, &f);
+  return r != 0 ? r : ferry_cu_wait_word_(stream, f.ready, value);
+}
+
+static inline int ferry_cu_stream_release_fence(ferry_client *c, CUstream stream, ferry_buffer buf, uint64_t value) {
+  ferry_fence f;
+  int r = ferry_buffer_fence(c, buf, &f);
+  return r != 0 ? r : ferry_cu_write_word_(stream, f.released, value);
 }
 
 #ifdef __cplusplus

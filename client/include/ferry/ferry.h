@@ -33,6 +33,7 @@
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ferry/version.h"
@@ -86,6 +87,74 @@ int ferry_buffer_size(ferry_client *c, ferry_buffer buf, uint64_t *bytes);
  * A range error reported later, by the daemon, fails the ticket instead. */
 int ferry_upload(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, const void *src, uint64_t bytes,
                  ferry_ticket *out);
+
+/* One range of an upload's source (ferry_upload_gather). */
+typedef struct ferry_iovec {
+  const void *base;
+  uint64_t bytes;
+} ferry_iovec;
+
+/* What an upload asks besides its bytes (ferry_upload_gather). Zero it, set
+ * size to sizeof(ferry_upload_opts) and the fields you need: a library
+ * built against an older header reads only the fields it knows. */
+typedef struct ferry_upload_opts {
+  uint32_t size;          /* sizeof(ferry_upload_opts) */
+  uint32_t flags;         /* 0 */
+  uint64_t after;         /* > 0: the copy starts once *app_value >= after (ferry_upload_after) */
+  uint64_t after_release; /* > 0: the copy starts once dst's fence *released >= this (ferry_buffer_fence) */
+  uint64_t publish;       /* > 0: after the last byte, the device writes this into dst's fence *ready */
+} ferry_upload_opts;
+
+/* ferry_upload of `count` source ranges, copied back to back into dst from
+ * dst_offset: a batch collated from many samples goes into the staging
+ * memory straight from where each sample lies, with no intermediate copy.
+ * The same contract as ferry_upload (returns once every range may be
+ * reused; one ticket for the whole upload). opts may be NULL.
+ * With after_release or publish, dst must be an allocation (of this client,
+ * or of the client that granted it) and so have a fence: the copy is held by
+ * ferryd, on the host, until the fence's `released` word reaches
+ * after_release, and the device writes `publish` into its `ready` word right
+ * after the last byte. A held copy holds this client's later transfers
+ * behind it, nobody else's. A failed upload still writes `publish` (so a
+ * queue that waits on it goes on), after setting the fence's `failed` word.
+ * -EINVAL: a NULL range of non-zero length, 0 bytes in all, a range past
+ * dst's end, opts->size too small or unknown flags; -ENOTSUP: fences asked
+ * of a daemon without them; a dst without a fence fails the ticket with
+ * -ENOTSUP. */
+int ferry_upload_gather(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, const ferry_iovec *src,
+                        size_t count, const ferry_upload_opts *opts, ferry_ticket *out);
+
+/* ---------------------------------------------------------------- fences
+ * Ordering across processes on the device. Each allocation has a fence:
+ * three words in its owner's staging segment, which the owner registers
+ * with its own context like the timeline (ferry/cuda.h). A producer that
+ * opened the buffer through a grant uploads with `publish` = v; the
+ * device writes v into `ready` right after the copy, so the owner's queue
+ * waits for `ready` >= v (cuStreamWaitValue64, zexCommandListAppendWait-
+ * OnMemory64) with no host round trip, even though the ticket means nothing
+ * in the owner's process. Once the owner's queue is done reading, it writes
+ * v into `released` (cuStreamWriteValue64), and the producer's next upload,
+ * made with after_release = v, starts only then (write after read). A
+ * release that never comes stalls only the producers of that buffer.
+ * Values should only grow: use one increasing counter per owner. A new
+ * allocation's fence starts at 0 (a write its queue had still queued for a
+ * freed buffer may land in it later: finish with a buffer's fence first). */
+typedef struct ferry_fence {
+  volatile uint64_t *ready;    /* written by the device (or ferryd) after a publishing upload */
+  volatile uint64_t *released; /* written by the owner, or its queue */
+  volatile uint64_t *failed;   /* the value of the last publishing upload that failed; 0: none */
+} ferry_fence;
+
+/* Where the fence of a buffer this client allocated lies (in its segment).
+ * -ENOENT: not an allocation of this client; -ENOTSUP: one without a fence
+ * (an import; or all 1024 fences in use) or a daemon without fences. Does
+ * not block. */
+int ferry_buffer_fence(ferry_client *c, ferry_buffer buf, ferry_fence *out);
+
+/* Waits on the host until buf's fence *ready >= value (> 0); timeout as
+ * ferry_wait. 0, -EIO when that upload (or a later one into buf) failed,
+ * -ETIMEDOUT, or ferry_buffer_fence's errors. */
+int ferry_fence_wait(ferry_client *c, ferry_buffer buf, uint64_t value, int64_t timeout_ns);
 
 /* Pinned staging memory reserved for one upload (ferry_upload_reserve). */
 typedef struct ferry_reservation {

@@ -82,18 +82,33 @@ static inline int ferry_ze_release(ferry_client *c, ze_driver_handle_t driver) {
   return f(d, tl.segment) == ZE_RESULT_SUCCESS ? 0 : -EIO;
 }
 
+/* Appends a wait for *word >= value, or a write of value into *word: words
+ * of this client's segment, imported with ferry_ze_import. */
+static inline int ferry_ze_wait_word_(ze_driver_handle_t driver, ze_command_list_handle_t list,
+                                      volatile uint64_t *word, uint64_t value) {
+  ferry_zex_wait64_fn f = (ferry_zex_wait64_fn)ferry_ze_ext_(driver, "zexCommandListAppendWaitOnMemory64");
+  if (f == NULL) return -ENOTSUP;
+  ferry_zex_wait_desc desc = {1u << 3, 0};
+  ze_command_list_handle_t l = (ze_command_list_handle_t)ferry_ze_native_(ZEL_HANDLE_COMMAND_LIST, list);
+  return f(l, &desc, (void *)word, value, NULL) == ZE_RESULT_SUCCESS ? 0 : -EIO;
+}
+
+static inline int ferry_ze_write_word_(ze_driver_handle_t driver, ze_command_list_handle_t list,
+                                       volatile uint64_t *word, uint64_t value) {
+  ferry_zex_write_fn f = (ferry_zex_write_fn)ferry_ze_ext_(driver, "zexCommandListAppendWriteToMemory");
+  if (f == NULL) return -ENOTSUP;
+  ferry_zex_write_desc desc = {1u << 2};
+  ze_command_list_handle_t l = (ze_command_list_handle_t)ferry_ze_native_(ZEL_HANDLE_COMMAND_LIST, list);
+  return f(l, &desc, (void *)word, value) == ZE_RESULT_SUCCESS ? 0 : -EIO;
+}
+
 /* Read after upload: commands appended to `list` after this start only once
  * ticket t's bytes are on the device. Holds only that list's queue. */
 static inline int ferry_ze_append_wait(ferry_client *c, ze_driver_handle_t driver, ze_command_list_handle_t list,
                                        ferry_ticket t) {
   ferry_timeline tl;
   int r = ferry_get_timeline(c, &tl);
-  if (r != 0) return r;
-  ferry_zex_wait64_fn f = (ferry_zex_wait64_fn)ferry_ze_ext_(driver, "zexCommandListAppendWaitOnMemory64");
-  if (f == NULL) return -ENOTSUP;
-  ferry_zex_wait_desc desc = {1u << 3, 0};
-  ze_command_list_handle_t l = (ze_command_list_handle_t)ferry_ze_native_(ZEL_HANDLE_COMMAND_LIST, list);
-  return f(l, &desc, (void *)tl.completed, t, NULL) == ZE_RESULT_SUCCESS ? 0 : -EIO;
+  return r != 0 ? r : ferry_ze_wait_word_(driver, list, tl.completed, t);
 }
 
 /* Write after read: once `list` gets here, the device raises the client's
@@ -103,12 +118,26 @@ static inline int ferry_ze_append_signal(ferry_client *c, ze_driver_handle_t dri
                                          uint64_t value) {
   ferry_timeline tl;
   int r = ferry_get_timeline(c, &tl);
-  if (r != 0) return r;
-  ferry_zex_write_fn f = (ferry_zex_write_fn)ferry_ze_ext_(driver, "zexCommandListAppendWriteToMemory");
-  if (f == NULL) return -ENOTSUP;
-  ferry_zex_write_desc desc = {1u << 2};
-  ze_command_list_handle_t l = (ze_command_list_handle_t)ferry_ze_native_(ZEL_HANDLE_COMMAND_LIST, list);
-  return f(l, &desc, (void *)tl.app_value, value) == ZE_RESULT_SUCCESS ? 0 : -EIO;
+  return r != 0 ? r : ferry_ze_write_word_(driver, list, tl.app_value, value);
+}
+
+/* The same for a buffer this client allocated and granted (ferry_buffer_fence):
+ * commands after ferry_ze_append_fence_wait start once an upload by any
+ * producer published `value` into buf's fence; once `list` gets to
+ * ferry_ze_append_fence_release, uploads into buf made with after_release
+ * <= value may start. */
+static inline int ferry_ze_append_fence_wait(ferry_client *c, ze_driver_handle_t driver,
+                                             ze_command_list_handle_t list, ferry_buffer buf, uint64_t value) {
+  ferry_fence f;
+  int r = ferry_buffer_fence(c, buf, &f);
+  return r != 0 ? r : ferry_ze_wait_word_(driver, list, f.ready, value);
+}
+
+static inline int ferry_ze_append_fence_release(ferry_client *c, ze_driver_handle_t driver,
+                                                ze_command_list_handle_t list, ferry_buffer buf, uint64_t value) {
+  ferry_fence f;
+  int r = ferry_buffer_fence(c, buf, &f);
+  return r != 0 ? r : ferry_ze_write_word_(driver, list, f.released, value);
 }
 
 #ifdef __cplusplus

@@ -21,6 +21,10 @@
 //   client -> UploadSignal         as Upload; the device also signals the pool's event after it
 //   client -> UploadAfter          as Upload, held by the daemon until the segment's app_value
 //                                  reaches `after` (the application's queue order)
+//   client -> UploadFenced         as Upload, into a buffer with a fence (kFeatureFences): held
+//                                  until the fence's `released` reaches `release` and/or the
+//                                  segment's app_value reaches `after`; after the copy the
+//                                  device writes `publish` into the fence's `ready` word
 //   client -> Doorbell             look at my submission ring (sent only while the segment's
 //                                  `doorbell` word asks for it: ferryd's poller sleeps)
 //   daemon -> Error                a request was refused; `fatal` closes the session
@@ -50,9 +54,13 @@ enum Feature : uint64_t {
   // as messages; a Doorbell only while Segment::doorbell asks for one; no
   // Completion messages (the segment's words say it), TicketFailed still.
   kFeatureSubmitRing = 1u << 5,
+  // Every allocation has a fence in its owner's segment (Fence, at
+  // Welcome::fences_offset; Reply::fence names it) and UploadFenced exists.
+  kFeatureFences = 1u << 6,
 };
 inline constexpr uint64_t kFeaturesV1 = kFeatureTimelineCounter | kFeatureDownload | kFeatureStatus |
-                                        kFeatureDeviceTimeline | kFeatureUploadAfter | kFeatureSubmitRing;
+                                        kFeatureDeviceTimeline | kFeatureUploadAfter | kFeatureSubmitRing |
+                                        kFeatureFences;
 
 enum class Type : uint16_t {
   hello = 1,
@@ -81,9 +89,10 @@ enum class Type : uint16_t {
   upload_after = 24,
   doorbell = 25,
   admin_request = 26,
+  upload_fenced = 27,
 };
 // The highest type number; every number from 1 to it is a message (tests check).
-inline constexpr Type kLastType = Type::admin_request;
+inline constexpr Type kLastType = Type::upload_fenced;
 
 struct Header {
   uint16_t type;   // Type
@@ -126,7 +135,7 @@ struct Welcome {
   char device[kDeviceNameBytes];
   char backend[kNameBytes];
   uint64_t ring_offset;     // byte offset of the submission ring (kFeatureSubmitRing)
-  uint64_t reserved2;
+  uint64_t fences_offset;   // byte offset of the kFences fences (kFeatureFences)
 };
 static_assert(sizeof(Welcome) == 168);
 static_assert(offsetof(Welcome, slot_bytes) == 40);
@@ -150,7 +159,7 @@ struct Reply {
   Header h;
   uint64_t request;
   int32_t status;           // 0 or a negative errno
-  uint32_t reserved;
+  uint32_t fence;           // Alloc: the buffer's fence, index + 1 (0: none); 0 otherwise
   uint64_t value;           // Alloc: the buffer id
 };
 static_assert(sizeof(Reply) == 32);
@@ -367,6 +376,22 @@ struct UploadAfter {
 };
 static_assert(sizeof(UploadAfter) == 64);
 
+// An Upload into a buffer with a fence (a buffer of the sender's own, or one
+// opened through a grant). Held by the daemon, on the host, until the
+// fence's `released` >= release (0: no such wait) and the sender's app_value
+// >= after (0: none); after the copy, when publish != 0, the device writes
+// `publish` into the fence's `ready` word. A transfer that fails writes it
+// too (so a queue waiting on it never waits for ever), after `failed`. A
+// buffer without a fence fails the ticket (-ENOTSUP).
+struct UploadFenced {
+  Transfer t;               // t.h.type is upload_fenced
+  uint64_t after;
+  uint64_t release;
+  uint64_t publish;
+  uint64_t reserved;
+};
+static_assert(sizeof(UploadFenced) == 80);
+
 // "Look at my submission ring": ferryd's poller was asleep when the client
 // published an entry (Segment::doorbell was set). Carries nothing else.
 struct Doorbell {
@@ -391,15 +416,38 @@ struct SubmitEntry {
   std::atomic<uint64_t> length;   // as Transfer
   std::atomic<uint64_t> buffer;
   std::atomic<uint64_t> offset;
-  std::atomic<uint64_t> after;    // upload_after: UploadAfter::after
-  std::atomic<uint64_t> pool;     // upload_signal: UploadSignal::pool
-  std::atomic<uint64_t> event;    // upload_signal: UploadSignal::event
+  std::atomic<uint64_t> after;    // upload_after, upload_fenced: UploadAfter::after
+  std::atomic<uint64_t> pool;     // upload_signal: UploadSignal::pool; upload_fenced: UploadFenced::release
+  std::atomic<uint64_t> event;    // upload_signal: UploadSignal::event; upload_fenced: UploadFenced::publish
 };
 static_assert(sizeof(SubmitEntry) == 64);
 
+// ---------------------------------------------------------------- fences
+// Ordering across processes, on the device: each allocation has a fence,
+// two words in its owner's segment. Whoever uploads into the buffer (its
+// owner, or a producer that opened it through a grant) may have the device
+// write a value into `ready` right after the copy (UploadFenced::publish),
+// so that the owner's queue waits for the bytes with no host round trip;
+// the owner's queue (or the owner) writes `released` once it is done
+// reading, and an upload may be held until it is (UploadFenced::release).
+// ferryd writes `ready` (or has the device write it) and `failed`, and
+// zeroes the words when it hands the fence to a new allocation; it reads
+// `released` as a number that decides only when uploads into that owner's
+// buffer start.
+struct alignas(64) Fence {
+  std::atomic<uint64_t> ready;     // the last value published, in queue order
+  std::atomic<uint64_t> released;  // the owner's
+  std::atomic<uint64_t> failed;    // the value of the last publishing upload that failed (0: none)
+  uint64_t reserved[5];
+};
+static_assert(sizeof(Fence) == 64);
+static_assert(offsetof(Fence, failed) == 16);
+inline constexpr uint32_t kFences = 1024;  // per client: its allocations at once
+
 // ---------------------------------------------------------------- segment
 // The staging segment: this header, the submission ring (ring_entries
-// entries), then the staging area of slot_count * slot_bytes at slots_offset. The daemon creates it (memfd), maps it, and hands the fd to
+// entries), the fences (kFences of them, kFeatureFences), then the staging
+// area of slot_count * slot_bytes at slots_offset. The daemon creates it (memfd), maps it, and hands the fd to
 // exactly one client.
 //
 // Ownership: the daemon alone writes `completed` and `failures`, and bumps
@@ -479,9 +527,13 @@ inline constexpr uint32_t ring_entries(uint32_t slot_count) { return slot_count 
 // Where the ring and the staging area lie in a segment of `slot_count` slots:
 // the ring right after the header page, the staging area on the page after it.
 inline constexpr uint64_t ring_offset() { return kSegmentHeaderBytes; }
-inline constexpr uint64_t slots_offset(uint32_t slot_count) {
+// The fences on the page after the ring: a page-aligned range a consumer
+// registers with its own context alone, not the whole segment.
+inline constexpr uint64_t fences_offset(uint32_t slot_count) {
   return kSegmentHeaderBytes + (uint64_t{ring_entries(slot_count)} * sizeof(SubmitEntry) + 4095) / 4096 * 4096;
 }
+inline constexpr uint64_t kFencesBytes = uint64_t{kFences} * sizeof(Fence);
+inline constexpr uint64_t slots_offset(uint32_t slot_count) { return fences_offset(slot_count) + kFencesBytes; }
 
 // Latency histograms (ferryctl metrics): upper bounds of the buckets in
 // nanoseconds; a last bucket counts everything above.

@@ -1,0 +1,174 @@
+// The C ABI's buffers (ferry/ferry.h): allocations, sharing them with other
+// processes and contexts, and their fences. Each is a request to the daemon
+// (one round trip) or a look at what this client remembers of its buffers.
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "client.hpp"
+
+namespace proto = ferry::proto;
+namespace fc = ferry::client;
+
+extern "C" {
+
+int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (c == nullptr || out == nullptr || bytes == 0) return -EINVAL;
+  auto m = proto::make<proto::Alloc>(proto::Type::alloc);
+  m.bytes = bytes;
+  proto::Reply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  if (r.status != 0) return r.status;
+  fc::remember_buffer(c, r.value, bytes, c->fence_words != nullptr && r.fence <= proto::kFences ? r.fence : 0);
+  *out = r.value;
+  return 0;
+}
+
+int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (c == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Free>(proto::Type::free);
+  m.buffer = buf;
+  proto::Reply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  if (r.status == 0) fc::forget_buffer(c, buf);
+  return r.status;
+}
+
+int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (c == nullptr || bytes == nullptr) return -EINVAL;
+  std::lock_guard lock(c->buffers_mu);
+  auto it = c->buffer_sizes.find(buf);
+  if (it == c->buffer_sizes.end()) return -ENOENT;
+  *bytes = it->second;
+  return 0;
+}
+
+int ferry_buffer_fence(ferry_client* c, ferry_buffer buf, ferry_fence* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (out == nullptr) return -EINVAL;
+  if (c->fence_words == nullptr) return -ENOTSUP;
+  const uint32_t f = fc::fence_of(c, buf);
+  if (f == 0) {
+    std::lock_guard lock(c->buffers_mu);
+    return c->buffer_sizes.count(buf) != 0 ? -ENOTSUP : -ENOENT;  // an import, or none of ours
+  }
+  proto::Fence* w = c->fence_words + (f - 1);
+  out->ready = reinterpret_cast<volatile uint64_t*>(&w->ready);
+  out->released = reinterpret_cast<volatile uint64_t*>(&w->released);
+  out->failed = reinterpret_cast<volatile uint64_t*>(&w->failed);
+  return 0;
+}
+
+int ferry_fence_wait(ferry_client* c, ferry_buffer buf, uint64_t value, int64_t timeout_ns) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (value == 0) return -EINVAL;
+  ferry_fence f{};
+  if (int e = ferry_buffer_fence(c, buf, &f); e != 0) return e;
+  const auto& w = *reinterpret_cast<const proto::Fence*>(const_cast<const uint64_t*>(f.ready));  // ready leads
+  if (int e = c->timeline.wait_word(w.ready, value, timeout_ns); e != 0) return e;
+  // That upload, or a later one into the buffer, failed (its producer's
+  // ticket says how).
+  return w.failed.load(std::memory_order_acquire) >= value ? -EIO : 0;
+}
+
+int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry_token* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (c == nullptr || out == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Grant>(proto::Type::grant);
+  m.buffer = buf;
+  m.rights = rights;
+  proto::TokenReply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  if (r.status == 0) std::memcpy(out->bytes, r.token, sizeof out->bytes);
+  return r.status;
+}
+
+int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* token) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (c == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Revoke>(proto::Type::revoke);
+  m.buffer = buf;
+  if (token != nullptr) std::memcpy(m.token, token->bytes, sizeof m.token);
+  proto::Reply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  return r.status;
+}
+
+int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* out, uint64_t* bytes) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (c == nullptr || token == nullptr || out == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Open>(proto::Type::open);
+  std::memcpy(m.token, token->bytes, sizeof m.token);
+  proto::BufferReply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  if (r.status != 0) return r.status;
+  fc::remember_buffer(c, r.buffer, r.bytes);
+  *out = r.buffer;
+  if (bytes != nullptr) *bytes = r.bytes;
+  return 0;
+}
+
+int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (c == nullptr || out == nullptr) return -EINVAL;
+  auto m = proto::make<proto::Export>(proto::Type::export_buffer);
+  m.buffer = buf;
+  proto::ExportReply r{};
+  int fd = -1;
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, -1, &fd); e != 0) return e;
+  if (r.status != 0) {
+    if (fd >= 0) ::close(fd);
+    return r.status;
+  }
+  std::memset(out, 0, sizeof *out);
+  out->kind = r.kind;
+  out->bytes = r.bytes;
+  std::memcpy(out->data, r.handle, sizeof out->data);
+  out->fd = -1;
+  if (r.kind == proto::kIpcLevelZero) {
+    if (fd < 0) return -EPROTO;
+    out->fd = fd;
+    std::memcpy(out->data, &fd, sizeof fd);  // the handle names this process's descriptor
+  } else if (fd >= 0) {
+    ::close(fd);
+  }
+  return 0;
+}
+
+int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (c == nullptr || h == nullptr || out == nullptr || h->bytes == 0) return -EINVAL;
+  if (h->kind == proto::kIpcLevelZero && h->fd < 0) return -EINVAL;
+  auto m = proto::make<proto::Import>(proto::Type::import_buffer);
+  m.bytes = h->bytes;
+  m.kind = h->kind;
+  std::memcpy(m.handle, h->data, sizeof m.handle);
+  proto::BufferReply r{};
+  const int fd = h->kind == proto::kIpcLevelZero ? h->fd : -1;
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, fd); e != 0) return e;
+  if (r.status != 0) return r.status;
+  fc::remember_buffer(c, r.buffer, r.bytes);
+  *out = r.buffer;
+  return 0;
+}
+
+int ferry_event_pool_register(ferry_client* c, const ferry_ipc_handle* h, uint32_t count, uint64_t* pool) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (c == nullptr || h == nullptr || pool == nullptr || count == 0) return -EINVAL;
+  if (h->kind != proto::kIpcLevelZero || h->fd < 0) return -EINVAL;
+  auto m = proto::make<proto::EventPool>(proto::Type::event_pool);
+  m.count = count;
+  m.kind = h->kind;
+  std::memcpy(m.handle, h->data, sizeof m.handle);
+  proto::Reply r{};
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, h->fd); e != 0) return e;
+  if (r.status == 0) *pool = r.value;
+  return r.status;
+}
+
+}  // extern "C"
