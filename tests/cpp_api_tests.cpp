@@ -128,3 +128,23 @@ TEST_CASE("C++: grant and open between two clients", "[cpp]") {
   }
   CHECK(user.flush());  // reported once
 }
+
+TEST_CASE("C++: a gathered, publishing upload and the fence it moves", "[cpp][fence]") {
+  Daemon d;
+  ferry::Client c(d.socket);
+  ferry::Buffer b(c, 4096);
+  const std::vector<uint8_t> head(100, 1), tail(200, 2);
+  const ferry_iovec parts[2] = {{head.data(), head.size()}, {tail.data(), tail.size()}};
+  ferry_upload_opts o{};
+  o.size = sizeof o;
+  o.publish = 5;
+  CHECK(c.wait(c.upload_gather(b.id(), 10, parts, 2, &o)));
+  const ferry_fence f = c.fence(b.id());
+  CHECK(ferry_fence_wait(c.get(), b.id(), 5, 5'000'000'000) == 0);
+  CHECK(*f.ready == 5);
+  std::vector<uint8_t> back(300);
+  c.download(b.id(), 10, back.data(), back.size());
+  CHECK(std::equal(head.begin(), head.end(), back.begin()));
+  CHECK(std::equal(tail.begin(), tail.end(), back.begin() + 100));
+  CHECK_THROWS_AS(c.fence(b.id() + 9), ferry::error);
+}

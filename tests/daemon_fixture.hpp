@@ -349,10 +349,14 @@ class RawClient {
     proto::Reply r{};
     REQUIRE(expect(proto::Type::reply, &r));
     REQUIRE(r.status == 0);
+    last_fence = r.fence;
     return r.value;
   }
+  // Fence f (index + 1, as an Alloc's reply names it) in this client's segment.
+  proto::Fence* fence(uint32_t f) { return reinterpret_cast<proto::Fence*>(seg + welcome.fences_offset) + (f - 1); }
 
   int fd = -1;
+  uint32_t last_fence = 0;  // the last allocation's
   proto::Welcome welcome{};
   char* seg = nullptr;
   std::vector<uint8_t> last;

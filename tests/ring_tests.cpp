@@ -196,6 +196,46 @@ TEST_CASE("ring: a bad entry closes only its own session", "[ring][badinput]") {
   REQUIRE(eventually([&] { return again.completed() >= 1; }));
 }
 
+TEST_CASE("ring: fenced entries wait for the fence, publish into it, and fail only their own ticket", "[ring][fence]") {
+  Daemon d;
+  RawClient r(d.socket);
+  r.hello("ring", proto::kFeatureSubmitRing | proto::kFeatureTimelineCounter | proto::kFeatureFences);
+  REQUIRE((r.welcome.features & proto::kFeatureFences) != 0);
+  REQUIRE(r.welcome.fences_offset >= r.welcome.ring_offset + r.welcome.ring_entries * sizeof(proto::SubmitEntry));
+  REQUIRE(r.welcome.fences_offset + proto::kFencesBytes <= r.welcome.slots_offset);
+  const uint64_t buf = r.alloc(8192);
+  REQUIRE(r.last_fence != 0);
+  proto::Fence* f = r.fence(r.last_fence);
+  auto completed = [&] { return r.header()->completed.load(std::memory_order_acquire); };
+  const uint64_t fenced = static_cast<uint64_t>(proto::Type::upload_fenced);
+  // Held until the fence is released at 3; then the device publishes 9.
+  r.publish_word(1, fenced | uint64_t{r.staging_of(1)} << 32, 4096, buf, 0, 0, 3, 9);
+  f->released.store(2);
+  r.alloc(64);  // the daemon took the entry before it answered
+  CHECK(completed() == 0);
+  CHECK(f->ready.load() == 0);
+  f->released.store(3);
+  REQUIRE(eventually([&] { return completed() >= 1; }));
+  CHECK(f->ready.load() == 9);
+  CHECK(f->failed.load() == 0);
+  // No such buffer: the ticket fails, no fence to publish into.
+  r.publish_word(2, fenced | uint64_t{r.staging_of(2)} << 32, 4096, 999, 0, 0, 0, 10);
+  proto::TicketFailed tf{};
+  REQUIRE(r.expect(proto::Type::ticket_failed, &tf));
+  CHECK(tf.ticket == 2);
+  CHECK(tf.error == -ENOENT);
+  // Past the buffer's end: the ticket fails and the fence still moves, marked failed.
+  r.publish_word(3, fenced | uint64_t{r.staging_of(3)} << 32, 4096, buf, 8000, 0, 0, 11);
+  REQUIRE(r.expect(proto::Type::ticket_failed, &tf));
+  CHECK(tf.ticket == 3);
+  CHECK(tf.error == -EINVAL);
+  REQUIRE(eventually([&] { return f->ready.load() == 11; }));
+  CHECK(f->failed.load() == 11);
+  // The session goes on.
+  r.publish(4, proto::Type::upload, 4096, buf, 0);
+  REQUIRE(eventually([&] { return completed() >= 4; }));
+}
+
 TEST_CASE("ring: a client rewriting its whole ring at random ends only its own session", "[ring][badinput]") {
   Daemon d({"--max-clients", "8"});
   Witness w(d.socket);

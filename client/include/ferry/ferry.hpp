@@ -49,6 +49,19 @@ class Client {
     check(ferry_upload(c_, dst, offset, src, bytes, &t), "ferry_upload");
     return t;
   }
+  // Many source ranges back to back (ferry_upload_gather); opts may be null.
+  ferry_ticket upload_gather(ferry_buffer dst, uint64_t offset, const ferry_iovec* src, size_t count,
+                             const ferry_upload_opts* opts = nullptr) {
+    ferry_ticket t = 0;
+    check(ferry_upload_gather(c_, dst, offset, src, count, opts, &t), "ferry_upload_gather");
+    return t;
+  }
+  // The fence of a buffer of this client's (ferry_buffer_fence).
+  ferry_fence fence(ferry_buffer buf) const {
+    ferry_fence f{};
+    check(ferry_buffer_fence(c_, buf, &f), "ferry_buffer_fence");
+    return f;
+  }
   // Staging memory to write one upload into (see ferry_upload_reserve), then commit().
   ferry_reservation reserve(uint64_t bytes) {
     ferry_reservation r{};
