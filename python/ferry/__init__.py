@@ -20,6 +20,7 @@ from ._api import (
     Buffer,
     Client,
     Error,
+    Fence,
     Info,
     IpcHandle,
     Reservation,
@@ -31,6 +32,7 @@ __all__ = [
     "Buffer",
     "Client",
     "Error",
+    "Fence",
     "Info",
     "IpcHandle",
     "RIGHT_DOWNLOAD",
@@ -39,4 +41,7 @@ __all__ = [
     "Timeline",
     "library_version",
 ]
-__version__ = "0.1.0"
+try:  # written by the build that installed this package (cmake --install, or pip)
+    from ._build import VERSION as __version__
+except ImportError:  # run from the source tree: the library it loaded
+    __version__ = library_version()

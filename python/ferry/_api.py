@@ -15,17 +15,38 @@ RIGHT_DOWNLOAD = 2
 
 
 class Error(OSError):
-    """A ferry call failed: .errno is the error number, str() ferry's message."""
+    """A ferry call failed: .errno is the error number, str() ferry's message.
+
+    errno.ECHILD: the client was connected by another process, of which this
+    one is a fork (multiprocessing's and DataLoader's default start method on
+    Linux); the message names both. Connect a Client in the child instead."""
 
     def __init__(self, code, what):
         code = -code if code < 0 else code
-        msg = _c.ferry_strerror(-code).decode(errors="replace")
+        if code == _errno.ECHILD:
+            msg = _c.ferry_last_error().decode(errors="replace")
+        else:
+            msg = _c.ferry_strerror(-code).decode(errors="replace")
         super().__init__(code, f"{what}: {msg}")
 
 
 def _check(r, what):
     if r != 0:
         raise Error(r, what)
+
+
+_U64 = (1 << 64) - 1
+
+
+def _u64(value, what):
+    """value as an unsigned 64-bit integer, or OverflowError/ValueError
+    before it reaches C (ctypes would silently wrap it)."""
+    v = int(value)
+    if v < 0:
+        raise ValueError(f"{what} must be >= 0, not {v}")
+    if v > _U64:
+        raise OverflowError(f"{what} does not fit in 64 bits: {v}")
+    return v
 
 
 def library_version():
@@ -83,7 +104,27 @@ def _timeout_ns(timeout):
         return -1
     if timeout < 0:
         raise ValueError("timeout must be None or >= 0 seconds")
-    return int(timeout * 1e9)
+    return min(int(timeout * 1e9), (1 << 63) - 1)
+
+
+@contextlib.contextmanager
+def _spans(parts):
+    """[(address, length), ...] of a list of sources, held until the block
+    ends: buffer-protocol objects (C-contiguous), or CPU tensors that are
+    contiguous (anything with data_ptr(), numel() and element_size(), such
+    as torch.Tensor, which has no buffer protocol)."""
+    with contextlib.ExitStack() as stack:
+        out = []
+        for p in parts:
+            if hasattr(p, "data_ptr") and hasattr(p, "element_size"):
+                if getattr(getattr(p, "device", None), "type", "cpu") != "cpu":
+                    raise ValueError(f"ferry uploads from host memory, not from {p.device}")
+                if not p.is_contiguous():
+                    raise ValueError("ferry needs a contiguous tensor (call .contiguous())")
+                out.append((p.data_ptr(), p.numel() * p.element_size()))
+            else:
+                out.append(stack.enter_context(_view(p, writable=False)))
+        yield out
 
 
 # ---------------------------------------------------------------- records
@@ -129,6 +170,8 @@ class Client:
 
     def __init__(self, socket=None):
         self._c = _lib.c_client_p()
+        self._closers = []  # called before the disconnect (registrations of the segment, say)
+        self._pid = os.getpid()
         path = None if socket is None else os.fsencode(socket)
         r = _c.ferry_connect(path, ctypes.byref(self._c))
         if r != 0:
@@ -137,8 +180,17 @@ class Client:
 
     # ---- lifetime
     def close(self):
-        """Disconnects; the daemon frees every buffer this client still holds."""
+        """Disconnects; the daemon frees every buffer this client still holds.
+        In a forked child this only lets go of the child's copy of the
+        connection (it belongs to the parent)."""
         if self._c:
+            if os.getpid() == self._pid:
+                for f in reversed(self._closers):
+                    try:
+                        f()
+                    except Exception:  # noqa: BLE001 - closing anyway
+                        pass
+            self._closers = []
             _c.ferry_disconnect(self._c)
             self._c = _lib.c_client_p()
 
@@ -163,8 +215,9 @@ class Client:
     def alloc(self, nbytes):
         """A device buffer of nbytes; a Buffer (a context manager that frees it)."""
         out = _lib.c_buffer()
-        _check(_c.ferry_buffer_alloc(self._h(), int(nbytes), ctypes.byref(out)), f"alloc {nbytes} bytes")
-        return Buffer(self, out.value, int(nbytes), owned=True)
+        n = _u64(nbytes, "nbytes")
+        _check(_c.ferry_buffer_alloc(self._h(), n, ctypes.byref(out)), f"alloc {nbytes} bytes")
+        return Buffer(self, out.value, n, owned=True)
 
     def open(self, token):
         """Opens a buffer another client granted (token: 32 bytes from Buffer.grant)."""
@@ -174,21 +227,49 @@ class Client:
         return Buffer(self, out.value, size.value, owned=False)
 
     # ---- transfers
-    def upload(self, buffer, data, offset=0, after=None):
-        """Stages `data` (any C-contiguous buffer-protocol object) and queues
-        its copy to `buffer` at `offset`; returns the ticket once the bytes are
-        staged (data may change right after). after: the copy waits until the
-        application's value reaches it (see signal())."""
+    def upload(self, buffer, data, offset=0, after=None, release_after=None, publish=None):
+        """Stages `data` (any C-contiguous buffer-protocol object, or a
+        contiguous CPU tensor) and queues its copy to `buffer` at `offset`;
+        returns the ticket once the bytes are staged (data may change right
+        after). after: the copy waits until this client's application value
+        reaches it (see signal()). release_after / publish: see
+        upload_gather()."""
+        return self.upload_gather(buffer, [data], offset, after, release_after, publish)
+
+    def upload_gather(self, buffer, parts, offset=0, after=None, release_after=None, publish=None):
+        """Uploads several sources back to back into `buffer` from `offset`,
+        as one upload with one ticket: each part goes straight from where it
+        lies into ferry's pinned staging memory (a batch collated from many
+        samples needs no intermediate copy). Parts: buffer-protocol objects
+        or contiguous CPU tensors.
+
+        Across processes, on the device (the buffer's fence, Buffer.fence):
+        release_after=v holds the copy until the buffer's owner released v
+        (its queue is done reading what was there: write after read), and
+        publish=v has the device write v into the fence right after the last
+        byte, so that the owner's queue can wait for the bytes without this
+        process telling it anything but v. Values should grow."""
         bid = _buffer_id(buffer)
+        with _spans(parts) as spans:
+            return self._upload_spans(bid, spans, offset, after, release_after, publish)
+
+    def _upload_spans(self, bid, spans, offset=0, after=None, release_after=None, publish=None):
+        """upload_gather of raw (address, length) pairs the caller keeps alive."""
+        total = sum(n for _, n in spans)
+        if total == 0:
+            raise ValueError("nothing to upload (0 bytes)")
+        iov = (_lib.CIovec * len(spans))(*[(a, n) for a, n in spans])
+        opts = None
+        if after is not None or release_after is not None or publish is not None:
+            o = _lib.CUploadOpts()
+            o.size = ctypes.sizeof(o)
+            o.after = _u64(after or 0, "after")
+            o.after_release = _u64(release_after or 0, "release_after")
+            o.publish = _u64(publish or 0, "publish")
+            opts = ctypes.byref(o)
         ticket = _lib.c_ticket()
-        with _view(data, writable=False) as (addr, n):
-            if n == 0:
-                raise ValueError("nothing to upload (0 bytes)")
-            if after is None:
-                r = _c.ferry_upload(self._h(), bid, int(offset), addr, n, ctypes.byref(ticket))
-            else:
-                r = _c.ferry_upload_after(self._h(), bid, int(offset), addr, n, int(after), ctypes.byref(ticket))
-        _check(r, f"upload of {n} bytes to buffer {bid} at {offset}")
+        r = _c.ferry_upload_gather(self._h(), bid, _u64(offset, "offset"), iov, len(spans), opts, ctypes.byref(ticket))
+        _check(r, f"upload of {total} bytes to buffer {bid} at {offset}")
         return ticket.value
 
     def reserve(self, nbytes):
@@ -200,7 +281,7 @@ class Client:
         behind it. As a context manager, leaving the block without a commit
         gives it up (nothing is written)."""
         r = _lib.CReservation()
-        _check(_c.ferry_upload_reserve(self._h(), int(nbytes), ctypes.byref(r)), f"reserve {nbytes} bytes")
+        _check(_c.ferry_upload_reserve(self._h(), _u64(nbytes, "nbytes"), ctypes.byref(r)), f"reserve {nbytes} bytes")
         return Reservation(self, r)
 
     def download(self, buffer, out=None, offset=0, nbytes=None):
@@ -217,8 +298,13 @@ class Client:
         with _view(out, writable=True) as (addr, n):
             if n == 0:
                 raise ValueError("nothing to download into (0 bytes)")
-            _check(_c.ferry_download(self._h(), bid, int(offset), addr, n), f"download of {n} bytes")
+            self._download_to(bid, offset, addr, n)
         return out
+
+    def _download_to(self, bid, offset, address, nbytes):
+        """download into raw memory the caller owns (address, nbytes)."""
+        _check(_c.ferry_download(self._h(), bid, _u64(offset, "offset"), address, _u64(nbytes, "nbytes")),
+               f"download of {nbytes} bytes")
 
     def wait(self, ticket, timeout=None):
         """Until the upload with this ticket is on the device (timeout: seconds,
@@ -241,6 +327,7 @@ class Client:
         _check(_c.ferry_signal(self._h(), int(value)), f"signal {value}")
 
     def timeline(self):
+        """Where this client's timeline words lie in its segment (a Timeline)."""
         t = _lib.CTimeline()
         _check(_c.ferry_get_timeline(self._h(), ctypes.byref(t)), "timeline")
         return Timeline(
@@ -252,6 +339,7 @@ class Client:
         )
 
     def info(self):
+        """This client's geometry and device (an Info)."""
         i = _lib.CInfo()
         _check(_c.ferry_get_info(self._h(), ctypes.byref(i)), "info")
         return Info(i.client_id, i.slot_bytes, i.slot_count, i.device.decode(errors="replace"),
@@ -277,7 +365,8 @@ class Reservation:
         """Uploads the written bytes to `buffer` at `offset`; returns the ticket."""
         bid = _buffer_id(buffer)
         ticket = _lib.c_ticket()
-        r = _c.ferry_upload_commit(self.client._h(), ctypes.byref(self._r), bid, int(offset), ctypes.byref(ticket))
+        r = _c.ferry_upload_commit(self.client._h(), ctypes.byref(self._r), bid, _u64(offset, "offset"),
+                                   ctypes.byref(ticket))
         self._drop_view()
         _check(r, f"commit of {self.nbytes} bytes to buffer {bid} at {offset}")
         return ticket.value
@@ -301,6 +390,58 @@ class Reservation:
         if self._r.ticket:
             self.cancel()
         return False
+
+
+class Fence:
+    """The fence of a buffer this client allocated (Buffer.fence): three
+    words in this client's segment that order uploads by other processes
+    with this process's own work, on the device or on the host.
+
+    ready: the last value an upload published into it (Client.upload_gather's
+    publish), written by the device right after that upload's bytes landed.
+    released: the last value this process (or its queue) released: uploads
+    made with release_after <= it may start. failed: the value of the last
+    publishing upload that failed (0: none)."""
+
+    def __init__(self, buffer, c):
+        self.buffer = buffer
+        self._f = c
+
+    @property
+    def ready(self):
+        return self._f.ready[0]
+
+    @property
+    def released(self):
+        return self._f.released[0]
+
+    @property
+    def failed(self):
+        return self._f.failed[0]
+
+    @property
+    def ready_address(self):
+        """The address of the ready word in this process (for a device wait on it)."""
+        return ctypes.cast(self._f.ready, ctypes.c_void_p).value
+
+    @property
+    def released_address(self):
+        return ctypes.cast(self._f.released, ctypes.c_void_p).value
+
+    def release(self, value):
+        """Releases the buffer up to `value` from the host: uploads into it
+        made with release_after <= value may start."""
+        self._f.released[0] = _u64(value, "value")
+
+    def wait(self, value, timeout=None):
+        """Until an upload published `value` (or more) into this fence, on the
+        host; raises ferry.Error (EIO) if that upload failed, or on timeout."""
+        b = self.buffer
+        _check(_c.ferry_fence_wait(b.client._h(), b.id, _u64(value, "value"), _timeout_ns(timeout)),
+               f"wait for {value} on buffer {b.id}'s fence")
+
+    def __repr__(self):
+        return f"<ferry.Fence of buffer {self.buffer.id}: ready {self.ready}, released {self.released}>"
 
 
 def _buffer_id(buffer):
@@ -330,10 +471,16 @@ class Buffer:
     def __repr__(self):
         return f"<ferry.Buffer {self.id} of {self.size} bytes{'' if self.owned else ' (opened)'}>"
 
-    def upload(self, data, offset=0, after=None):
-        return self.client.upload(self, data, offset, after)
+    def upload(self, data, offset=0, after=None, release_after=None, publish=None):
+        """Client.upload into this buffer."""
+        return self.client.upload(self, data, offset, after, release_after, publish)
+
+    def upload_gather(self, parts, offset=0, after=None, release_after=None, publish=None):
+        """Client.upload_gather into this buffer."""
+        return self.client.upload_gather(self, parts, offset, after, release_after, publish)
 
     def download(self, out=None, offset=0, nbytes=None):
+        """Client.download from this buffer."""
         return self.client.download(self, out, offset, nbytes)
 
     def grant(self, rights=RIGHT_UPLOAD | RIGHT_DOWNLOAD):
@@ -354,7 +501,18 @@ class Buffer:
         _check(_c.ferry_buffer_export(self.client._h(), self.id, ctypes.byref(h)), f"export buffer {self.id}")
         return IpcHandle(h.kind, h.fd, h.bytes, bytes(h.data))
 
+    @property
+    def fence(self):
+        """This buffer's Fence (a buffer this client allocated)."""
+        if not self.owned:
+            raise ValueError("only the owner of a buffer sees its fence")
+        f = _lib.CFence()
+        _check(_c.ferry_buffer_fence(self.client._h(), self.id, ctypes.byref(f)), f"fence of buffer {self.id}")
+        return Fence(self, f)
+
     def free(self):
+        """Frees the buffer (one this client allocated): uploads in flight to
+        it still finish first."""
         if self.owned and self.id:
             _check(_c.ferry_buffer_free(self.client._h(), self.id), f"free buffer {self.id}")
             self.id = 0

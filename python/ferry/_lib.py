@@ -41,6 +41,28 @@ class CReservation(ctypes.Structure):
     ]
 
 
+class CIovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("bytes", ctypes.c_uint64)]
+
+
+class CUploadOpts(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("after", ctypes.c_uint64),
+        ("after_release", ctypes.c_uint64),
+        ("publish", ctypes.c_uint64),
+    ]
+
+
+class CFence(ctypes.Structure):
+    _fields_ = [
+        ("ready", ctypes.POINTER(ctypes.c_uint64)),
+        ("released", ctypes.POINTER(ctypes.c_uint64)),
+        ("failed", ctypes.POINTER(ctypes.c_uint64)),
+    ]
+
+
 class CInfo(ctypes.Structure):
     _fields_ = [
         ("client_id", ctypes.c_uint64),
@@ -56,6 +78,13 @@ def _candidates():
     env = os.environ.get("FERRY_LIBRARY")
     if env:
         yield env
+    # Where `cmake --install` put the library this package came with.
+    try:
+        from ._build import LIBRARY
+    except ImportError:
+        LIBRARY = None
+    if LIBRARY:
+        yield LIBRARY
     found = ctypes.util.find_library("ferry")
     if found:
         yield found
@@ -99,6 +128,10 @@ def _declare(lib):
         "ferry_upload_reserve": (i32, [c_client_p, u64, P(CReservation)]),
         "ferry_upload_commit": (i32, [c_client_p, P(CReservation), c_buffer, u64, P(c_ticket)]),
         "ferry_upload_cancel": (i32, [c_client_p, P(CReservation)]),
+        "ferry_upload_gather": (i32, [c_client_p, c_buffer, u64, P(CIovec), ctypes.c_size_t, P(CUploadOpts),
+                                      P(c_ticket)]),
+        "ferry_buffer_fence": (i32, [c_client_p, c_buffer, P(CFence)]),
+        "ferry_fence_wait": (i32, [c_client_p, c_buffer, u64, i64]),
         "ferry_wait": (i32, [c_client_p, c_ticket, i64]),
         "ferry_flush": (i32, [c_client_p, i64]),
         "ferry_download": (i32, [c_client_p, c_buffer, u64, vp, u64]),
