@@ -143,7 +143,13 @@ void TransferEngine::poll_holds() {
     auto& held = raw->held();
     if (held.empty()) continue;
     if (!raw->connected) {
-      held.clear();  // nobody is left to raise the value, or to hear of the copies
+      // Nobody is left to raise the value, or to hear of the copies. A
+      // fence the owner's queue may wait for still moves, marked failed.
+      for (const ClientState::Held& h : held) {
+        if (h.publish == 0) continue;
+        if (ClientRef owner = h.fence_owner.lock()) write_fence(FenceWrite{std::move(owner), h.fence, h.publish}, true);
+      }
+      held.clear();
       continue;
     }
     const ClientRef c = raw->shared_from_this();

@@ -64,6 +64,9 @@ void Session::close() {
   boost::system::error_code ec;
   socket_.close(ec);
   if (const ClientRef& c = client()) {
+    // What it published before it went is still its to send (a producer's
+    // last upload, which a consumer's queue may wait for).
+    ctx_.engine.drain_ring(c);
     c->connected = false;
     ctx_.engine.publish_clients();
     FERRY_LOG(info, "client %llu (pid %d) gone; %u copies still in flight", static_cast<unsigned long long>(c->id()),

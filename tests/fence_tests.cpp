@@ -284,3 +284,41 @@ TEST_CASE("fenced uploads: misuse is refused and changes nothing", "[fence][badi
   ferry_disconnect(c);
   CHECK(d.holds_nothing());
 }
+
+TEST_CASE("a producer that exits right after its upload returns still publishes it; a held one is failed",
+          "[fence][faults]") {
+  // A slow link: the copy outlasts the producer.
+  Daemon d({"--slot-size", "262144"}, {{"FERRY_SIM_BANDWIDTH_GBPS", "0.2"}, {"FERRY_SIM_LATENCY_US", "0"}});
+  ferry_client* owner = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
+  const uint64_t n = 1 << 20;
+  ferry_buffer x = 0;
+  REQUIRE(ferry_buffer_alloc(owner, n, &x) == 0);
+  ferry_token tx{};
+  REQUIRE(ferry_buffer_grant(owner, x, FERRY_RIGHT_UPLOAD, &tx) == 0);
+  const auto want = frame(n, 9);
+  auto upload_and_exit = [&](uint64_t release, uint64_t publish) {
+    return fork_child([&] {
+      ferry_client* c = nullptr;
+      ferry_buffer b = 0;
+      if (ferry_connect(d.socket.c_str(), &c) != 0 || ferry_buffer_open(c, &tx, &b, nullptr) != 0) return 90;
+      ferry_iovec one{want.data(), n};
+      ferry_upload_opts o{};
+      o.size = sizeof o;
+      o.after_release = release;
+      o.publish = publish;
+      return ferry_upload_gather(c, b, 0, &one, 1, &o, nullptr) == 0 ? 0 : 91;  // exits at once
+    });
+  };
+  REQUIRE(reap(upload_and_exit(0, 1)) == 0);
+  CHECK(ferry_fence_wait(owner, x, 1, 10'000'000'000) == 0);
+  std::vector<uint8_t> back(n);
+  REQUIRE(ferry_download(owner, x, 0, back.data(), n) == 0);
+  CHECK(back == want);
+  // Held (x is released at 0, not 7) when its producer leaves: nobody will
+  // ever send it, and the owner's queue is not left waiting.
+  REQUIRE(reap(upload_and_exit(7, 2)) == 0);
+  CHECK(ferry_fence_wait(owner, x, 2, 10'000'000'000) == -EIO);
+  ferry_disconnect(owner);
+  CHECK(d.holds_nothing());
+}

@@ -98,10 +98,14 @@ wait_for_socket "$sock2"
 "$tmp/consumer-cmake/consumer" "$sock2" || fail "consumer built with find_package(ferry)"
 "$prefix/bin/ferryctl" --socket "$sock2" version || fail "installed ferryctl"
 "$prefix/bin/ferryctl" --version | grep -q '^ferryctl [0-9]' || fail "ferryctl --version"
-# The Python package lands where Debian's python3 looks under the prefix.
-[[ -f $prefix/lib/python3/dist-packages/ferry/__init__.py ]] || fail "not installed: the Python package"
+# The Python package lands where python3 looks under that prefix (Debian:
+# lib/python3.X/dist-packages for /usr/local and the like), and finds the
+# library installed beside it with no FERRY_LIBRARY (tests/python_package_test.sh
+# checks pip's copy and the /usr layout).
+site=$(/usr/bin/python3 -c 'import sysconfig as s; print(("lib/python%s/dist-packages" if "deb_system" in s.get_scheme_names() else "lib/python%s/site-packages") % s.get_python_version())')
+[[ -f $prefix/$site/ferry/__init__.py ]] || fail "not installed: the Python package ($site)"
 if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-  PYTHONPATH=$prefix/lib/python3/dist-packages FERRY_LIBRARY=$prefix/lib/libferry.so.0 /usr/bin/python3 -c "
+  PYTHONPATH=$prefix/$site FERRY_LIBRARY= /usr/bin/python3 -c "
 import ferry
 with ferry.Client('$sock2') as c, c.alloc(64) as b:
     c.wait(b.upload(b'x' * 64)); assert bytes(b.download()) == b'x' * 64

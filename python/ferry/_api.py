@@ -4,6 +4,7 @@ import contextlib
 import ctypes
 import errno as _errno
 import os
+import threading
 from dataclasses import dataclass
 
 from . import _lib
@@ -459,14 +460,16 @@ def _token(token):
 
 class Buffer:
     """A device buffer as this client names it. Owned ones (from alloc) are
-    freed by free() or at the end of a with-block; opened ones are let go
-    with the client."""
+    freed by free() or at the end of a with-block; opened ones (Client.open)
+    let go of this client's name for it the same way, or with the client."""
 
     def __init__(self, client, buffer_id, size, owned):
         self.client = client
         self.id = buffer_id
         self.size = size
         self.owned = owned
+        self._maps = {}  # ferry.device mappings of it in this process, by device
+        self._maps_lock = threading.Lock()
 
     def __repr__(self):
         return f"<ferry.Buffer {self.id} of {self.size} bytes{'' if self.owned else ' (opened)'}>"
@@ -512,8 +515,19 @@ class Buffer:
 
     def free(self):
         """Frees the buffer (one this client allocated): uploads in flight to
-        it still finish first."""
-        if self.owned and self.id:
+        it still finish first. Refused (BufferError) while arrays of a
+        ferry.device mapping of it live; the mappings close first. On a
+        buffer opened through a grant it lets go of this client's name for
+        it (the owner's buffer stays)."""
+        with self._maps_lock:
+            busy = [m for m in self._maps.values() if not m.closed and m.views]
+            if busy:
+                raise BufferError(f"buffer {self.id} has {sum(m.views for m in busy)} device arrays alive "
+                                  "(ferry.device): drop them (and tensors made from them) first")
+            for m in self._maps.values():
+                m.close()
+            self._maps.clear()
+        if self.id:
             _check(_c.ferry_buffer_free(self.client._h(), self.id), f"free buffer {self.id}")
             self.id = 0
 

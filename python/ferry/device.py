@@ -1,0 +1,340 @@
+"""Device buffers in this process's own GPU context, as arrays other
+libraries take without a copy.
+
+A buffer this client allocated lives in ferryd's context. ferry.device.open
+exports it and opens the export in this process: on CUDA in the primary
+context of a device (the one PyTorch, CuPy and the runtime API use), through
+the driver API (libcuda, ctypes); on Level Zero in a context of the caller's
+or one ferry makes. The mapping gives arrays viewed with any dtype and shape
+(DeviceBuffer.array), which expose __cuda_array_interface__ (version 3, CUDA)
+and __dlpack__ / __dlpack_device__ (kDLCUDA, or kDLOneAPI), so
+
+    with ferry.Client() as c, c.alloc(n) as buf:
+        d = ferry.device.open(buf, device=0)
+        x = torch.from_dlpack(d.array("float32", (n // 4,)))   # or torch.as_tensor(..., device="cuda")
+
+Ordering: an array made with ready=(buf.fence, v) is ready once an upload
+published v into the buffer's fence (by any process: see
+Client.upload_gather). Its consumer's stream waits for that on the device, no
+host thread involved: __dlpack__(stream=s) queues the wait on s, the stream
+the consumer names; __cuda_array_interface__ queues it on the array's own
+stream (the `stream` argument, default the legacy default stream) and says
+so in its "stream" field, as version 3 asks. On Level Zero the wait is on the
+host (Python has no Level Zero queue of yours to append to).
+
+Lifetimes: the mapping stays open while any array made from it lives (a
+tensor made from an array keeps the array); DeviceBuffer.close() and
+Buffer.free() wait for that: close() is deferred until the last view goes,
+and free() is refused (BufferError) while one lives.
+"""
+
+import os
+import sys
+import threading
+import weakref
+
+from . import _dlpack
+
+__all__ = ["DeviceArray", "DeviceBuffer", "Ready", "open"]
+
+# dtype name -> (itemsize, __cuda_array_interface__ typestr or None)
+_DTYPES = {
+    "bool": (1, "|b1"), "uint8": (1, "|u1"), "int8": (1, "|i1"),
+    "uint16": (2, "<u2"), "int16": (2, "<i2"), "float16": (2, "<f2"), "bfloat16": (2, None),
+    "uint32": (4, "<u4"), "int32": (4, "<i4"), "float32": (4, "<f4"),
+    "uint64": (8, "<u8"), "int64": (8, "<i8"), "float64": (8, "<f8"),
+    "complex64": (8, "<c8"), "complex128": (16, "<c16"),
+}
+_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "long": "int64", "int": "int32",
+            "cfloat": "complex64", "cdouble": "complex128", "bool_": "bool"}
+
+
+def dtype_name(dtype):
+    """The canonical name of a dtype given as a string, a numpy dtype or a
+    torch.dtype ("float32", "bfloat16", ...); ValueError for others."""
+    if isinstance(dtype, str):
+        name = dtype
+    elif type(dtype).__module__ == "torch":
+        name = str(dtype).rsplit(".", 1)[-1]  # torch.float32 -> float32
+    else:
+        name = getattr(dtype, "name", None)
+        if not isinstance(name, str):
+            name = getattr(dtype, "__name__", "")
+    name = _ALIASES.get(name, name)
+    if name not in _DTYPES:
+        try:  # numpy spellings ("<f4", "u1", ...)
+            import numpy as np
+
+            name = np.dtype(dtype).name
+        except Exception:  # noqa: BLE001
+            pass
+    name = _ALIASES.get(name, name)
+    if name not in _DTYPES:
+        raise ValueError(f"ferry.device: unsupported dtype {dtype!r}")
+    return name
+
+
+class Ready:
+    """An array's readiness: the fence of its buffer reaching `value`. Shared
+    by the arrays of one batch, so each stream waits once."""
+
+    def __init__(self, fence, value):
+        self.fence = fence
+        self.value = int(value)
+        self._streams = set()
+        self._lock = threading.Lock()
+
+    def queue_wait(self, mapping, stream):
+        """Queues the wait on CUDA `stream` (a handle) once."""
+        with self._lock:
+            if stream in self._streams:
+                return
+            self._streams.add(stream)
+        cu = mapping._cuda
+        word = cu.device_word(mapping.device, self.fence.ready_address)
+        cu.wait_value(mapping.device, stream, word, self.value)
+
+    def wait(self, timeout=None):
+        """On the host."""
+        self.fence.wait(self.value, timeout)
+
+
+def _default_cuda_device():
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return torch.cuda.current_device()
+    return 0
+
+
+def _ordinal(device):
+    if device is None:
+        return _default_cuda_device()
+    if isinstance(device, int):
+        return device
+    index = getattr(device, "index", None)  # torch.device
+    if getattr(device, "type", None) == "cuda":
+        return _default_cuda_device() if index is None else index
+    s = str(device)
+    if s == "cuda":
+        return _default_cuda_device()
+    if s.startswith("cuda:"):
+        return int(s[5:])
+    raise ValueError(f"ferry.device: not a CUDA device: {device!r}")
+
+
+def open(buffer, device=None, *, context=None):  # noqa: A001 - ferry.device.open, as io.open
+    """Opens `buffer` (a ferry.Buffer this client allocated) in this
+    process's GPU context: a DeviceBuffer. CUDA: device is an ordinal, "cuda:N"
+    or a torch.device (default: torch's current device, else 0). Level Zero:
+    device is the index of a device of the first driver (default 0), context
+    a ze_context_handle_t of yours (default: one ferry makes). Opening a
+    buffer again returns the mapping already open."""
+    maps = buffer._maps
+    h = buffer.export()
+    if h.kind == 2:
+        key = ("cuda", _ordinal(device))
+    elif h.kind == 1:
+        key = ("level-zero", 0 if device is None else int(device), None if context is None else int(context))
+    else:
+        raise RuntimeError(f"ferry.device: the daemon exports this buffer as kind {h.kind}, which ferry cannot open")
+    with buffer._maps_lock:
+        m = maps.get(key)
+        if m is not None and not m.closed:
+            if h.fd >= 0:
+                os.close(h.fd)
+            return m
+        m = DeviceBuffer(buffer, h, key)
+        maps[key] = m
+        return m
+
+
+class DeviceBuffer:
+    """A ferry buffer mapped into this process's GPU context (ferry.device.open)."""
+
+    def __init__(self, buffer, handle, key):
+        self.buffer = buffer
+        self.nbytes = buffer.size
+        self.kind = key[0]
+        self.closed = False
+        self._views = 0
+        self._closing = False
+        self._lock = threading.Lock()
+        if self.kind == "cuda":
+            from . import _cuda
+
+            self._cuda = _cuda.driver()
+            self.device = key[1]
+            self.ptr, where = self._cuda.ipc_open(self.device, handle.data)
+            if where not in (-1, self.device):
+                self._cuda.ipc_close(self.device, self.ptr)
+                raise RuntimeError(
+                    f"ferry.device: the buffer is on CUDA device {where}, not {self.device}: open it with "
+                    f"device={where} (the GPU that ferryd serves)")
+            # The fences' pages go from this process's contexts before the segment goes.
+            buffer.client._closers.append(lambda cu=self._cuda, c=buffer.client: _forget_segment(cu, c))
+        else:
+            from . import _ze
+
+            ze = _ze.loader()
+            self._ze = ze
+            self.device = key[1]
+            self._context = key[2] if key[2] is not None else ze.context()
+            self.ptr = ze.ipc_open(self._context, ze.devices[self.device], handle.data, handle.fd)
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{self._views} views"
+        return f"<ferry.device.DeviceBuffer of buffer {self.buffer.id}, {self.nbytes} bytes on {self.kind}:{self.device}, {state}>"
+
+    def array(self, dtype, shape=None, offset=0, strides=None, ready=None, stream=None):
+        """A view of the mapped bytes from `offset` as `shape` of `dtype`
+        (a name, numpy dtype or torch.dtype; shape default: as many as fit;
+        strides in bytes, default C order). ready: a Ready, or (fence, value):
+        the array is ready once that value was published into the fence.
+        stream: the CUDA stream (a handle) that __cuda_array_interface__ waits
+        on and names (default 0, the legacy default stream)."""
+        if self.closed or self._closing:
+            raise ValueError("ferry.device: the mapping is closed")
+        return DeviceArray(self, dtype, shape, offset, strides, ready, stream)
+
+    def _add_view(self):
+        with self._lock:
+            self._views += 1
+
+    def _drop_view(self):
+        with self._lock:
+            self._views -= 1
+            last = self._views == 0 and self._closing
+        if last:
+            self._unmap()
+
+    @property
+    def views(self):
+        """How many arrays made from this mapping are alive."""
+        return self._views
+
+    def close(self):
+        """Closes the mapping, now if no array made from it lives, else once
+        the last one goes. The buffer itself stays allocated."""
+        with self._lock:
+            if self.closed or self._closing:
+                return
+            self._closing = True
+            now = self._views == 0
+        if now:
+            self._unmap()
+
+    def _unmap(self):
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        if self.kind == "cuda":
+            self._cuda.ipc_close(self.device, self.ptr)
+        else:
+            self._ze.ipc_close(self._context, self.ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _forget_segment(cu, client):
+    tl = client.timeline()
+    cu.forget_pages(tl.segment, tl.segment_bytes)
+
+
+class DeviceArray:
+    """A typed view of a DeviceBuffer (DeviceBuffer.array): data pointer,
+    shape, dtype; __cuda_array_interface__ and __dlpack__ for other libraries."""
+
+    def __init__(self, mapping, dtype, shape, offset, strides, ready, stream):
+        self.mapping = mapping
+        self.dtype = dtype_name(dtype)
+        self.itemsize, self._typestr = _DTYPES[self.dtype]
+        offset = int(offset)
+        if offset < 0 or offset > mapping.nbytes:
+            raise ValueError(f"offset {offset} outside the buffer's {mapping.nbytes} bytes")
+        if shape is None:
+            shape = ((mapping.nbytes - offset) // self.itemsize,)
+        self.shape = tuple(int(d) for d in ([shape] if isinstance(shape, int) else shape))
+        if any(d < 0 for d in self.shape):
+            raise ValueError(f"negative dimension in shape {self.shape}")
+        self.strides = None if strides is None else tuple(int(s) for s in strides)
+        if self.strides is not None and (len(self.strides) != len(self.shape) or any(s % self.itemsize for s in self.strides)):
+            raise ValueError("strides: one per dimension, each a multiple of the item size")
+        extent = self._extent()
+        if offset + extent > mapping.nbytes:
+            raise ValueError(f"{self.shape} of {self.dtype} from offset {offset} ends past the buffer's "
+                             f"{mapping.nbytes} bytes")
+        self.offset = offset
+        self.ptr = mapping.ptr + offset
+        self.nbytes = self.itemsize * _prod(self.shape)
+        self.ready = ready if ready is None or isinstance(ready, Ready) else Ready(*ready)
+        self.stream = 0 if stream is None else int(stream)
+        mapping._add_view()
+        weakref.finalize(self, mapping._drop_view)
+
+    def _extent(self):
+        if any(d == 0 for d in self.shape):
+            return 0
+        if self.strides is None:
+            return self.itemsize * _prod(self.shape)
+        return self.itemsize + sum((d - 1) * s for d, s in zip(self.shape, self.strides) if s > 0)
+
+    def __repr__(self):
+        return f"<ferry.device.DeviceArray {self.dtype}{list(self.shape)} at 0x{self.ptr:x} ({self.mapping.kind})>"
+
+    def wait(self, timeout=None):
+        """Until the array is ready, on the host (no-op without `ready`)."""
+        if self.ready is not None:
+            self.ready.wait(timeout)
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.mapping.kind != "cuda":
+            raise AttributeError("__cuda_array_interface__: not a CUDA buffer")
+        if self._typestr is None:
+            raise TypeError(f"__cuda_array_interface__ has no type for {self.dtype}: use __dlpack__")
+        iface = {"shape": self.shape, "typestr": self._typestr, "data": (self.ptr, False), "version": 3,
+                 "strides": self.strides}
+        if self.ready is not None:
+            # The wait is queued on this stream now, as the consumer takes the
+            # interface: it orders its own stream after this one.
+            self.ready.queue_wait(self.mapping, self.stream)
+            iface["stream"] = 1 if self.stream == 0 else self.stream
+        else:
+            iface["stream"] = None
+        return iface
+
+    def __dlpack_device__(self):
+        if self.mapping.kind == "cuda":
+            return (_dlpack.kDLCUDA, self.mapping.device)
+        return (_dlpack.kDLOneAPI, self.mapping.device)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this array. CUDA: `stream` is the consumer's
+        (None or 1: the legacy default stream, 2: the per-thread one, -1: do
+        not synchronise, else a handle); with `ready`, the wait is queued on
+        it. Level Zero: with `ready`, this waits on the host first."""
+        if copy:
+            raise BufferError("ferry.device: copy=True is not supported (the array is the buffer itself)")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"ferry.device: cannot export to device {dl_device}")
+        if self.ready is not None:
+            if self.mapping.kind == "cuda":
+                if stream != -1:
+                    self.ready.queue_wait(self.mapping, 0 if stream in (None, 1) else int(stream))
+            else:
+                self.ready.wait()
+        strides = None if self.strides is None else tuple(s // self.itemsize for s in self.strides)
+        dev_type, dev_id = self.__dlpack_device__()
+        return _dlpack.capsule(self, self.ptr, dev_type, dev_id, self.dtype, self.shape, strides)
+
+
+def _prod(xs):
+    n = 1
+    for x in xs:
+        n *= x
+    return n

@@ -1,0 +1,692 @@
+"""ferry.torch.DataLoader: torch.utils.data.DataLoader, with every batch
+already on the device.
+
+    from ferry.torch import DataLoader                       # was: from torch.utils.data import DataLoader
+    loader = DataLoader(dataset, batch_size=256, shuffle=True, num_workers=8,
+                        device="cuda", socket="/run/ferry/ferryd-0.sock")   # the two new arguments
+    for images, labels in loader:                            # CUDA tensors, ordered on the current stream
+        ...
+
+Same constructor, same batches in the same order as torch's DataLoader for
+the same dataset, sampler, generator and collate_fn: it is torch's own
+iterator (sampling, worker seeding, get_worker_info(), worker errors re-raised
+with their traceback, iterable datasets, persistent workers, timeouts,
+shutdown), with one step changed. A worker (which has no GPU context) does
+not put its batch into shared memory for the trainer to pin and copy: it
+uploads it through ferryd into a device buffer the trainer owns and granted
+it, and sends the trainer only the batch's layout. With torch's default
+collate_fn the samples go straight from where they lie into ferry's pinned
+staging memory (no stacked copy is made first); with a collate_fn of yours,
+from what it returns. Tensors in dicts, lists, tuples and namedtuples are
+moved; everything else (strings, numbers that are not collated, objects of
+your own) travels as torch's DataLoader sends it.
+
+On the device, no host waits: the trainer's current stream waits for the
+batch's copies (the upload publishes a value into the buffer's fence, see
+ferry.Client.upload_gather), and a buffer is reused only once that stream is
+done with the batch that was in it: when the batch's last tensor goes, a
+write of the fence's released word is queued on the stream the batch was
+delivered on, and the worker's next upload into that buffer is held by
+ferryd until the stream gets there. As with torch's caching allocator, use a
+batch on another stream only after that stream waited for this one
+(stream.wait_stream). Batches you keep keep their device memory; the loader
+allocates more buffers as it needs them.
+
+device="cpu" (a host without a GPU torch can use, the simulated device in
+ferry's tests): each batch is read back from its device buffer into CPU
+tensors, by the same workers, staging, fences and recycling; only the last
+step differs.
+
+pin_memory is accepted and ignored (ferry's staging memory is pinned).
+Batches of any size work: larger than a slot and than the staging area, the
+upload streams through it. The first batch of an iteration whose size the
+loader cannot know yet is collated by its worker and uploaded by the trainer
+(one batch's worth of the trainer's CPU); then buffers of that size (more
+when a larger batch comes) are handed to the workers.
+
+CUDA's lazy module loading (the default): a context's first launch of a
+module blocks the host while any stream of the context waits on memory. The
+loader queues a batch's wait only once the batch's upload is with ferryd and
+held on nothing the host has still to do, so such a launch waits at most for
+that upload, never for ever.
+"""
+
+import collections.abc
+import os
+import sys
+import threading
+import weakref
+
+import torch
+import torch.utils.data as _data
+from torch.utils.data import dataloader as _dl
+from torch.utils.data._utils import collate as _collate
+
+from . import _api
+
+__all__ = ["DataLoader"]
+
+_ALIGN = 256  # where each tensor of a batch starts in its buffer (DLPack's and CUDA's allocators' alignment)
+_ZEROS = bytes(_ALIGN)
+_DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+           "complex64", "complex128"}
+
+
+def _dtype_name(dtype):
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+# ---------------------------------------------------------------- a batch's layout
+class _Leaf:
+    """A tensor of a batch, as the worker wrote it into the buffer."""
+
+    __slots__ = ("offset", "dtype", "shape", "nbytes")
+
+    def __init__(self, offset, dtype, shape, nbytes):
+        self.offset, self.dtype, self.shape, self.nbytes = offset, dtype, shape, nbytes
+
+    def __reduce__(self):
+        return (_Leaf, (self.offset, self.dtype, self.shape, self.nbytes))
+
+
+class _Stack:
+    """torch.stack(parts) not made yet: the parts go to the buffer as they lie."""
+
+    __slots__ = ("parts", "shape", "dtype")
+
+    def __init__(self, parts, shape, dtype):
+        self.parts, self.shape, self.dtype = parts, shape, dtype
+
+    def realize(self):
+        return torch.stack(self.parts, 0)
+
+
+def _map(obj, leaf, is_leaf):
+    """obj with every leaf x (is_leaf(x)) replaced by leaf(x), through the
+    containers torch's collate makes (mappings, namedtuples, tuples, lists,
+    other sequences), each rebuilt as its own type where it can be."""
+    if is_leaf(obj):
+        return leaf(obj)
+    if isinstance(obj, (str, bytes)):
+        return obj
+    if isinstance(obj, collections.abc.Mapping):
+        items = {k: _map(v, leaf, is_leaf) for k, v in obj.items()}
+        try:
+            return type(obj)(items)
+        except TypeError:
+            return items
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_map(v, leaf, is_leaf) for v in obj))
+    if isinstance(obj, tuple):
+        return tuple(_map(v, leaf, is_leaf) for v in obj)
+    if isinstance(obj, list):
+        return [_map(v, leaf, is_leaf) for v in obj]
+    if isinstance(obj, collections.abc.Sequence):
+        items = [_map(v, leaf, is_leaf) for v in obj]
+        try:
+            return type(obj)(items)
+        except TypeError:
+            return items
+    return obj
+
+
+def _movable(x):
+    """A tensor ferry moves: a dense CPU tensor of a dtype DLPack names."""
+    if isinstance(x, _Stack):
+        return True
+    return (isinstance(x, torch.Tensor) and x.layout == torch.strided and x.device.type == "cpu"
+            and not getattr(x, "is_nested", False) and _dtype_name(x.dtype) in _DTYPES)
+
+
+def _layout(structure):
+    """(template, spans, keepalive, nbytes): the batch with each movable
+    tensor replaced by its _Leaf, the (address, length) pairs to upload back
+    to back (padding included), and the tensors those addresses are in."""
+    spans, keep = [], []
+    at = 0
+
+    def leaf(x):
+        nonlocal at
+        pad = -at % _ALIGN
+        if pad:
+            spans.append(_pad_span())
+            spans[-1] = (spans[-1][0], pad)
+            at += pad
+        if isinstance(x, _Stack):
+            parts = [p.contiguous() for p in x.parts]
+            shape, dtype = x.shape, x.dtype
+        else:
+            parts = [x.contiguous()]
+            shape, dtype = tuple(x.shape), x.dtype
+        start = at
+        for p in parts:
+            n = p.numel() * p.element_size()
+            if n:
+                spans.append((p.data_ptr(), n))
+                keep.append(p)
+                at += n
+        return _Leaf(start, _dtype_name(dtype), tuple(shape), at - start)
+
+    template = _map(structure, leaf, _movable)
+    return template, spans, keep, at
+
+
+_zeros_buffer = None
+
+
+def _pad_span():
+    """(address, _ALIGN) of zeros that live as long as the process."""
+    global _zeros_buffer
+    if _zeros_buffer is None:
+        import ctypes
+
+        _zeros_buffer = ctypes.create_string_buffer(_ALIGN)
+    import ctypes
+
+    return (ctypes.addressof(_zeros_buffer), _ALIGN)
+
+
+def _realize(structure):
+    return _map(structure, lambda s: s.realize(), lambda x: isinstance(x, _Stack))
+
+
+# ---------------------------------------------------------------- collating
+def _stack_later(batch, *, collate_fn_map=None):
+    """torch's collate of a list of tensors, deferred: the parts themselves,
+    when torch.stack would give a plain dense CPU tensor of them."""
+    first = batch[0]
+    regular = all(type(t) is torch.Tensor for t in batch) and _movable(first) and all(
+        t.shape == first.shape and t.dtype == first.dtype and _movable(t) for t in batch)
+    if not regular:  # torch decides what that means (type promotion, an error, ...)
+        return _collate.collate_tensor_fn(batch, collate_fn_map=collate_fn_map)
+    return _Stack(list(batch), (len(batch), *first.shape), first.dtype)
+
+
+_LATER = dict(_collate.default_collate_fn_map)
+_LATER[torch.Tensor] = _stack_later
+
+
+def _collate_later(batch):
+    """default_collate, with the stacking of tensors left to the upload."""
+    return _collate.collate(batch, collate_fn_map=_LATER)
+
+
+# ---------------------------------------------------------------- what travels
+class _Task(int):
+    """A task index (torch's send_idx) that carries the buffer its batch goes
+    into. Unpickled in a worker, it tells the worker's collate_fn (torch's
+    worker loop gets it, then fetches the batch)."""
+
+    def __new__(cls, idx, job):
+        t = super().__new__(cls, idx)
+        t.job = job
+        return t
+
+    def __reduce__(self):
+        return (_task_from_wire, (int(self), self.job))
+
+
+def _task_from_wire(idx, job):
+    if _data.get_worker_info() is not None:
+        _Worker.job = job
+    return int(idx)
+
+
+class _Job:
+    """Where one batch goes: slot `slot` (a buffer the trainer granted with
+    `token`, `capacity` bytes), after the fence released `release`, and what
+    the upload publishes. forget: slots whose buffers are gone."""
+
+    __slots__ = ("slot", "token", "capacity", "release", "publish", "forget")
+
+    def __init__(self, slot, token, capacity, release, publish, forget):
+        self.slot, self.token, self.capacity = slot, token, capacity
+        self.release, self.publish, self.forget = release, publish, forget
+
+    def __reduce__(self):
+        return (_Job, (self.slot, self.token, self.capacity, self.release, self.publish, self.forget))
+
+
+class _Batch:
+    """A batch on the device: its layout, where it is, and its fence's value."""
+
+    def __init__(self, template, nbytes, slot, value):
+        self.template, self.nbytes, self.slot, self.value = template, nbytes, slot, value
+
+
+class _Spill:
+    """A batch that did not fit the buffer it was given (or had none): its
+    tensors, as torch's DataLoader would send them. The trainer uploads it."""
+
+    def __init__(self, structure, nbytes):
+        self.structure, self.nbytes = structure, nbytes
+
+
+# ---------------------------------------------------------------- the worker's side
+class _Worker:
+    """A worker process's client and the buffers it opened (made on first use)."""
+
+    job = None
+    client = None
+    pid = None
+    opened = {}
+    pending = []  # tickets of uploads whose outcome is not known yet
+
+    @classmethod
+    def get(cls, socket):
+        if cls.client is None or cls.pid != os.getpid():
+            cls.client, cls.pid, cls.opened, cls.pending = _api.Client(socket), os.getpid(), {}, []
+        return cls.client
+
+    @classmethod
+    def check(cls):
+        """Raises the error of an earlier upload that failed."""
+        still = []
+        for t in cls.pending:
+            try:
+                cls.client.wait(t, timeout=0)
+            except _api.Error as e:
+                if e.errno == 110:  # ETIMEDOUT: not done yet
+                    still.append(t)
+                else:
+                    raise RuntimeError(f"ferry: an earlier batch's upload from this worker failed: {e}") from e
+        cls.pending = still[-64:]
+
+
+class _Collate:
+    """The DataLoader's collate_fn, as its workers run it: collate as torch
+    would, then upload into the job's buffer and return the layout."""
+
+    def __init__(self, collate_fn, socket):
+        self.collate_fn = collate_fn
+        self.socket = socket
+        self.pool = None  # the trainer's, when it collates itself (num_workers=0); never pickled
+
+    def __getstate__(self):
+        return {"collate_fn": self.collate_fn, "socket": self.socket, "pool": None}
+
+    def __call__(self, samples):
+        if self.collate_fn is _collate.default_collate:
+            structure = _collate_later(samples)
+        else:
+            structure = self.collate_fn(samples)
+        if self.pool is not None:
+            return self.pool.collated(structure)
+        job, _Worker.job = _Worker.job, None
+        template, spans, keep, nbytes = _layout(structure)
+        if nbytes == 0 or job is None or job.capacity < nbytes:
+            return _Spill(_realize(structure), nbytes)
+        c = _Worker.get(self.socket)
+        for slot in job.forget:
+            b = _Worker.opened.pop(slot, None)
+            if b is not None:
+                try:
+                    b.free()  # an opened buffer: only this client's name for it goes
+                except _api.Error:
+                    pass
+        _Worker.check()
+        buf = _Worker.opened.get(job.slot)
+        if buf is None:
+            buf = _Worker.opened[job.slot] = c.open(job.token)
+        t = c._upload_spans(buf.id, spans, 0, release_after=job.release or None, publish=job.publish)
+        del keep  # staged: the samples may go
+        _Worker.pending.append(t)
+        return _Batch(template, nbytes, job.slot, job.publish)
+
+
+# ---------------------------------------------------------------- the trainer's side
+class _Slot:
+    """A device buffer of the trainer's, granted to the workers."""
+
+    def __init__(self, pool, ident, capacity):
+        self.id = ident
+        self.buffer = pool.client.alloc(capacity)
+        self.capacity = capacity
+        self.token = self.buffer.grant(_api.RIGHT_UPLOAD)
+        self.fence = self.buffer.fence
+        self.mapping = None
+        self.released = 0     # the value whose release was queued last: the next upload waits for it
+        self.busy = False     # a task or a delivered batch has it
+        self.retired = False  # freed once the stream passed `released`
+
+
+class _Life:
+    """Referenced by every tensor of one delivered batch: when the last goes,
+    the batch's buffer may be reused after the stream it was delivered on."""
+
+    def __init__(self, pool, slot, value, stream):
+        weakref.finalize(self, pool.done_with, slot, value, stream, os.getpid())
+
+
+class _Pool:
+    """The trainer's ferry client, its buffers, and the batches' fences."""
+
+    def __init__(self, socket, device):
+        self.client = _api.Client(socket)
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.capacity = 0  # bytes a task's buffer gets: the largest batch seen (0: none seen yet)
+        self.slots = {}
+        self.by_task = {}  # task index -> slot
+        self.value = 0     # the fences' counter: every upload publishes the next
+        self.forgotten = []  # slots retired, for the workers to forget
+        self.told = collections.defaultdict(int)  # worker -> how much of `forgotten` it was told
+        self.delivered = collections.deque()  # (slot, value) whose failure is still to be checked
+        self.lock = threading.RLock()
+        self.closing = False
+        self.reaper = None
+        self.pid = os.getpid()
+
+    # ---- tasks
+    def _slot(self, capacity):
+        """A free slot of at least `capacity` bytes, made if none is."""
+        for s in self.slots.values():
+            if not s.busy and not s.retired and s.capacity >= capacity:
+                return s
+        ident = max(self.slots, default=0) + 1
+        s = self.slots[ident] = _Slot(self, ident, max(capacity, 1))
+        return s
+
+    def job(self, task, worker):
+        """The job of a task sent to `worker`: a buffer for it, or None
+        while the batches' size is unknown."""
+        with self.lock:
+            forget = tuple(self.forgotten[self.told[worker]:])
+            self.told[worker] = len(self.forgotten)
+            if self.capacity == 0:
+                return _Job(0, None, 0, 0, 0, forget)
+            s = self._slot(self.capacity)
+            s.busy = True
+            self.value += 1
+            self.by_task[task] = s
+            return _Job(s.id, s.token, s.capacity, s.released, self.value, forget)
+
+    def arrived(self, task, data):
+        """A worker's answer to a task: a slot it did not write goes back."""
+        with self.lock:
+            s = self.by_task.pop(int(task), None) if isinstance(task, int) else None
+            if isinstance(data, _Spill):
+                self.capacity = max(self.capacity, (data.nbytes + 65535) // 65536 * 65536)
+            if s is None:
+                return
+            if isinstance(data, _Batch):
+                return  # delivered next
+            # No upload (spilled, or the iterable ended); or a worker error,
+            # after which the buffer may be half written: not reused.
+            s.busy = False
+            if not isinstance(data, (_Spill, _dl._utils.worker._IterableDatasetStopIteration)):
+                self._retire(s)
+
+    def _retire(self, s):
+        s.retired = True
+        self.forgotten.append(s.id)
+        self._reap()
+
+    # ---- batches
+    def deliver(self, data):
+        """The batch the user gets, from a worker's answer."""
+        self._check_failures()
+        if isinstance(data, _Spill):
+            return self.collated(data.structure)
+        if isinstance(data, _Batch):
+            return self._tensors(data, self.slots[data.slot])
+        return data
+
+    def collated(self, structure):
+        """A batch collated in this process (num_workers=0, or a spill): uploaded
+        by the trainer's own client, then delivered as a worker's would be."""
+        template, spans, keep, nbytes = _layout(structure)
+        if nbytes == 0:
+            return _map(template, lambda x: self._empty(x), lambda x: isinstance(x, _Leaf))
+        with self.lock:
+            self.capacity = max(self.capacity, (nbytes + 65535) // 65536 * 65536)
+            s = self._slot(nbytes)
+            s.busy = True
+            self.value += 1
+            value = self.value
+        self.client._upload_spans(s.buffer.id, spans, 0, release_after=s.released or None, publish=value)
+        del keep
+        return self._tensors(_Batch(template, nbytes, s.id, value), s)
+
+    def _empty(self, leaf):
+        return torch.empty(leaf.shape, dtype=getattr(torch, leaf.dtype), device=self.device)
+
+    def _tensors(self, batch, s):
+        if not self.cuda:
+            # Read back to the host, once the fence says the upload landed.
+            s.fence.wait(batch.value)
+            c, bid = self.client, s.buffer.id
+
+            def leaf(x):
+                t = torch.empty(x.shape, dtype=getattr(torch, x.dtype))
+                if x.nbytes:
+                    c._download_to(bid, x.offset, t.data_ptr(), x.nbytes)
+                return t
+
+            out = _map(batch.template, leaf, lambda x: isinstance(x, _Leaf))
+            self.done_with(s, batch.value, None, self.pid)
+            return out
+        from . import device as _device
+
+        if s.mapping is None:
+            s.mapping = _device.open(s.buffer, device=self.device.index)
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        ready = _device.Ready(s.fence, batch.value)
+        life = _Life(self, s, batch.value, stream)
+        with self.lock:
+            self.delivered.append((s, batch.value))
+
+        def leaf(x):
+            if x.nbytes == 0:
+                return self._empty(x)
+            a = s.mapping.array(x.dtype, x.shape, x.offset, ready=ready, stream=stream)
+            a.life = life  # the batch's buffer is busy while this array (and its tensor) lives
+            return torch.from_dlpack(a)
+
+        return _map(batch.template, leaf, lambda x: isinstance(x, _Leaf))
+
+    def done_with(self, s, value, stream, pid):
+        """The batch's last tensor went: release its buffer after `stream`
+        (CUDA), or now (read back to the host)."""
+        if pid != os.getpid() or sys.is_finalizing():
+            return  # a forked child's copy of the trainer's objects, or the interpreter's end
+        with self.lock:
+            if stream is None:
+                s.fence.release(value)
+            else:
+                cu = s.mapping._cuda
+                cu.write_value(s.mapping.device, stream, cu.device_word(s.mapping.device, s.fence.released_address),
+                               value)
+            s.released = value
+            s.busy = False
+            if self.closing or s.capacity < self.capacity:
+                self._retire(s)  # too small for the batches now, or the loader is done
+
+    def _check_failures(self):
+        """Raises if an upload of a batch already delivered failed (its tensors
+        then hold what was in the buffer before)."""
+        with self.lock:
+            while self.delivered:
+                s, value = self.delivered[0]
+                if s.fence.ready < value:
+                    break
+                self.delivered.popleft()
+                if s.fence.failed >= value:
+                    raise RuntimeError(
+                        f"ferry: the upload of a batch delivered earlier failed on the device (fence value {value}); "
+                        "its producer's error says why")
+
+    # ---- the end
+    def close(self):
+        """The iterator is done: every buffer goes once nothing uses it."""
+        with self.lock:
+            if self.closing:
+                return
+            self.closing = True
+            for s in self.slots.values():
+                if not s.busy:
+                    s.retired = True
+            self.by_task.clear()
+            self._reap()
+
+    def _reap(self):
+        """Frees retired slots the device is done with; the client goes with
+        the last. A background thread waits for the rest."""
+        with self.lock:
+            for ident, s in list(self.slots.items()):
+                if s.retired and not s.busy and s.fence.released >= s.released:
+                    if s.mapping is not None and s.mapping.views:
+                        continue
+                    try:
+                        s.buffer.free()  # closes the mapping first
+                    except (_api.Error, BufferError):
+                        continue
+                    del self.slots[ident]
+            if self.closing and not self.slots:
+                self.client.close()
+                return
+            waiting = any(s.retired for s in self.slots.values())
+            if waiting and (self.reaper is None or not self.reaper.is_alive()):
+                self.reaper = threading.Thread(target=self._reap_later, name="ferry-reaper", daemon=True)
+                self.reaper.start()
+
+    def _reap_later(self):
+        import time
+
+        for _ in range(30000):  # 5 minutes at most
+            time.sleep(0.01)
+            with self.lock:
+                if not any(s.retired for s in self.slots.values()) and not (self.closing and self.slots):
+                    return
+                self._reap()
+                if self.closing and not self.slots:
+                    return
+
+
+# ---------------------------------------------------------------- the iterators
+class _TaskQueue:
+    """A worker's index queue, as torch's iterator puts into it: each task
+    gets its buffer on the way (torch chose the worker and the order); while
+    the batches' size is unknown, one task goes out bare and the rest wait."""
+
+    def __init__(self, queue, worker, it):
+        self.queue, self.worker, self.it = queue, worker, it
+
+    def put(self, obj, *args, **kwargs):
+        if isinstance(obj, tuple) and len(obj) == 2 and type(obj[0]) is int:
+            self.it._ferry_put(self, obj, args, kwargs)
+        else:
+            self.queue.put(obj, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.queue, name)
+
+
+class _Ferry:
+    """What both iterators add to torch's: the pool, and the collate_fn that uploads."""
+
+    def _ferry_setup(self, loader):
+        self._pin_memory = False  # ferry's staging memory is pinned: no pin thread
+        self._ferry = _Pool(loader.ferry_socket, loader.device)
+        self._collate_fn = _Collate(self._collate_fn, loader.ferry_socket)
+
+
+class _FerryBase(_dl._BaseDataLoaderIter, _Ferry):
+    # Runs inside torch's multiprocessing iterator's __init__, before the
+    # workers start: they get the collate_fn that uploads.
+    def __init__(self, loader):
+        super().__init__(loader)
+        self._ferry_setup(loader)
+
+
+class _MultiIter(_dl._MultiProcessingDataLoaderIter, _FerryBase):
+    def _reset(self, loader, first_iter=False):
+        if first_iter:
+            self._index_queues = [_TaskQueue(q, i, self) for i, q in enumerate(self._index_queues)]
+            self._ferry_waiting = []  # tasks held back until the batches' size is known
+            self._ferry_bare = 0      # tasks out without a buffer
+        super()._reset(loader, first_iter)
+
+    def _ferry_put(self, q, obj, args, kwargs):
+        idx, index = obj
+        pool = self._ferry
+        if pool.capacity == 0 and (self._ferry_bare > 0 or self._ferry_waiting):
+            self._ferry_waiting.append((q, obj, args, kwargs))
+            return
+        job = pool.job(idx, q.worker)
+        if job.token is None:
+            self._ferry_bare += 1
+        q.queue.put((_Task(idx, job), index), *args, **kwargs)
+
+    def _ferry_release_waiting(self):
+        waiting, self._ferry_waiting = self._ferry_waiting, []
+        for q, obj, args, kwargs in waiting:
+            self._ferry_put(q, obj, args, kwargs)
+
+    def _get_data(self):
+        idx, data = super()._get_data()
+        if isinstance(idx, int) and not isinstance(idx, _dl._utils.worker._ResumeIteration):
+            self._ferry.arrived(idx, data)
+            if not isinstance(data, _Batch) and self._ferry_bare > 0 and idx not in self._ferry.by_task:
+                self._ferry_bare = max(0, self._ferry_bare - 1)
+            if self._ferry_waiting and (self._ferry.capacity != 0 or self._ferry_bare == 0):
+                self._ferry_release_waiting()
+        return idx, data
+
+    def _process_data(self, data, *args):
+        return self._ferry.deliver(super()._process_data(data, *args))
+
+    def _shutdown_workers(self):
+        try:
+            super()._shutdown_workers()
+        finally:
+            if _dl._utils is not None and _dl._utils.python_exit_status is False and hasattr(self, "_ferry"):
+                self._ferry_waiting = []
+                self._ferry.close()
+
+
+class _SingleIter(_dl._SingleProcessDataLoaderIter, _FerryBase):
+    def __init__(self, loader):
+        super().__init__(loader)
+        self._collate_fn.pool = self._ferry
+        # torch's fetcher was made with the collate_fn of the base's __init__: ours.
+        self._dataset_fetcher.collate_fn = self._collate_fn
+
+    def _next_data(self):
+        self._ferry._check_failures()
+        return super()._next_data()
+
+    def __del__(self):
+        if hasattr(self, "_ferry") and not sys.is_finalizing():
+            self._ferry.close()
+
+
+class DataLoader(_data.DataLoader):
+    """torch.utils.data.DataLoader whose batches arrive on `device` through
+    ferryd (see the module's documentation). Every argument of torch's
+    DataLoader means what it means there (pin_memory is accepted and
+    ignored), plus:
+
+    device: where batches go: a CUDA device (default: torch's current one),
+        the GPU ferryd serves; or "cpu", where each batch is read back from
+        its device buffer (a host whose torch has no GPU).
+    socket: ferryd's socket (default $FERRY_SOCKET, else /run/ferry/ferryd-0.sock).
+    """
+
+    def __init__(self, dataset, *args, device=None, socket=None, **kwargs):
+        super().__init__(dataset, *args, **kwargs)
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device.type not in ("cuda", "cpu"):
+            raise ValueError(f"ferry.torch.DataLoader: device must be a CUDA device or 'cpu', not {device}")
+        self.device = device
+        self.ferry_socket = socket if socket is not None else os.environ.get("FERRY_SOCKET")
+
+    def _get_iterator(self):
+        if self.num_workers == 0:
+            return _SingleIter(self)
+        self.check_worker_number_rationality()
+        return _MultiIter(self)
