@@ -51,7 +51,9 @@ held on nothing the host has still to do, so such a launch waits at most for
 that upload, never for ever.
 """
 
+import collections
 import collections.abc
+import ctypes
 import os
 import sys
 import threading
@@ -67,13 +69,17 @@ from . import _api
 __all__ = ["DataLoader"]
 
 _ALIGN = 256  # where each tensor of a batch starts in its buffer (DLPack's and CUDA's allocators' alignment)
-_ZEROS = bytes(_ALIGN)
 _DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
            "complex64", "complex128"}
 
 
 def _dtype_name(dtype):
     return str(dtype).rsplit(".", 1)[-1]
+
+
+def _round(n):
+    """Bytes a buffer gets for a batch of n: whole 64 KiB, at least one."""
+    return max(65536, (n + 65535) // 65536 * 65536)
 
 
 # ---------------------------------------------------------------- a batch's layout
@@ -149,8 +155,7 @@ def _layout(structure):
         nonlocal at
         pad = -at % _ALIGN
         if pad:
-            spans.append(_pad_span())
-            spans[-1] = (spans[-1][0], pad)
+            spans.append((_zeros(), pad))
             at += pad
         if isinstance(x, _Stack):
             parts = [p.contiguous() for p in x.parts]
@@ -171,19 +176,12 @@ def _layout(structure):
     return template, spans, keep, at
 
 
-_zeros_buffer = None
+_zero_bytes = ctypes.create_string_buffer(_ALIGN)
 
 
-def _pad_span():
-    """(address, _ALIGN) of zeros that live as long as the process."""
-    global _zeros_buffer
-    if _zeros_buffer is None:
-        import ctypes
-
-        _zeros_buffer = ctypes.create_string_buffer(_ALIGN)
-    import ctypes
-
-    return (ctypes.addressof(_zeros_buffer), _ALIGN)
+def _zeros():
+    """The address of _ALIGN zero bytes that live as long as the process (padding)."""
+    return ctypes.addressof(_zero_bytes)
 
 
 def _realize(structure):
@@ -346,8 +344,8 @@ class _Slot:
         self.fence = self.buffer.fence
         self.mapping = None
         self.released = 0     # the value whose release was queued last: the next upload waits for it
-        self.busy = False     # a task or a delivered batch has it
-        self.retired = False  # freed once the stream passed `released`
+        self.state = "free"   # "task": a worker fills it; "out": a delivered batch's tensors live
+        self.retired = False  # freed once nothing uses it and the stream passed `released`
 
 
 class _Life:
@@ -381,7 +379,7 @@ class _Pool:
     def _slot(self, capacity):
         """A free slot of at least `capacity` bytes, made if none is."""
         for s in self.slots.values():
-            if not s.busy and not s.retired and s.capacity >= capacity:
+            if s.state == "free" and not s.retired and s.capacity >= capacity:
                 return s
         ident = max(self.slots, default=0) + 1
         s = self.slots[ident] = _Slot(self, ident, max(capacity, 1))
@@ -396,7 +394,7 @@ class _Pool:
             if self.capacity == 0:
                 return _Job(0, None, 0, 0, 0, forget)
             s = self._slot(self.capacity)
-            s.busy = True
+            s.state = "task"
             self.value += 1
             self.by_task[task] = s
             return _Job(s.id, s.token, s.capacity, s.released, self.value, forget)
@@ -404,17 +402,18 @@ class _Pool:
     def arrived(self, task, data):
         """A worker's answer to a task: a slot it did not write goes back."""
         with self.lock:
-            s = self.by_task.pop(int(task), None) if isinstance(task, int) else None
+            s = self.by_task.pop(task, None)
             if isinstance(data, _Spill):
-                self.capacity = max(self.capacity, (data.nbytes + 65535) // 65536 * 65536)
-            if s is None:
-                return
-            if isinstance(data, _Batch):
-                return  # delivered next
+                # Now the size is known: at least one buffer's worth, so that
+                # batches with nothing to upload do not go one at a time.
+                self.capacity = max(self.capacity, _round(data.nbytes))
+            if s is None or isinstance(data, _Batch):
+                return  # a batch is delivered next
             # No upload (spilled, or the iterable ended); or a worker error,
             # after which the buffer may be half written: not reused.
-            s.busy = False
-            if not isinstance(data, (_Spill, _dl._utils.worker._IterableDatasetStopIteration)):
+            s.state = "free"
+            if not isinstance(data, (_Spill, _dl._utils.worker._IterableDatasetStopIteration)) or \
+                    s.capacity < self.capacity:
                 self._retire(s)
 
     def _retire(self, s):
@@ -439,9 +438,9 @@ class _Pool:
         if nbytes == 0:
             return _map(template, lambda x: self._empty(x), lambda x: isinstance(x, _Leaf))
         with self.lock:
-            self.capacity = max(self.capacity, (nbytes + 65535) // 65536 * 65536)
+            self.capacity = max(self.capacity, _round(nbytes))
             s = self._slot(nbytes)
-            s.busy = True
+            s.state = "task"
             self.value += 1
             value = self.value
         self.client._upload_spans(s.buffer.id, spans, 0, release_after=s.released or None, publish=value)
@@ -472,9 +471,10 @@ class _Pool:
             s.mapping = _device.open(s.buffer, device=self.device.index)
         stream = torch.cuda.current_stream(self.device).cuda_stream
         ready = _device.Ready(s.fence, batch.value)
-        life = _Life(self, s, batch.value, stream)
         with self.lock:
+            s.state = "out"
             self.delivered.append((s, batch.value))
+        life = _Life(self, s, batch.value, stream)
 
         def leaf(x):
             if x.nbytes == 0:
@@ -498,7 +498,7 @@ class _Pool:
                 cu.write_value(s.mapping.device, stream, cu.device_word(s.mapping.device, s.fence.released_address),
                                value)
             s.released = value
-            s.busy = False
+            s.state = "free"
             if self.closing or s.capacity < self.capacity:
                 self._retire(s)  # too small for the batches now, or the loader is done
 
@@ -523,8 +523,12 @@ class _Pool:
             if self.closing:
                 return
             self.closing = True
+            # Buffers of tasks never delivered go too: a worker's upload still
+            # in flight to one ends first (ferryd sees to that).
             for s in self.slots.values():
-                if not s.busy:
+                if s.state == "task":
+                    s.state = "free"
+                if s.state == "free":
                     s.retired = True
             self.by_task.clear()
             self._reap()
@@ -534,7 +538,7 @@ class _Pool:
         the last. A background thread waits for the rest."""
         with self.lock:
             for ident, s in list(self.slots.items()):
-                if s.retired and not s.busy and s.fence.released >= s.released:
+                if s.retired and s.state == "free" and s.fence.released >= s.released:
                     if s.mapping is not None and s.mapping.views:
                         continue
                     try:
@@ -603,19 +607,19 @@ class _MultiIter(_dl._MultiProcessingDataLoaderIter, _FerryBase):
     def _reset(self, loader, first_iter=False):
         if first_iter:
             self._index_queues = [_TaskQueue(q, i, self) for i, q in enumerate(self._index_queues)]
-            self._ferry_waiting = []  # tasks held back until the batches' size is known
-            self._ferry_bare = 0      # tasks out without a buffer
+            self._ferry_waiting = []   # tasks held back until the batches' size is known
+            self._ferry_bare = set()   # tasks out without a buffer
         super()._reset(loader, first_iter)
 
     def _ferry_put(self, q, obj, args, kwargs):
         idx, index = obj
         pool = self._ferry
-        if pool.capacity == 0 and (self._ferry_bare > 0 or self._ferry_waiting):
+        if pool.capacity == 0 and (self._ferry_bare or self._ferry_waiting):
             self._ferry_waiting.append((q, obj, args, kwargs))
             return
         job = pool.job(idx, q.worker)
         if job.token is None:
-            self._ferry_bare += 1
+            self._ferry_bare.add(idx)
         q.queue.put((_Task(idx, job), index), *args, **kwargs)
 
     def _ferry_release_waiting(self):
@@ -625,11 +629,10 @@ class _MultiIter(_dl._MultiProcessingDataLoaderIter, _FerryBase):
 
     def _get_data(self):
         idx, data = super()._get_data()
-        if isinstance(idx, int) and not isinstance(idx, _dl._utils.worker._ResumeIteration):
+        if type(idx) is int:  # not a _ResumeIteration's acknowledgement
             self._ferry.arrived(idx, data)
-            if not isinstance(data, _Batch) and self._ferry_bare > 0 and idx not in self._ferry.by_task:
-                self._ferry_bare = max(0, self._ferry_bare - 1)
-            if self._ferry_waiting and (self._ferry.capacity != 0 or self._ferry_bare == 0):
+            self._ferry_bare.discard(idx)
+            if self._ferry_waiting and (self._ferry.capacity != 0 or not self._ferry_bare):
                 self._ferry_release_waiting()
         return idx, data
 

@@ -288,5 +288,147 @@ class FerryTest(unittest.TestCase):
         self.assertIn("31 verified, 0 wrong (GPU 0: 16, GPU 1: 15)", r.stdout)
 
 
+    # ---- fork safety
+    def test_a_client_inherited_across_fork_raises_in_the_child_and_corrupts_nothing(self):
+        c = self.client()
+        n = 150_000
+        with c.alloc(n) as buf:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: the parent's repro, 200 rounds through the inherited client
+                os.close(r)
+                codes = set()
+                for i in range(200):
+                    try:
+                        buf.upload(bytes([i % 256]) * n)
+                    except ferry.Error as e:
+                        codes.add(e.errno)
+                        msg = str(e)
+                    try:
+                        buf.download()
+                    except ferry.Error as e:
+                        codes.add(e.errno)
+                ok = codes == {errno.ECHILD} and str(os.getppid()) in msg and "connect" in msg
+                c.close()  # only the child's copy of the socket
+                try:  # a client of its own works
+                    with ferry.Client(self.d.socket) as mine, mine.alloc(1000) as b:
+                        mine.wait(b.upload(b"m" * 1000))
+                        ok = ok and bytes(b.download()) == b"m" * 1000
+                except Exception:  # noqa: BLE001
+                    ok = False
+                os.write(w, b"1" if ok else b"0")
+                os._exit(0)
+            os.close(w)
+            wrong = 0
+            for i in range(200):
+                data = bytes([(i * 7 + 1) % 256]) * n
+                c.wait(buf.upload(data))
+                wrong += bytes(buf.download()) != data
+            self.assertEqual(os.read(r, 1), b"1")
+            os.close(r)
+            os.waitpid(pid, 0)
+            self.assertEqual(wrong, 0)
+            c.wait(buf.upload(b"after" * 10))  # the parent's connection survived the child
+            self.assertEqual(bytes(buf.download(nbytes=50)), b"after" * 10)
+
+    def test_fork_and_spawn_workers_each_with_their_own_client(self):
+        import multiprocessing as mp
+
+        for method in ("fork", "spawn"):
+            ctx = mp.get_context(method)
+            with ctx.Pool(2) as pool:
+                results = pool.starmap(_worker_round_trip, [(self.d.socket, k) for k in range(4)])
+            self.assertEqual(results, [True] * 4, method)
+
+    # ---- gather, fences, device views
+    def test_gathered_upload_with_a_fence_across_clients(self):
+        owner, producer = self.client(), self.client()
+        with owner.alloc(100_000) as buf:
+            fence = buf.fence
+            self.assertEqual((fence.ready, fence.released, fence.failed), (0, 0, 0))
+            theirs = producer.open(buf.grant(ferry.RIGHT_UPLOAD))
+            parts = [b"a" * 1000, bytearray(b"b" * 50_000), memoryview(b"c" * 49_000)]
+            producer.upload_gather(theirs, parts, publish=1)  # the producer does not wait
+            fence.wait(1, timeout=5)
+            self.assertEqual(bytes(buf.download()), b"".join(bytes(p) for p in parts))
+            # The next upload is held until the owner released 1.
+            t = theirs.upload(b"z" * 100, release_after=1, publish=2)
+            with self.assertRaises(ferry.Error) as e:
+                producer.wait(t, timeout=0.05)
+            self.assertEqual(e.exception.errno, errno.ETIMEDOUT)
+            fence.release(1)
+            producer.wait(t, timeout=5)
+            fence.wait(2, timeout=5)
+            self.assertEqual(bytes(buf.download(nbytes=100)), b"z" * 100)
+            with self.assertRaises(ValueError):
+                theirs.fence  # only the owner sees it
+        with self.assertRaises(OverflowError):
+            owner.alloc(2**64 + 4096)
+        with owner.alloc(4096) as buf, self.assertRaises(OverflowError):
+            buf.upload(b"x", offset=2**64 + 128)
+
+    def test_device_views_of_a_buffer_on_the_simulated_device(self):
+        import ctypes
+
+        import ferry.device
+        from ferry import _dlpack
+
+        c = self.client()
+        buf = c.alloc(4096)
+        data = bytes(range(256)) * 16
+        c.wait(buf.upload(data, publish=3))
+        m = ferry.device.open(buf)
+        self.assertIs(ferry.device.open(buf), m)  # one mapping per buffer and device
+        self.assertEqual(m.kind, "level-zero")
+        a = m.array("float32", (2, 128), offset=1024, ready=(buf.fence, 3))
+        self.assertEqual(a.ptr, m.ptr + 1024)
+        self.assertEqual(ctypes.string_at(a.ptr, 1024), data[1024:2048])  # the device memory itself, mapped
+        self.assertEqual(a.__dlpack_device__(), (_dlpack.kDLOneAPI, 0))
+        self.assertFalse(hasattr(a, "__cuda_array_interface__"))
+        with self.assertRaises(ValueError):
+            m.array("float32", (2000,), offset=1024)  # past the end
+        # The capsule: a DLManagedTensor viewing the same memory.
+        cap = a.__dlpack__()
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        mt = _dlpack.DLManagedTensor.from_address(get(cap, b"dltensor"))
+        self.assertEqual(mt.dl_tensor.data, a.ptr)
+        self.assertEqual((mt.dl_tensor.ndim, mt.dl_tensor.shape[0], mt.dl_tensor.shape[1]), (2, 2, 128))
+        self.assertEqual((mt.dl_tensor.dtype.code, mt.dl_tensor.dtype.bits), (2, 32))
+        self.assertEqual(mt.dl_tensor.device.device_type, _dlpack.kDLOneAPI)
+        # A consumer takes it (renames it) and later calls the deleter: the
+        # array lives until then.
+        rename = ctypes.pythonapi.PyCapsule_SetName
+        rename.argtypes = [ctypes.py_object, ctypes.c_char_p]
+        used = ctypes.create_string_buffer(b"used_dltensor")
+        rename(cap, used)
+        del cap, a
+        self.assertEqual(m.views, 1)
+        with self.assertRaises(BufferError):
+            buf.free()  # refused while a view lives
+        m.close()  # deferred
+        self.assertFalse(m.closed)
+        mt.deleter(ctypes.pointer(mt))
+        self.assertEqual(m.views, 0)
+        self.assertTrue(m.closed)
+        self.assertEqual(_dlpack.live(), 0)
+        buf.free()
+        # A capsule nobody takes gives its array back when it goes.
+        with c.alloc(64) as b2:
+            m2 = ferry.device.open(b2)
+            cap = m2.array("uint8").__dlpack__()
+            self.assertEqual(m2.views, 1)
+            del cap
+            self.assertEqual(m2.views, 0)
+
+
+def _worker_round_trip(socket, k):
+    """A pool worker (fork or spawn) with a client of its own."""
+    with ferry.Client(socket) as c, c.alloc(70_000) as b:
+        data = bytes([k + 1]) * 70_000
+        c.wait(b.upload(data))
+        return bytes(b.download()) == data
+
+
 if __name__ == "__main__":
     unittest.main()
