@@ -1,0 +1,272 @@
+"""ferry.torch.DataLoader against torch's own DataLoader, on the simulated
+device (device="cpu": each batch is read back from its device buffer).
+
+Run by ctest (torch_tests) with Debian's python3-torch; FERRYD, FERRYCTL and
+FERRY_LIBRARY name the build's programs. Skipped without torch.
+"""
+
+import collections
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    import torch
+    from torch.utils.data import DataLoader as TorchLoader
+    from torch.utils.data import Dataset, IterableDataset, get_worker_info
+except ImportError:  # the test command installs python3-torch; without it these tests skip
+    torch = None
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+import ferry  # noqa: E402
+from test_ferry import Daemon  # noqa: E402
+
+if torch is not None:
+    import ferry.torch as ft
+
+Point = collections.namedtuple("Point", "x y")
+
+
+# Datasets and collate functions at module level: spawn-started workers take them by name.
+class Mixed(Dataset if torch else object):
+    """Samples of every shape default_collate handles: tensors, numpy arrays,
+    ints, floats, strings, in dicts, tuples, lists and namedtuples; random
+    augmentation from torch, numpy and random (each worker seeded as torch seeds it)."""
+
+    def __init__(self, n=41):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        noise = torch.rand(2) + float(np.random.rand() if np is not None else 0) + random.random()
+        return {
+            "image": torch.arange(i * 300, i * 300 + 300, dtype=torch.float32).reshape(3, 10, 10),
+            "mask": torch.tensor([i % 2 == 0, i % 3 == 0]),
+            "label": i,
+            "weight": i / 7,
+            "name": f"sample-{i}",
+            "pair": (torch.full((4,), i, dtype=torch.int16), [np.int64(i), np.ones(3, dtype=np.float64) * i]
+                     if np is not None else [i, i]),
+            "point": Point(torch.tensor(float(i)), torch.tensor([i, -i])),
+            "noise": noise,
+        }
+
+
+class Big(Dataset if torch else object):
+    """Batches larger than a slot and than the whole staging area."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return torch.arange(i, i + 150_000, dtype=torch.int64)  # 1.2 MB a sample
+
+
+class Shards(IterableDataset if torch else object):
+    """An iterable dataset each worker shards by get_worker_info(), of uneven lengths."""
+
+    def __iter__(self):
+        info = get_worker_info()
+        w, n = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(w, 23 + 5 * w, n):
+            yield torch.tensor([i, i * i]), f"s{i}"
+
+
+class Fails(Dataset if torch else object):
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        if i == 13:
+            raise KeyError(f"sample {i} is broken")
+        return torch.tensor([i])
+
+
+class Slow(Dataset if torch else object):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        time.sleep(1.5)
+        return torch.tensor([i])
+
+
+def sum_and_names(samples):
+    """A collate_fn of the user's: a tensor it makes, plus strings."""
+    return {"sum": torch.stack([s["image"].sum(0) for s in samples]), "names": [s["name"] for s in samples]}
+
+
+def same(a, b):
+    """Equal values, dtypes, shapes and container types, all the way down."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return type(a) is type(b) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+@unittest.skipIf(torch is None, "torch is not installed (python3-torch)")
+class LoaderTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Small slots: batches of a few hundred KiB already span several.
+        cls.d = Daemon("--slots", "4", "--slot-size", "65536")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def status(self):
+        r = subprocess.run([os.environ["FERRYCTL"], "--socket", self.d.socket, "--json", "status"],
+                           capture_output=True, text=True, check=True)
+        return json.loads(r.stdout)
+
+    def pids(self):
+        return {c["pid"] for c in self.status()["clients"]}
+
+    def assert_nothing_held_by_loaders(self):
+        """No worker process left, and ferryd holds no client of this process or its workers."""
+        import multiprocessing
+
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # a terminated worker takes a moment to go
+            st = self.status()
+            if not st["clients"] and st["held"]["buffers"] == 0 and not multiprocessing.active_children():
+                break
+            time.sleep(0.02)
+        st = self.status()
+        self.assertEqual(st["clients"], [], "clients left in ferryd")
+        self.assertEqual(st["held"]["buffers"], 0)
+        self.assertEqual(multiprocessing.active_children(), [])
+
+    def compare(self, dataset, seed=7, **kw):
+        """ferry's batches equal torch's, element by element, for the same arguments."""
+
+        def run(make):
+            # Without workers the dataset draws from this process's generators.
+            torch.manual_seed(seed)
+            random.seed(seed)
+            if np is not None:
+                np.random.seed(seed)
+            return list(make(dataset, generator=torch.Generator().manual_seed(seed), **kw))
+
+        ours = run(lambda *a, **k: ft.DataLoader(*a, device="cpu", socket=self.d.socket, **k))
+        theirs = run(TorchLoader)
+        self.assertEqual(len(ours), len(theirs))
+        for i, (a, b) in enumerate(zip(theirs, ours)):
+            self.assertTrue(same(a, b), f"batch {i} differs: torch {a!r}, ferry {b!r}")
+        return ours
+
+    def test_batches_equal_torchs_map_style_shuffled_workers_0_2_4(self):
+        for workers in (0, 2, 4):
+            with self.subTest(workers=workers):
+                self.compare(Mixed(), batch_size=5, shuffle=True, num_workers=workers)
+        self.assert_nothing_held_by_loaders()
+
+    def test_drop_last_both_ways_and_spawned_workers(self):
+        for drop_last in (False, True):
+            with self.subTest(drop_last=drop_last):
+                out = self.compare(Mixed(), batch_size=6, shuffle=True, drop_last=drop_last, num_workers=2,
+                                   multiprocessing_context="spawn")
+                self.assertEqual(len(out), 41 // 6 + (0 if drop_last else 1))
+        self.assert_nothing_held_by_loaders()
+
+    def test_a_collate_fn_of_the_users_and_no_batching(self):
+        self.compare(Mixed(), batch_size=4, collate_fn=sum_and_names, num_workers=2,
+                     multiprocessing_context="fork")
+        self.compare(Mixed(17), batch_size=None, num_workers=2)  # default_convert, one sample at a time
+        self.assert_nothing_held_by_loaders()
+
+    def test_an_iterable_dataset_workers_0_and_3(self):
+        for workers in (0, 3):
+            with self.subTest(workers=workers):
+                self.compare(Shards(), batch_size=4, num_workers=workers)
+        self.assert_nothing_held_by_loaders()
+
+    def test_batches_larger_than_the_staging_area(self):
+        # 3 samples of 1.2 MB: 3.6 MB a batch against 256 KiB of staging.
+        out = self.compare(Big(), batch_size=3, num_workers=2, prefetch_factor=3)
+        self.assertEqual(out[-1].shape, (3, 150_000))
+        self.assert_nothing_held_by_loaders()
+
+    def test_persistent_workers_over_two_epochs(self):
+        kw = dict(batch_size=7, shuffle=True, num_workers=2, persistent_workers=True)
+        ours = ft.DataLoader(Mixed(), generator=torch.Generator().manual_seed(3), device="cpu",
+                             socket=self.d.socket, **kw)
+        theirs = TorchLoader(Mixed(), generator=torch.Generator().manual_seed(3), **kw)
+        for epoch in range(2):
+            a, b = list(theirs), list(ours)
+            self.assertTrue(all(same(x, y) for x, y in zip(a, b)) and len(a) == len(b), f"epoch {epoch}")
+        del ours, theirs, a, b
+        self.assert_nothing_held_by_loaders()
+
+    def test_a_worker_error_is_raised_in_the_trainer_with_the_workers_traceback(self):
+        for workers in (0, 2):
+            with self.subTest(workers=workers):
+                loader = ft.DataLoader(Fails(), batch_size=2, num_workers=workers, device="cpu", socket=self.d.socket)
+                got = []
+                with self.assertRaises(KeyError) as e:
+                    for b in loader:
+                        got.append(b)
+                self.assertEqual(len(got), 6)  # batches 0..5; batch 6 holds sample 13
+                if workers:
+                    self.assertIn("in DataLoader worker process", str(e.exception))
+                self.assertIn("sample 13 is broken", str(e.exception))
+                del got, b
+        self.assert_nothing_held_by_loaders()
+
+    def test_a_break_or_a_timeout_shuts_everything_down(self):
+        loader = ft.DataLoader(Mixed(), batch_size=3, num_workers=3, device="cpu", socket=self.d.socket)
+        for i, batch in enumerate(loader):
+            if i == 2:
+                self.assertGreater(len(self.pids()), 1)  # the trainer and its workers are ferryd's clients
+                break
+        del batch
+        self.assert_nothing_held_by_loaders()
+        with self.assertRaises(RuntimeError) as e:
+            next(iter(ft.DataLoader(Slow(), batch_size=1, num_workers=1, timeout=0.3, device="cpu",
+                                    socket=self.d.socket)))
+        self.assertIn("timed out", str(e.exception))
+        del e  # its traceback holds the iterator, as torch's would
+        self.assert_nothing_held_by_loaders()
+
+    def test_fork_workers_inherit_the_trainers_client_without_harm(self):
+        # A ferry.Client made before the loader forks its workers: they never
+        # use it, and it keeps working in the trainer.
+        with ferry.Client(self.d.socket) as c, c.alloc(4096) as buf:
+            self.compare(Mixed(), batch_size=8, num_workers=2, multiprocessing_context="fork")
+            c.wait(buf.upload(b"q" * 4096))
+            self.assertEqual(bytes(buf.download()), b"q" * 4096)
+        self.assert_nothing_held_by_loaders()
+
+    def test_three_changed_lines(self):
+        # The README's example, as a user would change torch's loader.
+        from ferry.torch import DataLoader  # 1: the import
+
+        loader = DataLoader(Mixed(), batch_size=4, shuffle=True, num_workers=2,
+                            device="cpu",            # 2: where batches go
+                            socket=self.d.socket)    # 3: the daemon
+        n = sum(b["image"].shape[0] for b in loader)
+        self.assertEqual(n, 41)
+        self.assertIsInstance(loader, torch.utils.data.DataLoader)
+
+
+if __name__ == "__main__":
+    unittest.main()
