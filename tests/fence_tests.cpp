@@ -92,7 +92,7 @@ struct Producer {
 }  // namespace
 
 TEST_CASE("a producer's upload publishes into the owner's fence: the owner's queue waits for it, not the host",
-          "[fence]") {
+          "[fence][simonly]") {
   // A slow link: the 1 MiB copy takes ~5 ms on the daemon's engine.
   Daemon d({"--slot-size", "262144"}, {{"FERRY_SIM_BANDWIDTH_GBPS", "0.2"}, {"FERRY_SIM_LATENCY_US", "0"}});
   const uint64_t n = 1 << 20;
@@ -125,7 +125,8 @@ TEST_CASE("a producer's upload publishes into the owner's fence: the owner's que
   CHECK(ferry_fence_wait(o.c, o.buf, 2, 1'000'000) == -ETIMEDOUT);
 }
 
-TEST_CASE("write after read across processes: one buffer reused, every checksum reads its own frame", "[fence]") {
+TEST_CASE("write after read across processes: one buffer reused, every checksum reads its own frame",
+          "[fence][simonly]") {
   Daemon d({"--slot-size", "65536"});
   const uint64_t n = 200'000;  // four pieces per frame
   const size_t frames = 60;

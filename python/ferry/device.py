@@ -171,7 +171,10 @@ class DeviceBuffer:
                     f"ferry.device: the buffer is on CUDA device {where}, not {self.device}: open it with "
                     f"device={where} (the GPU that ferryd serves)")
             # The fences' pages go from this process's contexts before the segment goes.
-            buffer.client._closers.append(lambda cu=self._cuda, c=buffer.client: _forget_segment(cu, c))
+            client = buffer.client
+            if not getattr(client, "_cuda_pages", False):
+                client._cuda_pages = True
+                client._closers.append(lambda cu=self._cuda, c=client: _forget_segment(cu, c))
         else:
             from . import _ze
 
@@ -328,7 +331,14 @@ class DeviceArray:
                     self.ready.queue_wait(self.mapping, 0 if stream in (None, 1) else int(stream))
             else:
                 self.ready.wait()
-        strides = None if self.strides is None else tuple(s // self.itemsize for s in self.strides)
+        if self.strides is None:  # C order, said outright: some consumers take no NULL strides
+            strides, step = [], 1
+            for d in reversed(self.shape):
+                strides.append(step)
+                step *= max(d, 1)
+            strides = tuple(reversed(strides))
+        else:
+            strides = tuple(s // self.itemsize for s in self.strides)
         dev_type, dev_id = self.__dlpack_device__()
         return _dlpack.capsule(self, self.ptr, dev_type, dev_id, self.dtype, self.shape, strides)
 

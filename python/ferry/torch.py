@@ -54,6 +54,7 @@ that upload, never for ever.
 import collections
 import collections.abc
 import ctypes
+import errno
 import os
 import sys
 import threading
@@ -284,7 +285,7 @@ class _Worker:
             try:
                 cls.client.wait(t, timeout=0)
             except _api.Error as e:
-                if e.errno == 110:  # ETIMEDOUT: not done yet
+                if e.errno == errno.ETIMEDOUT:  # not done yet
                     still.append(t)
                 else:
                     raise RuntimeError(f"ferry: an earlier batch's upload from this worker failed: {e}") from e

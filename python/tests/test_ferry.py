@@ -394,6 +394,7 @@ class FerryTest(unittest.TestCase):
         mt = _dlpack.DLManagedTensor.from_address(get(cap, b"dltensor"))
         self.assertEqual(mt.dl_tensor.data, a.ptr)
         self.assertEqual((mt.dl_tensor.ndim, mt.dl_tensor.shape[0], mt.dl_tensor.shape[1]), (2, 2, 128))
+        self.assertEqual((mt.dl_tensor.strides[0], mt.dl_tensor.strides[1]), (128, 1))  # C order, in elements
         self.assertEqual((mt.dl_tensor.dtype.code, mt.dl_tensor.dtype.bits), (2, 32))
         self.assertEqual(mt.dl_tensor.device.device_type, _dlpack.kDLOneAPI)
         # A consumer takes it (renames it) and later calls the deleter: the
