@@ -104,9 +104,9 @@ def run(kind, work, workers, args, cycles):
     if workers == 1:
         timed = max(10, timed // 8)
     if work == "images":
-        ds, kw = Images((warm + timed) * 256), dict(batch_size=256)
+        ds, kw = Images((warm + timed + 64) * 256), dict(batch_size=256)
     else:
-        ds, kw = Bytes(warm + timed, mib), dict(batch_size=None)
+        ds, kw = Bytes(warm + timed + 64, mib), dict(batch_size=None)
     dev = torch.device(args.device)
     kw.update(num_workers=workers, prefetch_factor=args.prefetch)
     if kind == "torch":
@@ -130,6 +130,8 @@ def run(kind, work, workers, args, cycles):
             if work == "step16":
                 torch.cuda._sleep(cycles * 2)
         n += k >= warm
+        if n == timed:
+            break  # the workers still run: their CPU is read now
     torch.cuda.synchronize()
     t1, c1 = time.monotonic(), [cpu_seconds(p) for p in pids]
     del it, loader, batch

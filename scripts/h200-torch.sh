@@ -29,9 +29,16 @@ stop() { kill -TERM "$D"; wait "$D"; }
 
 sock=/tmp/ferry-torch.sock
 start $sock
-echo "== python/tests/test_torch_cuda.py"
-[[ ${SKIP_TESTS:-0} == 1 ]] || FERRY_SOCKET=$sock timeout 300 python3 python/tests/test_torch_cuda.py -v 2>&1 |
-  tee "$OUT/torch_cuda_tests.log" | grep -E "^test_|ok$|FAIL|Error|launch returned|Ran|OK"
+echo "== python/tests/test_torch_cuda.py, each test in a process of its own"
+if [[ ${SKIP_TESTS:-0} != 1 ]]; then
+  for t in $(grep -o 'def test_[a-z_]*' python/tests/test_torch_cuda.py | cut -c5-); do
+    FERRY_SOCKET=$sock FERRY_TEST_HANG_S=50 timeout 60 python3 python/tests/test_torch_cuda.py -v \
+      "CudaLoaderTest.$t" >>"$OUT/torch_cuda_tests.log" 2>&1
+    echo "$t: exit $?" | tee -a "$OUT/torch_cuda_tests.log"
+    "$B/client/ferryctl" --socket $sock status >>"$OUT/torch_cuda_tests.log" 2>&1
+  done
+  grep -E "launch returned|Error:|AssertionError|File \"/work" "$OUT/torch_cuda_tests.log" | head -40
+fi
 echo "== bench/torch_loader_bench.py, no MPS"
 timeout 420 python3 bench/torch_loader_bench.py --socket $sock --ferryd-pid $D --work "${WORK:-bytes16,bytes64,images,step16}" \
   --workers "${WORKERS:-1,8,16}" --reps "${REPS:-3}" --label "no MPS" 2>>"$OUT/torch_bench.err" | tee "$OUT/torch_bench_plain.md"

@@ -1,8 +1,7 @@
 """DLPack capsules made with ctypes (the DLPack 0.8 layout, an unversioned
 "dltensor" capsule, which every consumer takes): ferry.device hands a view of
 device memory to PyTorch, CuPy, JAX or NumPy without a copy. The capsule keeps
-its producer object alive until the consumer calls the deleter (or, never
-consumed, until the capsule goes)."""
+its producer object alive until the consumer calls the deleter."""
 
 import ctypes
 
@@ -52,12 +51,6 @@ _NAME = ctypes.create_string_buffer(b"dltensor")
 _new = ctypes.pythonapi.PyCapsule_New
 _new.restype = ctypes.py_object
 _new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-# Where a capsule keeps its pointer and its name (CPython's PyCapsule: the
-# object header, then pointer, name, context, destructor). The destructor
-# reads them as plain memory: it may run while the consumer's own exception
-# is pending, when no Python C API call may be made through ctypes.
-_HEAD = type(_new(1, None, None)).__basicsize__ - 4 * ctypes.sizeof(ctypes.c_void_p)
-
 _NAME_ADDRESS = ctypes.addressof(_NAME)
 
 # Every capsule's memory and its producer, by the managed tensor's address,
@@ -68,15 +61,6 @@ _live = {}
 @_Deleter
 def _delete(managed):
     _live.pop(ctypes.addressof(managed.contents), None)
-
-
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_gone(capsule):
-    # A consumer renames the capsule and calls the deleter itself, later; one
-    # never consumed (a consumer that refused it) still holds its memory here.
-    if ctypes.c_void_p.from_address(capsule + _HEAD + ctypes.sizeof(ctypes.c_void_p)).value == _NAME_ADDRESS:
-        p = ctypes.c_void_p.from_address(capsule + _HEAD).value
-        _live.pop(p, None)
 
 
 def capsule(owner, data, device_type, device_id, dtype, shape, strides=None):
@@ -99,7 +83,11 @@ def capsule(owner, data, device_type, device_id, dtype, shape, strides=None):
     m.deleter = _delete
     addr = ctypes.addressof(m)
     _live[addr] = (m, shape_arr, strides_arr, owner)
-    return _new(addr, _NAME_ADDRESS, ctypes.cast(_capsule_gone, ctypes.c_void_p))
+    # No destructor: a consumer that takes the capsule calls the deleter.
+    # One written in Python could run while a consumer that refused the
+    # capsule has its exception pending, and no Python code may run then;
+    # so a capsule nobody takes keeps its producer (see ferry.device).
+    return _new(addr, _NAME_ADDRESS, None)
 
 
 def live():

@@ -23,9 +23,12 @@ so in its "stream" field, as version 3 asks. On Level Zero the wait is on the
 host (Python has no Level Zero queue of yours to append to).
 
 Lifetimes: the mapping stays open while any array made from it lives (a
-tensor made from an array keeps the array); DeviceBuffer.close() and
-Buffer.free() wait for that: close() is deferred until the last view goes,
-and free() is refused (BufferError) while one lives.
+tensor made from an array keeps the array, through its DLPack deleter);
+DeviceBuffer.close() and Buffer.free() wait for that: close() is deferred
+until the last view goes, and free() is refused (BufferError) while one
+lives. A DLPack capsule that no consumer takes (one that refused it, say)
+keeps its array for as long as the process lives: call __dlpack__ only to
+hand the capsule to a consumer.
 """
 
 import os

@@ -360,10 +360,14 @@ class _Life:
 class _Pool:
     """The trainer's ferry client, its buffers, and the batches' fences."""
 
-    def __init__(self, socket, device):
+    def __init__(self, socket, device, views=False):
         self.client = _api.Client(socket)
         self.device = device
         self.cuda = device.type == "cuda"
+        # CPU tensors that are views of the device buffers, recycled as CUDA
+        # ones are: only where device memory is host memory (the simulated
+        # device), so that its tests run the CUDA path's lifetimes.
+        self.views = views and not self.cuda
         self.capacity = 0  # bytes a task's buffer gets: the largest batch seen (0: none seen yet)
         self.slots = {}
         self.by_task = {}  # task index -> slot
@@ -452,6 +456,8 @@ class _Pool:
         return torch.empty(leaf.shape, dtype=getattr(torch, leaf.dtype), device=self.device)
 
     def _tensors(self, batch, s):
+        if self.views:
+            return self._views(batch, s)
         if not self.cuda:
             # Read back to the host, once the fence says the upload landed.
             s.fence.wait(batch.value)
@@ -480,9 +486,41 @@ class _Pool:
         def leaf(x):
             if x.nbytes == 0:
                 return self._empty(x)
-            a = s.mapping.array(x.dtype, x.shape, x.offset, ready=ready, stream=stream)
+            # bool goes as uint8 and is viewed back: every torch takes that.
+            a = s.mapping.array("uint8" if x.dtype == "bool" else x.dtype, x.shape, x.offset, ready=ready,
+                                stream=stream)
             a.life = life  # the batch's buffer is busy while this array (and its tensor) lives
-            return torch.from_dlpack(a)
+            t = torch.from_dlpack(a)
+            return t.view(torch.bool) if x.dtype == "bool" else t
+
+        return _map(batch.template, leaf, lambda x: isinstance(x, _Leaf))
+
+    def _views(self, batch, s):
+        """The CUDA path's views and lifetimes, as CPU tensors over the
+        simulated device's memory (ready once the fence says so, on the host)."""
+        from . import _dlpack
+        from . import device as _device
+
+        if s.mapping is None:
+            s.mapping = _device.open(s.buffer)
+        s.fence.wait(batch.value)
+        with self.lock:
+            s.state = "out"
+        life = _Life(self, s, batch.value, None)
+
+        def leaf(x):
+            if x.nbytes == 0:
+                return self._empty(x)
+            dtype = "uint8" if x.dtype == "bool" else x.dtype
+            a = s.mapping.array(dtype, x.shape, x.offset)
+            a.life = life
+            strides, step = [], 1
+            for d in reversed(x.shape):
+                strides.append(step)
+                step *= max(d, 1)
+            t = torch.utils.dlpack.from_dlpack(
+                _dlpack.capsule(a, a.ptr, _dlpack.kDLCPU, 0, dtype, x.shape, tuple(reversed(strides))))
+            return t.view(torch.bool) if x.dtype == "bool" else t
 
         return _map(batch.template, leaf, lambda x: isinstance(x, _Leaf))
 
@@ -592,7 +630,7 @@ class _Ferry:
 
     def _ferry_setup(self, loader):
         self._pin_memory = False  # ferry's staging memory is pinned: no pin thread
-        self._ferry = _Pool(loader.ferry_socket, loader.device)
+        self._ferry = _Pool(loader.ferry_socket, loader.device, loader._ferry_views)
         self._collate_fn = _Collate(self._collate_fn, loader.ferry_socket)
 
 
@@ -688,6 +726,7 @@ class DataLoader(_data.DataLoader):
             raise ValueError(f"ferry.torch.DataLoader: device must be a CUDA device or 'cpu', not {device}")
         self.device = device
         self.ferry_socket = socket if socket is not None else os.environ.get("FERRY_SOCKET")
+        self._ferry_views = False  # the tests' views of the simulated device (_Pool)
 
     def _get_iterator(self):
         if self.num_workers == 0:

@@ -256,6 +256,36 @@ class LoaderTest(unittest.TestCase):
             self.assertEqual(bytes(buf.download()), b"q" * 4096)
         self.assert_nothing_held_by_loaders()
 
+    def test_views_of_the_buffers_recycled_after_their_tensors_go(self):
+        # The CUDA path's lifetimes on the simulated device: batches are views
+        # of the device buffers (its memory is host memory), a buffer goes back
+        # to the workers once a batch's last tensor goes (its fence released),
+        # and the workers' next uploads into it are held by ferryd until then.
+        def views(**kw):
+            loader = ft.DataLoader(Mixed(200), socket=self.d.socket, device="cpu", **kw)
+            loader._ferry_views = True
+            return loader
+
+        kw = dict(batch_size=4, shuffle=True, num_workers=3)
+        theirs = list(TorchLoader(Mixed(200), generator=torch.Generator().manual_seed(5), **kw))
+        it = iter(views(generator=torch.Generator().manual_seed(5), **kw))
+        wrong, slots = 0, set()
+        for i, b in enumerate(it):
+            mapped = [(s.mapping.ptr, s.mapping.nbytes) for s in it._ferry.slots.values() if s.mapping is not None]
+            p = b["image"].data_ptr()
+            self.assertTrue(any(a <= p < a + n for a, n in mapped), "not a view of a ferry buffer")
+            slots.update(it._ferry.slots)
+            wrong += not same(theirs[i], b)
+        self.assertEqual(wrong, 0)
+        self.assertLess(len(slots), len(theirs) // 2)  # buffers were reused
+        del b, it
+        # Kept batches keep their buffers, and give them back when they go.
+        kept = list(views(batch_size=8, num_workers=2))
+        self.assertEqual([int(b["label"][0]) for b in kept], list(range(0, 200, 8)))
+        self.assertGreater(self.status()["held"]["buffers"], 0)
+        del kept
+        self.assert_nothing_held_by_loaders()
+
     def test_three_changed_lines(self):
         # The README's example, as a user would change torch's loader.
         from ferry.torch import DataLoader  # 1: the import
