@@ -78,6 +78,13 @@ class Images(Dataset):
         return torch.from_numpy(chw), i, int(chw.sum(dtype=np.int64))
 
 
+def worker_init(worker_id):
+    """Every worker says where it crashed, if it does (torch's own handler only says that it did)."""
+    import faulthandler
+
+    faulthandler.enable(all_threads=True)
+
+
 def discard(samples):
     """The "alone" run's collate: make the batch as the loaders would, then drop it."""
     if isinstance(samples, torch.Tensor):
@@ -108,7 +115,7 @@ def run(kind, work, workers, args, cycles):
     else:
         ds, kw = Bytes(warm + timed + 64, mib), dict(batch_size=None)
     dev = torch.device(args.device)
-    kw.update(num_workers=workers, prefetch_factor=args.prefetch)
+    kw.update(num_workers=workers, prefetch_factor=args.prefetch, worker_init_fn=worker_init)
     if kind == "torch":
         loader = DataLoader(ds, pin_memory=True, **kw)
     elif kind == "ferry":

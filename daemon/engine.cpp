@@ -87,6 +87,7 @@ const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& 
   // Behind an earlier hold, or before its own values: kept here, on the
   // host, never as a wait in the device's queue that every client shares.
   if (!c->held().empty() || !c->hold_over(h)) {
+    if (c->held().empty()) holders_.push_back(c);  // kept until its holds are gone, connected or not
     c->hold(h);
     arm_holds();
     return nullptr;
@@ -138,29 +139,35 @@ void TransferEngine::arm_holds() {
 }
 
 void TransferEngine::poll_holds() {
-  bool any = false;
-  for (const auto& [id, raw] : clients_) {
-    auto& held = raw->held();
-    if (held.empty()) continue;
-    if (!raw->connected) {
-      // Nobody is left to raise the value, or to hear of the copies. A
-      // fence the owner's queue may wait for still moves, marked failed.
-      for (const ClientState::Held& h : held) {
-        if (h.publish == 0) continue;
-        if (ClientRef owner = h.fence_owner.lock()) write_fence(FenceWrite{std::move(owner), h.fence, h.publish}, true);
+  for (size_t i = 0; i < holders_.size();) {
+    const ClientRef& c = holders_[i];
+    auto& held = c->held();
+    while (!held.empty()) {
+      const ClientState::Held& h = held.front();
+      // A client that left still sends what it queued (as its copies in
+      // flight still finish): an upload waiting for a fence's release goes
+      // once the owner releases it. Its own application's value will never
+      // come: such a hold is dropped, and a fence it would have published
+      // into still moves, marked failed, so the owner's queue goes on.
+      if (!c->connected && h.after != 0 && c->app_value() < h.after) {
+        if (h.publish != 0)
+          if (ClientRef owner = h.fence_owner.lock()) write_fence(FenceWrite{std::move(owner), h.fence, h.publish}, true);
+        held.pop_front();
+        continue;
       }
-      held.clear();
-      continue;
-    }
-    const ClientRef c = raw->shared_from_this();
-    while (!held.empty() && raw->hold_over(held.front())) {
-      ClientState::Held h = held.front();
+      if (!c->hold_over(h)) break;
+      ClientState::Held go = h;
       held.pop_front();
-      issue(c, h);
+      issue(c, go);
     }
-    any = any || !held.empty();
+    if (held.empty()) {
+      holders_[i] = std::move(holders_.back());  // no hold keeps it any more
+      holders_.pop_back();
+    } else {
+      ++i;
+    }
   }
-  if (any) arm_holds();
+  if (!holders_.empty()) arm_holds();
 }
 
 int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src,

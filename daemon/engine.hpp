@@ -208,6 +208,7 @@ class TransferEngine {
   uint64_t next_cookie_ = 1;
   bool device_lost_ = false;
   bool device_writes_ = false;  // the backend writes timelines; off after a device failure
+  std::vector<ClientRef> holders_;  // clients with held transfers: they live while any is held
   boost::asio::steady_timer hold_timer_;
   bool hold_timer_armed_ = false;
   boost::asio::steady_timer idle_timer_;

@@ -286,7 +286,7 @@ TEST_CASE("fenced uploads: misuse is refused and changes nothing", "[fence][badi
   CHECK(d.holds_nothing());
 }
 
-TEST_CASE("a producer that exits right after its upload returns still publishes it; a held one is failed",
+TEST_CASE("a producer that exits right after its upload returns still publishes it, held or not",
           "[fence][faults]") {
   // A slow link: the copy outlasts the producer.
   Daemon d({"--slot-size", "262144"}, {{"FERRY_SIM_BANDWIDTH_GBPS", "0.2"}, {"FERRY_SIM_LATENCY_US", "0"}});
@@ -298,28 +298,43 @@ TEST_CASE("a producer that exits right after its upload returns still publishes 
   ferry_token tx{};
   REQUIRE(ferry_buffer_grant(owner, x, FERRY_RIGHT_UPLOAD, &tx) == 0);
   const auto want = frame(n, 9);
-  auto upload_and_exit = [&](uint64_t release, uint64_t publish) {
+  auto upload_and_exit = [&](uint64_t release, uint64_t publish, uint64_t after, uint64_t seed) {
     return fork_child([&] {
       ferry_client* c = nullptr;
       ferry_buffer b = 0;
       if (ferry_connect(d.socket.c_str(), &c) != 0 || ferry_buffer_open(c, &tx, &b, nullptr) != 0) return 90;
-      ferry_iovec one{want.data(), n};
+      const auto data = frame(n, seed);
+      ferry_iovec one{data.data(), n};
       ferry_upload_opts o{};
       o.size = sizeof o;
       o.after_release = release;
       o.publish = publish;
+      o.after = after;
       return ferry_upload_gather(c, b, 0, &one, 1, &o, nullptr) == 0 ? 0 : 91;  // exits at once
     });
   };
-  REQUIRE(reap(upload_and_exit(0, 1)) == 0);
-  CHECK(ferry_fence_wait(owner, x, 1, 10'000'000'000) == 0);
   std::vector<uint8_t> back(n);
+  REQUIRE(reap(upload_and_exit(0, 1, 0, 9)) == 0);
+  CHECK(ferry_fence_wait(owner, x, 1, 10'000'000'000) == 0);
   REQUIRE(ferry_download(owner, x, 0, back.data(), n) == 0);
   CHECK(back == want);
-  // Held (x is released at 0, not 7) when its producer leaves: nobody will
-  // ever send it, and the owner's queue is not left waiting.
-  REQUIRE(reap(upload_and_exit(7, 2)) == 0);
-  CHECK(ferry_fence_wait(owner, x, 2, 10'000'000'000) == -EIO);
+  // Held (x is released at 1, not 7) when its producer leaves: it still goes
+  // once the owner releases 7, as a copy in flight still finishes.
+  ferry_fence f{};
+  REQUIRE(ferry_buffer_fence(owner, x, &f) == 0);
+  *f.released = 1;
+  REQUIRE(reap(upload_and_exit(7, 2, 0, 10)) == 0);
+  CHECK(ferry_fence_wait(owner, x, 2, 20'000'000) == -ETIMEDOUT);
+  *f.released = 7;
+  CHECK(ferry_fence_wait(owner, x, 2, 10'000'000'000) == 0);
+  REQUIRE(ferry_download(owner, x, 0, back.data(), n) == 0);
+  CHECK(back == frame(n, 10));
+  // Held for its own application's value, which nobody raises once it left:
+  // dropped, and the owner's queue is not left waiting (the fence fails).
+  REQUIRE(reap(upload_and_exit(0, 3, 5, 11)) == 0);
+  CHECK(ferry_fence_wait(owner, x, 3, 10'000'000'000) == -EIO);
+  REQUIRE(ferry_download(owner, x, 0, back.data(), n) == 0);
+  CHECK(back == frame(n, 10));  // nothing of it was written
   ferry_disconnect(owner);
   CHECK(d.holds_nothing());
 }
