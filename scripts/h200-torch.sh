@@ -40,7 +40,7 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
   grep -E "launch returned|Error:|AssertionError|File \"/work" "$OUT/torch_cuda_tests.log" | head -40
 fi
 echo "== bench/torch_loader_bench.py, no MPS"
-timeout 420 python3 bench/torch_loader_bench.py --socket $sock --ferryd-pid $D --work "${WORK:-bytes16,bytes64,images,step16}" \
+timeout ${BENCH_TIMEOUT:-420} python3 bench/torch_loader_bench.py --socket $sock --ferryd-pid $D --work "${WORK:-bytes16,bytes64,images,step16}" \
   --workers "${WORKERS:-1,8,16}" --reps "${REPS:-3}" --label "no MPS" 2>>"$OUT/torch_bench.err" | tee "$OUT/torch_bench_plain.md"
 stop
 

@@ -162,6 +162,7 @@ class DeviceBuffer:
         self._views = 0
         self._closing = False
         self._lock = threading.Lock()
+        self._pid = os.getpid()  # a forked child never calls the driver for it
         if self.kind == "cuda":
             from . import _cuda
 
@@ -234,6 +235,8 @@ class DeviceBuffer:
             if self.closed:
                 return
             self.closed = True
+        if self._pid != os.getpid():
+            return  # the mapping is the parent's: a driver call here would be its context's, in a fork
         if self.kind == "cuda":
             self._cuda.ipc_close(self.device, self.ptr)
         else:

@@ -558,6 +558,8 @@ class _Pool:
     # ---- the end
     def close(self):
         """The iterator is done: every buffer goes once nothing uses it."""
+        if self.pid != os.getpid():
+            return  # the trainer's pool as a forked child sees it: the trainer's to close
         with self.lock:
             if self.closing:
                 return
@@ -613,11 +615,14 @@ class _TaskQueue:
     the batches' size is unknown, one task goes out bare and the rest wait."""
 
     def __init__(self, queue, worker, it):
-        self.queue, self.worker, self.it = queue, worker, it
+        # Weakly: a cycle would leave the iterator to the cyclic collector,
+        # which may then run its shutdown in a worker forked meanwhile.
+        self.queue, self.worker, self.it = queue, worker, weakref.ref(it)
 
     def put(self, obj, *args, **kwargs):
-        if isinstance(obj, tuple) and len(obj) == 2 and type(obj[0]) is int:
-            self.it._ferry_put(self, obj, args, kwargs)
+        it = self.it()
+        if it is not None and isinstance(obj, tuple) and len(obj) == 2 and type(obj[0]) is int:
+            it._ferry_put(self, obj, args, kwargs)
         else:
             self.queue.put(obj, *args, **kwargs)
 
@@ -679,6 +684,8 @@ class _MultiIter(_dl._MultiProcessingDataLoaderIter, _FerryBase):
         return self._ferry.deliver(super()._process_data(data, *args))
 
     def _shutdown_workers(self):
+        if getattr(self, "_ferry", None) is not None and self._ferry.pid != os.getpid():
+            return  # a copy of the trainer's iterator in a process forked from it: not its to shut down
         try:
             super()._shutdown_workers()
         finally:
@@ -699,7 +706,7 @@ class _SingleIter(_dl._SingleProcessDataLoaderIter, _FerryBase):
         return super()._next_data()
 
     def __del__(self):
-        if hasattr(self, "_ferry") and not sys.is_finalizing():
+        if getattr(self, "_ferry", None) is not None and not sys.is_finalizing():
             self._ferry.close()
 
 

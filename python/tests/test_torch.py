@@ -286,6 +286,25 @@ class LoaderTest(unittest.TestCase):
         del kept
         self.assert_nothing_held_by_loaders()
 
+    def test_the_iterator_goes_with_its_last_reference(self):
+        # Not left to the cyclic collector, which could run its shutdown
+        # later in whatever process is forked meanwhile (another loader's worker).
+        import weakref
+
+        for workers in (0, 2):
+            gc.disable()
+            try:
+                it = iter(ft.DataLoader(Mixed(), batch_size=4, num_workers=workers, device="cpu", socket=self.d.socket))
+                b = next(it)
+                r = weakref.ref(it)
+                del it, b
+                self.assertIsNone(r(), f"workers={workers}: the iterator is in a reference cycle")
+            finally:
+                gc.enable()
+        self.assert_nothing_held_by_loaders()
+        # A loader of torch's right after one of ferry's, forked from this process, works.
+        self.assertEqual(len(list(TorchLoader(Mixed(), batch_size=8, num_workers=2))), 6)
+
     def test_three_changed_lines(self):
         # The README's example, as a user would change torch's loader.
         from ferry.torch import DataLoader  # 1: the import
