@@ -147,6 +147,24 @@ def run(kind, work, workers, args, cycles):
             "ferryd_ms": 1e3 * (cpu[-1] if args.ferryd_pid else 0) / n, "wrong": int(wrong)}
 
 
+def step_bound(work, args, cycles):
+    """Batches/s of the step alone, on a batch already on the device: what
+    no loader can beat (the check and the GPU step, nothing loaded)."""
+    dev = torch.device(args.device)
+    batch = Bytes(1, 16)[0].to(dev)
+    wrong = torch.zeros((), dtype=torch.int64, device=dev)
+    for k in range(20):
+        check(batch, work, 0, wrong, Bytes(1, 16))
+        torch.cuda._sleep(cycles * 2)
+    torch.cuda.synchronize()
+    t0 = time.monotonic()
+    for k in range(200):
+        wrong = check(batch, work, 0, wrong, Bytes(1, 16))
+        torch.cuda._sleep(cycles * 2)
+    torch.cuda.synchronize()
+    return 200 / (time.monotonic() - t0)
+
+
 def cycles_per_ms():
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(1000)
@@ -177,8 +195,9 @@ def main():
     cycles = cycles_per_ms()
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {os.cpu_count()} cores | {a.label}")
     print("| workload | workers | torch batches/s | ferry batches/s | ferry ÷ torch | workers alone batches/s |"
-          " ferry ÷ alone | CPU ms/batch torch | CPU ms/batch ferry (ferryd) | wrong |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          " ferry ÷ alone | CPU ms/batch torch | CPU ms/batch ferry (ferryd) | ferry ÷ torch CPU |"
+          " CPU ms/batch alone | wrong |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for work in a.work.split(","):
         for workers in [int(w) for w in a.workers.split(",")]:
             if work in ("images", "step16") and workers != 8:
@@ -191,13 +210,19 @@ def main():
             t, f, al = res["torch"], res["ferry"], res["alone"]
             ratio = [x["bps"] / y["bps"] for x, y in zip(f, t)]
             alone = [x["bps"] / y["bps"] for x, y in zip(f, al)]
+            cpu = [x["cpu_ms"] / y["cpu_ms"] for x, y in zip(f, t)]
             wrong = sum(x["wrong"] for x in t + f)
-            print(f"| {work} | {workers} | {spread([x['bps'] for x in t])} | {spread([x['bps'] for x in f])} | "
+            name = work
+            if work == "step16":
+                bound = step_bound(work, a, cycles)
+                name = f"step16 (step alone: {bound:.0f}/s; ferry {statistics.median([x['bps'] for x in f]) / bound:.2f} of it)"
+            print(f"| {name} | {workers} | {spread([x['bps'] for x in t])} | {spread([x['bps'] for x in f])} | "
                   f"{statistics.median(ratio):.2f}× ({min(ratio):.2f}-{max(ratio):.2f}) | "
                   f"{spread([x['bps'] for x in al])} | {statistics.median(alone):.2f} | "
                   f"{statistics.median([x['cpu_ms'] for x in t]):.1f} | "
                   f"{statistics.median([x['cpu_ms'] for x in f]):.1f} ({statistics.median([x['ferryd_ms'] for x in f]):.1f}) | "
-                  f"{wrong} |", flush=True)
+                  f"{statistics.median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f}) | "
+                  f"{statistics.median([x['cpu_ms'] for x in al]):.1f} | {wrong} |", flush=True)
 
 
 if __name__ == "__main__":
