@@ -148,3 +148,20 @@ TEST_CASE("C++: a gathered, publishing upload and the fence it moves", "[cpp][fe
   CHECK(std::equal(tail.begin(), tail.end(), back.begin() + 100));
   CHECK_THROWS_AS(c.fence(b.id() + 9), ferry::error);
 }
+
+TEST_CASE("C++: a Client used in a forked child throws ECHILD; the parent's goes on", "[cpp][fork]") {
+  Daemon d;
+  ferry::Client c(d.socket);
+  ferry::Buffer b(c, 4096);
+  const std::vector<uint8_t> v(4096, 9);
+  pid_t p = fork_child([&] {
+    try {
+      c.upload(b.id(), 0, v.data(), v.size());
+      return 90;
+    } catch (const ferry::error& e) {
+      return e.code().value() == ECHILD ? 0 : 91;
+    }
+  });
+  CHECK(reap(p) == 0);
+  CHECK(c.wait(c.upload(b.id(), 0, v.data(), v.size())));
+}

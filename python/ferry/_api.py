@@ -131,6 +131,9 @@ def _spans(parts):
 # ---------------------------------------------------------------- records
 @dataclass(frozen=True)
 class Info:
+    """This client's id, staging geometry (slot_bytes: the largest transfer;
+    slot_count), and the daemon's device and backend ("level-zero", "cuda")."""
+
     client_id: int
     slot_bytes: int
     slot_count: int
@@ -410,14 +413,17 @@ class Fence:
 
     @property
     def ready(self):
+        """The last value published into the fence (read now)."""
         return self._f.ready[0]
 
     @property
     def released(self):
+        """The last value released (read now)."""
         return self._f.released[0]
 
     @property
     def failed(self):
+        """The value of the last publishing upload that failed; 0: none."""
         return self._f.failed[0]
 
     @property
@@ -427,6 +433,7 @@ class Fence:
 
     @property
     def released_address(self):
+        """The address of the released word in this process (for a device write of it)."""
         return ctypes.cast(self._f.released, ctypes.c_void_p).value
 
     def release(self, value):

@@ -53,6 +53,7 @@ that upload, never for ever.
 
 import collections
 import collections.abc
+import copy
 import ctypes
 import errno
 import os
@@ -67,11 +68,11 @@ from torch.utils.data._utils import collate as _collate
 
 from . import _api
 
-__all__ = ["DataLoader"]
+__all__ = ["DataLoader", "record_stream"]
 
 _ALIGN = 256  # where each tensor of a batch starts in its buffer (DLPack's and CUDA's allocators' alignment)
 _DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
-           "complex64", "complex128"}
+           "complex64", "complex128", "uint16", "uint32", "uint64"}
 
 
 def _dtype_name(dtype):
@@ -111,25 +112,42 @@ class _Stack:
 def _map(obj, leaf, is_leaf):
     """obj with every leaf x (is_leaf(x)) replaced by leaf(x), through the
     containers torch's collate makes (mappings, namedtuples, tuples, lists,
-    other sequences), each rebuilt as its own type where it can be."""
+    other sequences). Each is rebuilt as what it was: a copy of the same type
+    (its other attributes kept) where it can be, as torch's collate does."""
     if is_leaf(obj):
         return leaf(obj)
     if isinstance(obj, (str, bytes)):
         return obj
     if isinstance(obj, collections.abc.Mapping):
         items = {k: _map(v, leaf, is_leaf) for k, v in obj.items()}
+        if type(obj) is dict:
+            return items
+        if isinstance(obj, collections.abc.MutableMapping):
+            try:
+                c = copy.copy(obj)
+                c.update(items)
+                return c
+            except Exception:  # noqa: BLE001 - a mapping that does not copy: as below
+                pass
         try:
             return type(obj)(items)
         except TypeError:
             return items
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return type(obj)(*(_map(v, leaf, is_leaf) for v in obj))
-    if isinstance(obj, tuple):
-        return tuple(_map(v, leaf, is_leaf) for v in obj)
-    if isinstance(obj, list):
-        return [_map(v, leaf, is_leaf) for v in obj]
-    if isinstance(obj, collections.abc.Sequence):
+    if isinstance(obj, (tuple, list, collections.abc.Sequence)):
         items = [_map(v, leaf, is_leaf) for v in obj]
+        if type(obj) is list:
+            return items
+        if type(obj) is tuple:
+            return tuple(items)
+        if isinstance(obj, collections.abc.MutableSequence):
+            try:
+                c = copy.copy(obj)
+                c[:] = items
+                return c
+            except Exception:  # noqa: BLE001
+                pass
         try:
             return type(obj)(items)
         except TypeError:
@@ -138,11 +156,19 @@ def _map(obj, leaf, is_leaf):
 
 
 def _movable(x):
-    """A tensor ferry moves: a dense CPU tensor of a dtype DLPack names."""
+    """A tensor ferry moves: a plain dense CPU tensor (not a subclass, not
+    one autograd tracks) of a dtype DLPack names. Others travel as torch's
+    DataLoader sends them."""
     if isinstance(x, _Stack):
         return True
-    return (isinstance(x, torch.Tensor) and x.layout == torch.strided and x.device.type == "cpu"
-            and not getattr(x, "is_nested", False) and _dtype_name(x.dtype) in _DTYPES)
+    return (type(x) is torch.Tensor and x.layout == torch.strided and x.device.type == "cpu"
+            and not x.requires_grad and not getattr(x, "is_nested", False) and _dtype_name(x.dtype) in _DTYPES)
+
+
+def _plain(t):
+    """t's values in plain row-major memory: conjugate and negative views
+    resolved (their bytes are not their values), then made contiguous."""
+    return t.resolve_conj().resolve_neg().contiguous()
 
 
 def _layout(structure):
@@ -159,10 +185,10 @@ def _layout(structure):
             spans.append((_zeros(), pad))
             at += pad
         if isinstance(x, _Stack):
-            parts = [p.contiguous() for p in x.parts]
+            parts = [_plain(p) for p in x.parts]
             shape, dtype = x.shape, x.dtype
         else:
-            parts = [x.contiguous()]
+            parts = [_plain(x)]
             shape, dtype = tuple(x.shape), x.dtype
         start = at
         for p in parts:
@@ -201,13 +227,12 @@ def _stack_later(batch, *, collate_fn_map=None):
     return _Stack(list(batch), (len(batch), *first.shape), first.dtype)
 
 
-_LATER = dict(_collate.default_collate_fn_map)
-_LATER[torch.Tensor] = _stack_later
-
-
 def _collate_later(batch):
-    """default_collate, with the stacking of tensors left to the upload."""
-    return _collate.collate(batch, collate_fn_map=_LATER)
+    """default_collate, with the stacking of tensors left to the upload. The
+    map is torch's as it is now (types registered into it count)."""
+    later = dict(_collate.default_collate_fn_map)
+    later[torch.Tensor] = _stack_later
+    return _collate.collate(batch, collate_fn_map=later)
 
 
 # ---------------------------------------------------------------- what travels
@@ -228,6 +253,7 @@ class _Task(int):
 def _task_from_wire(idx, job):
     if _data.get_worker_info() is not None:
         _Worker.job = job
+        _Worker.forget.extend(job.forget)  # kept even if this task uploads nothing
     return int(idx)
 
 
@@ -270,11 +296,20 @@ class _Worker:
     pid = None
     opened = {}
     pending = []  # tickets of uploads whose outcome is not known yet
+    forget = []   # slots the trainer retired: their buffers are gone
 
     @classmethod
     def get(cls, socket):
         if cls.client is None or cls.pid != os.getpid():
             cls.client, cls.pid, cls.opened, cls.pending = _api.Client(socket), os.getpid(), {}, []
+        for slot in cls.forget:
+            b = cls.opened.pop(slot, None)
+            if b is not None:
+                try:
+                    b.free()  # an opened buffer: only this client's name for it goes
+                except _api.Error:
+                    pass
+        cls.forget = []
         return cls.client
 
     @classmethod
@@ -316,13 +351,6 @@ class _Collate:
         if nbytes == 0 or job is None or job.capacity < nbytes:
             return _Spill(_realize(structure), nbytes)
         c = _Worker.get(self.socket)
-        for slot in job.forget:
-            b = _Worker.opened.pop(slot, None)
-            if b is not None:
-                try:
-                    b.free()  # an opened buffer: only this client's name for it goes
-                except _api.Error:
-                    pass
         _Worker.check()
         buf = _Worker.opened.get(job.slot)
         if buf is None:
@@ -345,16 +373,44 @@ class _Slot:
         self.fence = self.buffer.fence
         self.mapping = None
         self.released = 0     # the value whose release was queued last: the next upload waits for it
-        self.state = "free"   # "task": a worker fills it; "out": a delivered batch's tensors live
+        # "task": a worker fills it; "arrived": its batch came, not delivered yet;
+        # "out": a delivered batch's tensors live; "orphan": a batch that will
+        # never be delivered (an epoch ended first) is landing in it (`pending`).
+        self.state = "free"
+        self.pending = 0
+        self.life = None      # the delivered batch's _Life, weakly
         self.retired = False  # freed once nothing uses it and the stream passed `released`
 
 
 class _Life:
     """Referenced by every tensor of one delivered batch: when the last goes,
-    the batch's buffer may be reused after the stream it was delivered on."""
+    the batch's buffer may be reused after the stream it was delivered on
+    (and the streams record_stream added)."""
 
     def __init__(self, pool, slot, value, stream):
-        weakref.finalize(self, pool.done_with, slot, value, stream, os.getpid())
+        self.streams = set()
+        weakref.finalize(self, pool.done_with, slot, value, stream, os.getpid(), self.streams)
+
+
+_pools = weakref.WeakSet()  # every pool of this process, for record_stream
+
+
+def record_stream(tensor, stream):
+    """As torch.Tensor.record_stream, for a tensor of a batch of
+    ferry.torch.DataLoader (or a view of one): its buffer is reused only
+    after `stream` too has done what was queued on it when the batch's last
+    tensor went. torch's own record_stream has no effect on ferry's memory.
+    A tensor that is not a loader's: nothing happens."""
+    ptr = tensor.data_ptr()
+    for pool in list(_pools):
+        with pool.lock:
+            for s in pool.slots.values():
+                m = s.mapping
+                if m is not None and s.state == "out" and m.ptr <= ptr < m.ptr + m.nbytes:
+                    life = s.life() if s.life is not None else None
+                    if life is not None:
+                        life.streams.add(stream.cuda_stream)
+                    return
 
 
 class _Pool:
@@ -379,15 +435,19 @@ class _Pool:
         self.closing = False
         self.reaper = None
         self.pid = os.getpid()
+        self.next_slot = 0  # slot ids are never reused: a worker may still name a retired one
+        _pools.add(self)
 
     # ---- tasks
     def _slot(self, capacity):
         """A free slot of at least `capacity` bytes, made if none is."""
         for s in self.slots.values():
+            if s.state == "orphan" and s.fence.ready >= s.pending:
+                s.state = "free"  # the batch nobody will take landed: the buffer is free
             if s.state == "free" and not s.retired and s.capacity >= capacity:
                 return s
-        ident = max(self.slots, default=0) + 1
-        s = self.slots[ident] = _Slot(self, ident, max(capacity, 1))
+        self.next_slot += 1
+        s = self.slots[self.next_slot] = _Slot(self, self.next_slot, max(capacity, 1))
         return s
 
     def job(self, task, worker):
@@ -412,14 +472,30 @@ class _Pool:
                 # Now the size is known: at least one buffer's worth, so that
                 # batches with nothing to upload do not go one at a time.
                 self.capacity = max(self.capacity, _round(data.nbytes))
-            if s is None or isinstance(data, _Batch):
-                return  # a batch is delivered next
+            if s is None:
+                return
+            if isinstance(data, _Batch):
+                s.state, s.pending = "arrived", data.value  # delivered next, or orphaned by a reset
+                return
             # No upload (spilled, or the iterable ended); or a worker error,
             # after which the buffer may be half written: not reused.
             s.state = "free"
             if not isinstance(data, (_Spill, _dl._utils.worker._IterableDatasetStopIteration)) or \
                     s.capacity < self.capacity:
                 self._retire(s)
+
+    def new_epoch(self):
+        """Every worker acknowledged a new epoch (persistent workers): tasks of
+        the last one that never answered uploaded nothing; batches that came
+        but were never delivered (the user broke off) are orphans, free once
+        they landed."""
+        with self.lock:
+            for s in self.slots.values():
+                if s.state == "task":
+                    s.state = "free"
+                elif s.state == "arrived":
+                    s.state = "orphan"
+            self.by_task.clear()
 
     def _retire(self, s):
         s.retired = True
@@ -428,13 +504,16 @@ class _Pool:
 
     # ---- batches
     def deliver(self, data):
-        """The batch the user gets, from a worker's answer."""
-        self._check_failures()
+        """The batch the user gets, from a worker's answer. An earlier
+        batch's failed upload is raised in its place."""
         if isinstance(data, _Spill):
-            return self.collated(data.structure)
-        if isinstance(data, _Batch):
-            return self._tensors(data, self.slots[data.slot])
-        return data
+            out = self.collated(data.structure)
+        elif isinstance(data, _Batch):
+            out = self._tensors(data, self.slots[data.slot])
+        else:
+            out = data
+        self._check_failures()
+        return out
 
     def collated(self, structure):
         """A batch collated in this process (num_workers=0, or a spill): uploaded
@@ -444,7 +523,7 @@ class _Pool:
             return _map(template, lambda x: self._empty(x), lambda x: isinstance(x, _Leaf))
         with self.lock:
             self.capacity = max(self.capacity, _round(nbytes))
-            s = self._slot(nbytes)
+            s = self._slot(self.capacity)
             s.state = "task"
             self.value += 1
             value = self.value
@@ -470,7 +549,7 @@ class _Pool:
                 return t
 
             out = _map(batch.template, leaf, lambda x: isinstance(x, _Leaf))
-            self.done_with(s, batch.value, None, self.pid)
+            self.done_with(s, batch.value, None, self.pid, ())
             return out
         from . import device as _device
 
@@ -478,10 +557,10 @@ class _Pool:
             s.mapping = _device.open(s.buffer, device=self.device.index)
         stream = torch.cuda.current_stream(self.device).cuda_stream
         ready = _device.Ready(s.fence, batch.value)
-        with self.lock:
-            s.state = "out"
-            self.delivered.append((s, batch.value))
         life = _Life(self, s, batch.value, stream)
+        with self.lock:
+            s.state, s.life = "out", weakref.ref(life)
+            self.delivered.append((s, batch.value))
 
         def leaf(x):
             if x.nbytes == 0:
@@ -504,9 +583,9 @@ class _Pool:
         if s.mapping is None:
             s.mapping = _device.open(s.buffer)
         s.fence.wait(batch.value)
-        with self.lock:
-            s.state = "out"
         life = _Life(self, s, batch.value, None)
+        with self.lock:
+            s.state, s.life = "out", weakref.ref(life)
 
         def leaf(x):
             if x.nbytes == 0:
@@ -524,22 +603,30 @@ class _Pool:
 
         return _map(batch.template, leaf, lambda x: isinstance(x, _Leaf))
 
-    def done_with(self, s, value, stream, pid):
+    def done_with(self, s, value, stream, pid, others):
         """The batch's last tensor went: release its buffer after `stream`
-        (CUDA), or now (read back to the host)."""
+        and `others` (CUDA), or now (read back to the host). Runs in a
+        finalizer: whatever fails, the slot does not stay taken."""
         if pid != os.getpid() or sys.is_finalizing():
             return  # a forked child's copy of the trainer's objects, or the interpreter's end
         with self.lock:
-            if stream is None:
-                s.fence.release(value)
-            else:
-                cu = s.mapping._cuda
-                cu.write_value(s.mapping.device, stream, cu.device_word(s.mapping.device, s.fence.released_address),
-                               value)
-            s.released = value
-            s.state = "free"
-            if self.closing or s.capacity < self.capacity:
-                self._retire(s)  # too small for the batches now, or the loader is done
+            try:
+                if stream is None:
+                    s.fence.release(value)
+                else:
+                    for other in others:  # record_stream: the release waits for those streams' work too
+                        if other != stream:
+                            ev = torch.cuda.Event()
+                            ev.record(torch.cuda.ExternalStream(other, device=self.device))
+                            torch.cuda.ExternalStream(stream, device=self.device).wait_event(ev)
+                    cu = s.mapping._cuda
+                    cu.write_value(s.mapping.device, stream,
+                                   cu.device_word(s.mapping.device, s.fence.released_address), value)
+                s.released = value
+            finally:
+                s.state, s.life = "free", None
+                if self.closing or s.capacity < self.capacity:
+                    self._retire(s)  # too small for the batches now, or the loader is done
 
     def _check_failures(self):
         """Raises if an upload of a batch already delivered failed (its tensors
@@ -567,9 +654,8 @@ class _Pool:
             # Buffers of tasks never delivered go too: a worker's upload still
             # in flight to one ends first (ferryd sees to that).
             for s in self.slots.values():
-                if s.state == "task":
+                if s.state != "out":
                     s.state = "free"
-                if s.state == "free":
                     s.retired = True
             self.by_task.clear()
             self._reap()
@@ -586,7 +672,7 @@ class _Pool:
                         s.buffer.free()  # closes the mapping first
                     except (_api.Error, BufferError):
                         continue
-                    del self.slots[ident]
+                    self.slots.pop(ident, None)  # a nested reap (a finalizer in free()) may have
             if self.closing and not self.slots:
                 self.client.close()
                 return
@@ -653,6 +739,11 @@ class _MultiIter(_dl._MultiProcessingDataLoaderIter, _FerryBase):
             self._index_queues = [_TaskQueue(q, i, self) for i, q in enumerate(self._index_queues)]
             self._ferry_waiting = []   # tasks held back until the batches' size is known
             self._ferry_bare = set()   # tasks out without a buffer
+            self._ferry_acks = None
+        else:
+            self._ferry_acks = 0       # counting the workers' acknowledgements of the new epoch
+            self._ferry_waiting = []
+            self._ferry_bare = set()
         super()._reset(loader, first_iter)
 
     def _ferry_put(self, q, obj, args, kwargs):
@@ -673,6 +764,11 @@ class _MultiIter(_dl._MultiProcessingDataLoaderIter, _FerryBase):
 
     def _get_data(self):
         idx, data = super()._get_data()
+        if isinstance(idx, _dl._utils.worker._ResumeIteration) and self._ferry_acks is not None:
+            self._ferry_acks += 1
+            if self._ferry_acks == self._num_workers:  # every worker is past the last epoch
+                self._ferry_acks = None
+                self._ferry.new_epoch()
         if type(idx) is int:  # not a _ResumeIteration's acknowledgement
             self._ferry.arrived(idx, data)
             self._ferry_bare.discard(idx)

@@ -97,6 +97,31 @@ class CudaLoaderTest(unittest.TestCase):
                                     f"want {ref[wrong[:3]].tolist()}")
         self.assertLess(max(made), 25, f"buffers made: {max(made)}")  # reused
 
+    def test_a_batch_taken_on_a_side_stream_and_used_on_another(self):
+        # The prefetcher pattern: batches delivered on a side stream, used on the
+        # main one (which is slow), recorded there with ferry.torch.record_stream:
+        # no buffer is overwritten while the main stream still reads it.
+        side, main = torch.cuda.Stream(), torch.cuda.current_stream()
+        cycles = _cycles_per_ms()
+        it = iter(self.loader(Frames(240), batch_size=8, num_workers=4))
+        sums = []
+        while True:
+            with torch.cuda.stream(side):
+                try:
+                    b = next(it)
+                except StopIteration:
+                    break
+            main.wait_stream(side)
+            for t in b.values():
+                ft.record_stream(t, main)
+            torch.cuda._sleep(cycles)  # main is behind
+            sums.append(b["x"].double().sum())
+            del b
+        got = torch.stack(sums).cpu()
+        ref = torch.stack([sum(Frames(240)[j]["x"].double().sum() for j in range(i * 8, i * 8 + 8))
+                           for i in range(30)])
+        self.assertEqual([i for i in range(30) if got[i] != ref[i]], [])
+
     def test_kept_batches_keep_their_buffers(self):
         batches = list(self.loader(Frames(96), batch_size=8, num_workers=2))
         torch.cuda.synchronize()
