@@ -202,6 +202,10 @@ class Gather {
     while (n != 0) {
       const uint64_t begin = ends_[i] - iov_[i].bytes;
       const uint64_t take = std::min(n, ends_[i] - at);
+      if (take == 0) {  // an empty range (its base may be NULL)
+        ++i;
+        continue;
+      }
       stage_copy(dst, static_cast<const char*>(iov_[i].base) + (at - begin), take, stream);
       dst += take;
       at += take;
