@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // cuda_bench: ferry on a real NVIDIA GPU (ferryd --backend cuda) against the
 // CUDA runtime's direct paths, side by side in one run:
 //   pageable-sync   cudaMemcpyAsync from pageable memory + cudaStreamSynchronize

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // cuda_ipc_check: on a real NVIDIA GPU, a consumer process opens a buffer that
 // ferryd (--backend cuda) allocated and a producer filled, with
 // cuIpcOpenMemHandle in its own context, and checks the bytes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ferry_bench: ferry's upload path against the direct Level Zero paths, side
 // by side in one run, on the same (simulated) device model.
 //

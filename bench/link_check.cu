@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // link_check: what the host can move to several GPUs at once with no ferry
 // in the way. One thread per GPU copies from its own pinned (page-locked)
 // buffer to device memory with cudaMemcpyAsync for a few seconds, all GPUs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // loader_bench: the data-loader pattern users run today against ferry, on a
 // real NVIDIA GPU. N worker processes (no GPU context) produce batches; one
 // training process consumes them in order with a kernel that reads every

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Where the time goes per small upload: instructions (callgrind) and system
 # calls (strace -c) of the client and of ferryd, for N 1 KiB uploads.
 # Prints Markdown. usage: bench/profile.sh BUILD_DIR [N]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs every benchmark on the simulated device and writes docs/BENCHMARKS.md
 # and docs/bench_bandwidth.png.
 #   bash bench/run.sh           full run (a few minutes)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* small_uploads: N back-to-back 1 KiB uploads from one client, then a flush.
  * The workload bench/profile.sh runs under callgrind and strace. */
 #include <ferry/ferry.h>

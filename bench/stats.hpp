@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Timing and summary helpers shared by ferry_bench and cuda_bench.
 #pragma once
 

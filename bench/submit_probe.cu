@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // submit_probe: where the time of a medium upload goes on a CUDA device, with
 // no ferry in the way. One process plays both sides of ferry's hot path: the
 // "client" (main thread) copies a pageable source into a registered staging

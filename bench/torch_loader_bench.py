@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """ferry.torch.DataLoader against PyTorch's own loading path, on a GPU.
 
     torch: torch.utils.data.DataLoader(..., pin_memory=True) + .to(device, non_blocking=True)

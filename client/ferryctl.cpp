@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ferryctl: ask running ferryds what they hold. See `ferryctl --help`.
 #include <dirent.h>
 #include <sys/socket.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Runs at install time (install(CODE) includes it): CMAKE_INSTALL_PREFIX is
 # then the prefix being installed to, including `cmake --install --prefix P`,
 # so the paths written into the systemd units are those of the installed

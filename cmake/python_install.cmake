@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Runs at install time (python/CMakeLists.txt includes it through
 # install(CODE)): installs the Python package for the prefix installed to,
 # with ferry/_build.py naming this build's version and the installed library.

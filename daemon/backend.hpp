@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The seam between the transfer engine and a device. Level Zero and CUDA
 // implement it; the engine knows nothing else of the device.
 #pragma once

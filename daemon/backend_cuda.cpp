@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CUDA backend, on the driver API opened at run time: libcuda.so.1 is never a
 // link-time dependency, so ferryd starts (and reports CUDA unavailable) where
 // no NVIDIA driver is installed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Level Zero backend: one context, an immediate command list on a copy-only
 // queue group when the device has one, host-visible events for completion.
 // The loader is opened at run time, so ferryd starts without it.

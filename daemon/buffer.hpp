@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Device memory as the engine lends it to clients: a buffer lives while its
 // owner's table or a copy in flight holds a reference; the engine's deleter
 // gives the memory back to the backend when the last one goes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "client_state.hpp"
 
 #include <linux/futex.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What one client holds: its staging segment and ticket window, its table of
 // buffers and event pools, its statistics. Created and released by the
 // engine (TransferEngine::add_client); lives while its session is open or any

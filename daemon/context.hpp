@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What every session is given: the engine, the settings, and the server's
 // counters and state. Owned by the server; io thread only.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The engine's copy path: check a transfer, queue it on the backend, and
 // retire it when the device reports it done.
 #include "engine.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The transfer engine: the only part of ferryd that talks to the device
 // (through the Backend seam). It owns the backend, every client's state, the
 // grants, the device memory lent to clients, and the copies in flight.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The engine's resources: clients, the device memory lent to them, their
 // event pools and grants. Every call into the backend for them is here.
 #include <cerrno>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The engine's polling side: clients' submission rings, finished copies
 // reaped without a wait, and the hand-over to the retire thread and to
 // Doorbell messages while the poller sleeps. io thread only, except where

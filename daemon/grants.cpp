@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "grants.hpp"
 
 #include <sys/random.h>

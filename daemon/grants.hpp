@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Grants: whoever presents a grant's token may use the owner's buffer with
 // the rights it names. The registry belongs to the engine; io thread only.
 #pragma once

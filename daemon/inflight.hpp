@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The copies a backend has queued, in submission order, for both backends:
 // the engine's thread pushes, the retire thread waits on the oldest and
 // takes every finished one after it in one batch.

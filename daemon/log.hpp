@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Logging to stderr (journald adds the time under systemd).
 #pragma once
 

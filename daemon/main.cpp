@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ferryd: one daemon per device. See `ferryd --help`.
 #include <sys/prctl.h>
 #include <sys/resource.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "mps.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Whether CUDA contexts of this process go through NVIDIA's Multi-Process
 // Service (the CUDA backend reports it: status device.sharing).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ferryd's settings: every one is a command-line flag (and, later, a line of
 // the configuration file).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "outbox.hpp"
 
 #include <sys/socket.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A session's outgoing bytes: queued in order, written one batch at a time,
 // a message that carries a descriptor sent alone with it (SCM_RIGHTS).
 // Bounded: a peer that stops reading is reported (`on_failed`) instead of

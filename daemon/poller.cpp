@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "poller.hpp"
 
 #include <sched.h>

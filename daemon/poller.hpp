@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The poller: the io thread's main loop. While there is work it does not
 // sleep: it looks at every client's submission ring and at the device's
 // finished copies in turn, and lets Asio run what is ready on the sockets

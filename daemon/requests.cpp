@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "requests.hpp"
 
 #include <fcntl.h>

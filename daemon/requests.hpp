@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The request handler: what ferryd does with each message a client may send.
 // One per session; it holds the session's client state (after Hello) and
 // answers through the Peer, which the session implements. io thread only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "segment.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A client's staging segment: a memfd the daemon creates, maps and hands to
 // exactly one client. New memfds are zero-filled, so no client ever sees
 // bytes another one staged.

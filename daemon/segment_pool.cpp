@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "segment_pool.hpp"
 
 #include <pthread.h>

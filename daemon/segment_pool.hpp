@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Staging segments made ahead of time, on a thread of their own: creating one
 // (a memfd, its zero-filled pages mapped and populated) takes milliseconds,
 // and the io thread is the poller every client's uploads go through; so does

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The server: the listening socket, the signals and the orderly stop. It
 // owns the engine (through the Context it hands to sessions) and the
 // session manager; everything runs on one io_context thread.

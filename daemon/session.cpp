@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "session.hpp"
 
 #include <linux/sockios.h>

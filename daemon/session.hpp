@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One connection: reads and decodes messages, hands each to its Requests
 // handler, and writes through its Outbox. A malformed message closes this
 // session and touches nothing else. io thread only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The open sessions: started here, forgotten when they close, stopped
 // together when the daemon stops. io thread only.
 #pragma once

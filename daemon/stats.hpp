@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Counters and histograms the daemon keeps for status and metrics. Plain
 // data, owned by whoever counts (the engine, a client's state); io thread only.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The status document (`ferryctl status --json`, schema in ferryctl(1)), the
 // one-line summary systemd shows, and who may see every client.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "systemd.hpp"
 
 #include <fcntl.h>

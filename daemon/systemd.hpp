@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The two systemd protocols ferryd speaks, implemented directly (they are a
 // datagram and an environment convention) so that ferryd needs no libsystemd
 // at run time: readiness notification and socket activation.

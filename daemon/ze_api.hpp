@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What ferryd takes from the Level Zero loader (opened at run time) and from
 // Intel's driver extensions: the function list, their table, and the
 // extension signatures as the compute runtime declares them.

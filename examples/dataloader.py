@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """A data-loader pipeline across processes, through ferry.
 
 The training process (this one) allocates a few device buffers and grants

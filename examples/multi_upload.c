@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* multi_upload: several processes upload into device buffers through ferryd
  * at once, then each verifies its buffer by downloading it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* producer_consumer: N producer processes, none with a GPU context, upload
  * frames into a ring of device buffers owned by one consumer, which computes
  * on them with the device's kernels and checks every frame.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The version comes from the source tree's VERSION file (CMake's too), and
 goes into ferry/_build.py of the built package; see pyproject.toml."""
 

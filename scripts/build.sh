@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Configures and builds ferry into a build folder.
 # usage: scripts/build.sh BUILD_DIR [extra cmake args...]
 set -euo pipefail

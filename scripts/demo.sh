@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The main job: ferryd on the simulated device, several client processes
 # uploading into device buffers and verifying by download, the daemon's
 # occupancy shown while they run, then an orderly stop.

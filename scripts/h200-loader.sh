@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the GPU machine (the `device` tool) with .device carried
 # (scripts/h200-pack.sh): loader_bench, the pin-memory data-loader pattern
 # against ferry, under MPS (the default a CUDA host should run ferryd with)

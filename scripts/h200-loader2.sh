@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the 2-GPU machine (the `device` tool, kind nvidia-h200-x2) with
 # .device carried (scripts/h200-pack.sh): one ferryd per GPU (as ferryd@0 and
 # ferryd@1 would run), and the data-loader benchmark on each GPU alone, then

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the GPU machine: the CUDA tests, then the bandwidth table up to
 # 4 MiB under several settings (medium uploads against pageable
 # cudaMemcpy), each three times. Results under $OUT.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the GPU machine with .device carried (scripts/h200-pack.sh): what
 # ferry-mps.service sets up, done by hand (no systemd there): the MPS control
 # daemon with a pipe directory shared by ferryd and the applications; ferryd

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the GPU machine (the `device` tool) with .device carried (scripts/h200-pack.sh):
 # the ordering tests on the CUDA backend, then cuda_bench's ordering sections
 # (idle call, the reused-region loop, the call behind a 30 ms kernel) five

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds what scripts/h200.sh needs (Release, CUDA backend and benchmark) and
 # copies the binaries into .device/, laid out as a build tree.
 set -euo pipefail

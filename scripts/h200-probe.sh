@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the GPU machine: ferry's medium uploads beside the floor of any
 # staged path, in the same call. Alternately, three times: the bandwidth
 # table up to 4 MiB (cuda_bench against a ferryd), then bench/submit_probe at

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the 2-GPU machine (kind nvidia-h200-x2) with .device carried: one
 # ferryd per GPU; P producer processes per GPU upload 4 MiB pageable pieces
 # for 2 s (cuda_bench --producers-only), first on GPU 0 alone, then on both

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the GPU machine (the `device` tool) with .device carried
 # (scripts/h200-pack.sh): the submission ring against the message path.
 # cuda_bench's idle 1 KiB section with ferryd's poller (the default), with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the GPU machine (the `device` tool) with .device carried
 # (scripts/h200-pack.sh): cuda_bench's bandwidth table under three slot
 # geometries of the same 16 MiB segment, to choose ferryd's default.

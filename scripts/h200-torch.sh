@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the GPU machine (the `device` tool) with .device carried
 # (scripts/h200-pack.sh): fences and fork safety on the CUDA backend, the
 # CUDA tests of ferry.torch and ferry.device (python/tests/test_torch_cuda.py),

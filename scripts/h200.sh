@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs on the GPU machine (the `device` tool), from the repository root, with
 # a folder of binaries built here (scripts/h200-pack.sh) carried as .device.
 # Writes results under $OUT: the CUDA integration tests, the CUDA benchmark,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs every build and test dependency of ferry from Debian bookworm packages.
 # Safe to run again: apt-get skips what is already installed.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs every test: installs what is needed, builds with warnings as errors,
 # runs the suite, then runs it again under AddressSanitizer+UBSan and under
 # ThreadSanitizer, then fuzzes the decoder for a minute.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ferry-sim-check: loads the simulated driver through the system Level Zero
 // loader and shows, step by step, that it behaves as ferry needs: a copy-only
 // queue group, asynchronous in-order copies, and the pageable-source hazard.

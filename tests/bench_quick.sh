@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # CI's short benchmark run: every scenario of ferry_bench briefly, against a
 # ferryd on the simulated device. It asserts nothing about time; it fails if
 # any upload path fails. usage: bench_quick.sh BUILD_DIR

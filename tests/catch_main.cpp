@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Catch2's main, in its own file (it compiles slowly). Before any test runs,
 // it points the Level Zero loader at the simulated driver, with the
 // validation layer checking every call, and sets the simulated device's

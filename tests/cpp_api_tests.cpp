@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The C++ wrapper (ferry/ferry.hpp): RAII ownership, exceptions carrying the
 // errno, and every wrapper reaching the C call it names.
 #include <ferry/ferry.hpp>

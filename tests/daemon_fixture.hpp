@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Runs a real ferryd on the simulated device for a test, and speaks the raw
 // protocol when a test must send what libferry never would.
 #pragma once

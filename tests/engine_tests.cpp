@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The slot lifecycle and the transfer engine, on the real Level Zero backend
 // over the simulated device.
 #include <sys/socket.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Ordering across processes on the device (fences): a producer's upload into
 // a granted buffer publishes a value into the owner's fence, which the
 // owner's own queue waits for; the owner's queue releases the buffer, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A client inherited across fork(): every call in the child fails with
 // -ECHILD and touches nothing of the parent's (no staging byte, no ring
 // entry, no message), while the parent goes on; the child connects its own.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Compiles each public header alone, as C11. */
 #include <ferry/ferry.h>
 #include <ferry/sim.h>

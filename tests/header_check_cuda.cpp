@@ -1,2 +1,3 @@
+// SPDX-License-Identifier: MIT
 // ferry/cuda.h alone, as C++.
 #include <ferry/cuda.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Two clients under different uids. Needs root (to become another user);
 // reports skipped (77) otherwise. Uses the account given by
 // $FERRY_TEST_USER (scripts/test.sh creates "ferrytest"), else "nobody".

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Operations checks: the systemd units verify cleanly (warnings fail), their
 # security exposure is printed; socket activation through
 # systemd-socket-activate with real client uploads; READY=1 and STOPPING=1

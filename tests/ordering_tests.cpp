@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Uploads in the application's own queue order, on the simulated device:
 // the device-written timeline, a queue that waits on a ticket (read after
 // upload), ferry_upload_after (write after read), and the isolation of holds.

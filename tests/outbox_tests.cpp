@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The daemon's Outbox over a socketpair: order, descriptors, coalesced
 // completions, the bound on a peer that does not read, and close-after-write.
 #include <fcntl.h>

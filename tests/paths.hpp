@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Where the build's programs are, found from the test program's own location
 // so that a build folder still works after it was moved or carried elsewhere.
 #pragma once

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* producer_client: a producer process with no GPU context of its own. It opens
  * a buffer granted to it, uploads a frame, waits, and exits with 0 on
  * success or with the (positive) errno of the first failure.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The decoder: every message, truncated, oversized and wrong-version input.
 #include <catch2/catch.hpp>
 #include <cstring>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The Python package as users install it: `pip install` from the source tree
 # (offline, with Debian's setuptools) and `cmake --install` into a prefix;
 # each copy imports, finds the library, and reports the build's version.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Faults survived and bad input refused: the daemon stays up, reclaims what a
 // dead client held, and never lets one session disturb another.
 #include <dirent.h>

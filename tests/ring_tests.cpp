@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The submission ring (kFeatureSubmitRing): transfers published in the
 // segment, the Doorbell only while the poller sleeps, and a ring a client
 // fills with nonsense ending only its own session.

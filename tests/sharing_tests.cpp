@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Producers fill device buffers that a consumer computes on: grants, export
 // to the consumer's own Level Zero context, import of the consumer's own
 // allocations, and device-side ordering through IPC events. The consumer is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The rest of the 1.4 core API on the simulated device, through the system
 // loader and its validation layer: contexts, device properties, region and
 // cross-context copies, timestamps (global and kernel), launch variants,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The simulated device as most sim tests need it: one driver, device and
 // context through the system loader (catch_main.cpp sets it and the
 // validation layer up), an immediate list on each queue group, and a pool of

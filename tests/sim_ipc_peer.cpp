@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The other process of the simulated device's IPC tests. Receives a handle
 // and its fd over fd 3 (SCM_RIGHTS), as a real application would from a
 // socket, and uses it through its own context.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The simulated Level Zero device, exercised through the system loader and its
 // validation layer (catch_main.cpp sets both up).
 #include <fcntl.h>

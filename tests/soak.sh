@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Soak: repeats the fault tests (random client kills, floods, bad input, a lost
 # device) for MINUTES (default 30) against fresh daemons, and stops at the
 # first failure. usage: tests/soak.sh BUILD_DIR [MINUTES]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* stream_client: connects to ferryd, takes a buffer, says "r" on stdout once
  * it holds them, then uploads without end until it is killed. The fault
  * tests start it as a real client process and kill it mid-stream.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Checks the shape docs/DESIGN.md promises: every source file of daemon/ and
 client/src/ small enough to read in one sitting, no include cycle among the
 project's own headers, and proto/ at the bottom (it includes nothing of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The upload path end to end: a real ferryd on the simulated device, real
 // client processes through libferry, and raw-protocol peers where a test must
 // misbehave.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // An application's own Level Zero state on the simulated device, for tests
 // that check what a consumer sees through its own context.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The C ABI (ferry/ferry.h): argument checks, then the connection, the
 // timeline and the transfer paths do the work.
 #include <grp.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The C ABI's buffers (ferry/ferry.h): allocations, sharing them with other
 // processes and contexts, and their fences. Each is a request to the daemon
 // (one round trip) or a look at what this client remembers of its buffers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What a ferry_client is: the connection, the timeline, the mapped staging
 // segment, the buffers this client may name, and the staging pool.
 #pragma once

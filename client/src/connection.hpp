@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The client's connection to ferryd: the socket, the Hello/Welcome exchange,
 // the receiver thread, and requests answered by replies told apart by type.
 // Timeline messages (TicketFailed, Completion) go to the Timeline.

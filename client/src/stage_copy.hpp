@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The staging copy: the caller's bytes into a slot. A slot is written once
 // and read next by the device, never by this CPU, so larger pieces go with
 // non-temporal stores: no cache line is read before it is overwritten (no

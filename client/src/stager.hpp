@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The staging pool: runs the pieces of a large upload on several threads.
 #pragma once
 

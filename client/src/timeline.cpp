@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "timeline.hpp"
 
 #include <linux/futex.h>

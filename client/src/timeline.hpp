@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The client's ticket timeline: tickets handed out in order, the daemon's
 // `completed` counter read from the segment, failures and upload groups
 // from the receiver, and every wait a caller can make on them.

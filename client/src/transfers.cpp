@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Uploads and downloads through the client's slots.
 #include <algorithm>
 #include <thread>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ThreadSanitizer annotations for the slot hand-off.
 #pragma once
 

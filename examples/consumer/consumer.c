@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* consumer: the smallest program built against an installed ferry, through
  * pkg-config or CMake's find_package. Uploads 1 MiB, downloads it, compares.
  * usage: consumer [SOCKET] */

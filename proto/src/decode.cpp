@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The decoder: good / bad / need-more, and how much a good message consumed.
 #include <cstring>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "ferry/wire.hpp"
 
 #include <sys/socket.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """ferry for Python: non-blocking uploads to a GPU through ferryd.
 
 Pure Python over libferry's C ABI (ctypes): nothing to build beyond the

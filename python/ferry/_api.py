@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Client, Buffer and errors over the C ABI."""
 
 import contextlib

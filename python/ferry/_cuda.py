@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The CUDA driver API through ctypes (libcuda.so.1), opened on first use:
 what ferry.device needs to open a buffer in this process's own context and
 to order a stream with a fence. Entry points come from cuGetProcAddress_v2 at

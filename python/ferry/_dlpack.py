@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """DLPack capsules made with ctypes (the DLPack 0.8 layout, an unversioned
 "dltensor" capsule, which every consumer takes): ferry.device hands a view of
 device memory to PyTorch, CuPy, JAX or NumPy without a copy. The capsule keeps

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Finding libferry and declaring its C functions (ferry/ferry.h)."""
 
 import ctypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Level Zero through ctypes (the system's libze_loader.so.1), opened on
 first use: what ferry.device needs to open a buffer's IPC handle in a
 context of this process. No compiled code."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Device buffers in this process's own GPU context, as arrays other
 libraries take without a copy.
 

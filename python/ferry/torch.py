@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """ferry.torch.DataLoader: torch.utils.data.DataLoader, with every batch
 already on the device.
 

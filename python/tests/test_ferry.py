@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The Python package against a real ferryd on the simulated device.
 
 Run by ctest (python_tests): FERRYD names the daemon binary and

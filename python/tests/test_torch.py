@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """ferry.torch.DataLoader against torch's own DataLoader, on the simulated
 device (device="cpu": each batch is read back from its device buffer).
 

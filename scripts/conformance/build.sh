@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds Intel's Level Zero conformance suites (oneapi-src/level-zero-tests,
 # commit 663d4f5a: the state that builds against bookworm's loader 1.8.12)
 # and lays out a folder to run them from, for scripts/conformance/run_each.py.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Runs each test of Intel's Level Zero conformance binaries alone, with
 ferry's simulated device as the driver under the system loader, each under a
 30 s timeout (some of the suite's tests hang once a SPIR-V module failed),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Level Zero entry points of the simulated driver. None of these symbols is
 // exported: the loader reaches them only through the tables in ddi.cpp.
 #include "api.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Entry points of the simulated driver, for the tables in ddi.cpp.
 #pragma once
 

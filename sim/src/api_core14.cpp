@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Core functions of the API version the simulated driver reports (1.4) that
 // the first version left out: the conformance suite's context, device,
 // copy-region, range-barrier and memory-hint cases. Built from the entry

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The rest of the 1.4 core for modules, kernels and timestamps: kernel
 // timestamps of events (the device clock when the signalling command started
 // and ended, the clock zeDeviceGetGlobalTimestamps reads), the launch

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Virtual and physical memory (zeVirtualMem*, zePhysicalMem*), residency and
 // peer access: the rest of the 1.4 core for memory.
 //

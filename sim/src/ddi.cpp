@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The only symbols the simulated driver exports: the table getters the
 // Level Zero loader dlsym()s. Every core (ze) function of API 1.4 has an
 // entry; the tools (zet) and sysman (zes) tables are returned with NULL

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The engine: a thread that executes one queue's commands in order.
 //
 // A copy reads its source when it executes, not when it was appended: that is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Configuration, time, memory registry and events of the simulated device.
 #include <linux/futex.h>
 #include <fcntl.h>

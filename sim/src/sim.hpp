@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Internal objects of the simulated Level Zero driver.
 //
 // Every handle the driver gives out is a pointer to one of the objects below.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: the wire decoder on arbitrary bytes, used the way ferryd
 // and libferry use it (a stream of messages, each copied out by type).
 #include <cstdint>

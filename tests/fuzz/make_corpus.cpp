@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Writes the seed corpus: one file per message type, and a few streams.
 #include <cstdio>
 #include <string>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds the decoder's libFuzzer target with clang (ASan + UBSan) and fuzzes
 # for SECONDS (default 60), starting from the corpus kept in the repository.
 # New inputs go to a scratch folder; the repository's corpus is only read.

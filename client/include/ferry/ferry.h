@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libferry: non-blocking, safe host-to-device uploads through ferryd.
  *
  * A process connects to the daemon of one device, allocates device buffers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // C++ wrapper of libferry: RAII types and exceptions over the C ABI in
 // ferry.h. It adds no second implementation. Needs C++14 or later.
 #pragma once

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Orders an application's Level Zero command lists with its ferry uploads,
  * on the device, with no host thread: header-only, so libferry gains no link
  * dependency; the application links the Level Zero loader itself.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unix-socket helpers shared by ferryd, libferry, ferryctl and the tests:
 // connecting to a path, sending a message with one file descriptor
 // (SCM_RIGHTS), and collecting the descriptors that arrive with bytes.

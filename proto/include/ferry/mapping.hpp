@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A staging segment's mapping, on both sides, through Boost.Interprocess:
 // `mapped_region` owns the mapping (unmapped when it goes), `file_mapping`
 // opens the segment's memfd through /proc/self/fd/N for it. The memfd's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ferry wire protocol, version 2 (staging by offset): every message between libferry and ferryd,
 // and the header of a client's staging segment. This file is the single
 // source of truth; both sides include it.

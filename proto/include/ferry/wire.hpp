@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Blocking wire I/O over a Unix stream socket, shared by libferry, ferryctl,
 // ferryd's tests and tools: whole sends, exact reads, one whole message at a
 // time through decode(), and the default socket path.

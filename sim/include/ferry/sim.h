@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* ferry simulated Level Zero device: names a program needs to use it.
  *
  * The simulated driver is a Level Zero driver library (libze_ferry_sim.so)
