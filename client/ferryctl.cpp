@@ -155,7 +155,7 @@ unsigned long long num(const json::object& o, const char* path) {
 
 std::string str(const json::object& o, const char* path, const char* dflt = "?") {
   const json::value* v = at(o, path);
-  if (v == nullptr) return dflt;
+  if (v == nullptr || v->is_null()) return dflt;
   if (v->is_string()) return std::string(v->as_string());
   if (v->is_bool()) return v->as_bool() ? "yes" : "no";
   return json::serialize(*v);
@@ -200,6 +200,8 @@ std::string bar(unsigned long long used, unsigned long long total, int width) {
 void print_status(const json::object& d) {
   std::printf("ferryd %s (pid %llu)\n", str(d, "version").c_str(), num(d, "pid"));
   std::printf("device      %llu: %s\n", num(d, "device.index"), str(d, "device.name").c_str());
+  if (const std::string fb = str(d, "device.fallback", ""); !fb.empty())
+    std::printf("            simulated in place of a GPU: %s (ferryd's fallback-sim)\n", fb.c_str());
   std::printf("backend     %s, %s; copy engine: %s; host import: %s\n", str(d, "device.backend").c_str(),
               str(d, "device.driver").c_str(), str(d, "device.copy_engine").c_str(), str(d, "device.host_import").c_str());
   std::printf("timeline    %s\n", str(d, "device.timeline") == "device"

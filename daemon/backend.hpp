@@ -23,6 +23,9 @@ struct DeviceInfo {
   // "time-sliced" (each context gets the GPU in turn); "" where the backend
   // has no such notion (Level Zero).
   std::string sharing;
+  // Why the simulated device serves in place of a GPU (no GPU driver on the
+  // host, --fallback-sim); "" when it is the device asked for.
+  std::string fallback;
 };
 
 // An IPC handle of a device allocation or event pool, as the driver gives it.
@@ -62,6 +65,7 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const DeviceInfo& info() const = 0;
+  void set_fallback(const std::string& why) { const_cast<DeviceInfo&>(info()).fallback = why; }
 
   // Device memory. Called from the engine's thread.
   virtual int alloc(uint64_t bytes, void** out) = 0;

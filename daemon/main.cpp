@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // ferryd: one daemon per device. See `ferryd --help`.
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -23,6 +24,7 @@
 #include "log.hpp"
 #include "options.hpp"
 #include "server.hpp"
+#include "startup.hpp"
 #include "systemd.hpp"
 
 namespace po = boost::program_options;
@@ -52,28 +54,22 @@ Exit status: 0 after an orderly stop, 1 when the device or socket cannot be
 set up, 2 on a usage error.
 )";
 
-// Finds the simulated driver: $FERRY_SIM_DRIVER, the installed copy beside
-// this program, or the one in the build tree.
-std::string locate_sim() {
-  if (const char* e = std::getenv("FERRY_SIM_DRIVER"); e != nullptr && *e != '\0') return e;
-  char exe[PATH_MAX] = {};
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) {
-    std::string dir(exe, static_cast<size_t>(n));
-    dir = dir.substr(0, dir.rfind('/'));
-    for (const char* rel : {"/../lib/ferry/libze_ferry_sim.so.1", "/../" FERRY_LIBDIR "/ferry/libze_ferry_sim.so.1",
-                            "/../sim/libze_ferry_sim.so.1"}) {
-      std::string p = dir + rel;
-      char real[PATH_MAX];
-      if (realpath(p.c_str(), real) != nullptr) return real;
-    }
-  }
-  return FERRY_SIM_BUILD_PATH;
+// Where a refusal goes: stderr, as an error line journald files at priority
+// err when ferryd runs under systemd.
+std::ostream& err() {
+  if (ferry::ferryd::log::priority_prefix()) std::cerr << "<3>";
+  return std::cerr;
 }
+
+// A user or group a setting names, checked now (the daemon would fail to
+// start, or start without the admins it was given, much later).
+bool group_exists(const std::string& g) { return g.empty() || ::getgrnam(g.c_str()) != nullptr; }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under systemd every line, from the first, carries its syslog priority.
+  ferry::ferryd::log::priority_prefix() = std::getenv("JOURNAL_STREAM") != nullptr;
   ferry::ferryd::Options o;
   std::string socket_mode = "0660";
   std::string log_level = "info";
@@ -96,6 +92,12 @@ int main(int argc, char** argv) {
     ("device,d", po::value(&o.device)->default_value(0), "device index (across the backend's drivers)")
     ("socket,s", po::value(&o.socket), "listening socket (default $FERRY_SOCKET, else /run/ferry/ferryd-<device>.sock)")
     ("sim", po::bool_switch(&o.sim), "run on ferry's bundled simulated Level Zero device (no GPU needed)")
+    ("fallback-sim", po::value(&o.fallback_sim)->default_value(true),
+     "with the level-zero backend, serve the simulated device where the host has no Level Zero GPU driver at "
+     "all (said in the log and in `ferryctl status`); false: fail to start there")
+    ("sim-memory", po::value(&o.sim_memory)->default_value(0),
+     "bytes of the simulated device's memory (0: half of the host's available memory at start, at most 16 GiB; "
+     "allocations past it fail with ENOMEM)")
     ("backend,b", po::value(&o.backend)->default_value("level-zero"), "level-zero or cuda")
     ("slot-size", po::value(&o.slot_bytes)->default_value(1u << 20), "bytes per staging slot")
     ("slots", po::value(&o.slots)->default_value(16), "staging slots per client")
@@ -148,17 +150,20 @@ int main(int argc, char** argv) {
   std::string path;
   std::set<std::string> from_cmdline;  // settings given as flags (they win over the file)
   // The line of the configuration file that sets `name`, as "file:line", or the file.
+  // The last one: a key given twice is refused at its second line.
   auto line_of = [&](const std::string& name) {
     std::ifstream again(where);
-    int n = 0;
+    int n = 0, at = 0;
     for (std::string line; std::getline(again, line);) {
       ++n;
       const auto k = line.find_first_not_of(" \t");
-      if (k != std::string::npos && !name.empty() && line.compare(k, name.size(), name) == 0 &&
-          line.find('=', k) != std::string::npos)
-        return where + ":" + std::to_string(n);
+      const auto eq = line.find('=', k == std::string::npos ? 0 : k);
+      if (k == std::string::npos || name.empty() || eq == std::string::npos) continue;
+      std::string key = line.substr(k, eq - k);
+      key.erase(key.find_last_not_of(" \t") + 1);
+      if (key == name) at = n;
     }
-    return where;
+    return at != 0 ? where + ":" + std::to_string(at) : where;
   };
   try {
     auto cmdline = po::parse_command_line(argc, argv, all);
@@ -174,7 +179,7 @@ int main(int argc, char** argv) {
       refuse_negative(file);
       po::store(file, vm);
     } else if (!vm["config"].defaulted()) {
-      std::cerr << "ferryd: cannot read the configuration file " << path << "\n";
+      err() << "ferryd: cannot read the configuration file " << path << "\n";
       return 2;
     }
     po::notify(vm);
@@ -188,7 +193,7 @@ int main(int argc, char** argv) {
       while (!name.empty() && name[0] == '-') name.erase(0, 1);
       if (from_cmdline.count(name) == 0) at = line_of(name);
     }
-    std::cerr << "ferryd: " << at << ": " << e.what() << "\n(try ferryd --help)\n";
+    err() << "ferryd: " << at << ": " << e.what() << "\n(try ferryd --help)\n";
     return 2;
   }
   if (vm.count("help")) {
@@ -202,7 +207,7 @@ int main(int argc, char** argv) {
   // A setting out of its range: said with where it was set (file:line, or the command line).
   auto bad = [&](const std::string& name, const std::string& rule) {
     const bool in_file = where != "command line" && from_cmdline.count(name) == 0 && !vm[name].defaulted();
-    std::cerr << "ferryd: " << (in_file ? line_of(name) : std::string("command line")) << ": " << name << " " << rule
+    err() << "ferryd: " << (in_file ? line_of(name) : std::string("command line")) << ": " << name << " " << rule
               << "\n";
     return 2;
   };
@@ -254,25 +259,25 @@ int main(int argc, char** argv) {
   bool level_ok = false;
   for (int i = 0; i < 4; ++i)
     if (log_level == kLevels[i]) ferry::ferryd::log::threshold() = static_cast<ferry::ferryd::log::Level>(i), level_ok = true;
-  if (!level_ok) {
-    std::cerr << "ferryd: --log-level must be error, warn, info or debug\n";
-    return 2;
-  }
+  if (!level_ok) return bad("log-level", "must be error, warn, info or debug (got \"" + log_level + "\")");
   if (vm.count("verbose") && vm.count("quiet")) {
-    std::cerr << "ferryd: -v and -q contradict each other\n";
+    err() << "ferryd: -v and -q contradict each other\n";
     return 2;
   }
   if (vm.count("verbose")) ferry::ferryd::log::threshold() = ferry::ferryd::log::Level::debug;
   if (vm.count("quiet")) ferry::ferryd::log::threshold() = ferry::ferryd::log::Level::warn;
-  if (o.backend != "level-zero" && o.backend != "ze" && o.backend != "cuda") {
-    std::cerr << "ferryd: unknown backend \"" << o.backend << "\" (level-zero or cuda)\n";
-    return 2;
-  }
+  if (o.backend != "level-zero" && o.backend != "ze" && o.backend != "cuda")
+    return bad("backend", "must be level-zero or cuda (got \"" + o.backend + "\")");
+  if (o.backend == "ze") o.backend = "level-zero";
   if (o.sim && o.backend != "level-zero") {
-    std::cerr << "ferryd: --sim is a Level Zero device; it cannot be combined with --backend " << o.backend << "\n";
+    err() << "ferryd: --sim is a Level Zero device; it cannot be combined with --backend " << o.backend << "\n";
     return 2;
   }
   if (o.socket.empty()) o.socket = ferry::proto::socket_path_from_env(o.device);
+  for (const char* name : {"socket-group", "admin-group"}) {
+    const std::string& g = std::string(name) == "socket-group" ? o.socket_group : o.admin_group;
+    if (!group_exists(g)) return bad(name, "names a group this host does not have: \"" + g + "\" (getent group " + g + ")");
+  }
   if (vm.count("check-config")) {
     std::cout << "ferryd: settings valid (configuration file: " << (where == "command line" ? "none read" : where)
               << "; device " << o.device << ", backend " << (o.sim ? "simulated level-zero" : o.backend)
@@ -281,29 +286,15 @@ int main(int argc, char** argv) {
   }
   if (o.socket.rfind("/run/ferry/", 0) == 0) ::mkdir("/run/ferry", 0755);
 
-  if (o.sim) {
-    // One absolute path, no trailing comma: an empty entry makes the loader
-    // dlopen("") and recurse into itself.
-    std::string path = locate_sim();
-    setenv("ZE_ENABLE_ALT_DRIVERS", path.c_str(), 1);
-    FERRY_LOG(info, "simulated device: ZE_ENABLE_ALT_DRIVERS=%s", path.c_str());
-  }
-
   std::string why;
-  std::unique_ptr<ferry::ferryd::Backend> backend;
-  if (o.backend == "level-zero" || o.backend == "ze") {
-    backend = ferry::ferryd::make_level_zero_backend(o.device, why);
-  } else if (o.backend == "cuda") {
-    backend = ferry::ferryd::make_cuda_backend(o.device, why);
-  } else {
-    std::cerr << "ferryd: unknown backend \"" << o.backend << "\" (level-zero or cuda)\n";
-    return 2;
-  }
+  ferry::ferryd::OpenedDevice opened = ferry::ferryd::open_device(o, why);
+  std::unique_ptr<ferry::ferryd::Backend> backend = std::move(opened.backend);
   if (!backend) {
     FERRY_LOG(error, "%s", why.c_str());
     if (!o.sim && o.backend != "cuda") FERRY_LOG(error, "no GPU here? `ferryd --sim` runs on the simulated device");
     return 1;
   }
+  backend->set_fallback(opened.fallback);
   const ferry::ferryd::DeviceInfo& info = backend->info();
   FERRY_LOG(info, "device %u: %s (%s), copy engine: %s, host import: %s", o.device, info.name.c_str(),
             info.backend.c_str(), info.copy_engine ? "yes" : "no", info.host_import ? "yes" : "no");
@@ -314,7 +305,6 @@ int main(int argc, char** argv) {
                     "and give ferryd and the applications the same CUDA_MPS_PIPE_DIRECTORY");
 
   std::signal(SIGPIPE, SIG_IGN);
-  ferry::ferryd::log::priority_prefix() = std::getenv("JOURNAL_STREAM") != nullptr;
   // Descriptors: the soft limit up to the hard one (the unit sets both); the
   // bounds on connections and allocations are sized from it.
   if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

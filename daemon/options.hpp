@@ -15,6 +15,10 @@ struct Options {
   std::string socket;            // empty: $FERRY_SOCKET or /run/ferry/ferryd-<device>.sock
   std::string backend = "level-zero";
   bool sim = false;
+  // Serve the simulated device where the host has no Level Zero GPU driver at
+  // all (the level-zero backend), rather than fail: a unit starts anywhere.
+  bool fallback_sim = true;
+  uint64_t sim_memory = 0;       // the simulated device's memory; 0: its default (half the host's available)
   uint64_t slot_bytes = 1u << 20;
   uint32_t slots = 16;           // per client
   uint32_t max_clients = 64;

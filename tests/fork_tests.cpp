@@ -120,6 +120,12 @@ TEST_CASE("a client used after fork fails with -ECHILD in the child and stays wh
       ++failed;
     }
     ferry_disconnect(c);  // closes this process's socket copy only
+#if defined(__SANITIZE_THREAD__)
+    // ThreadSanitizer takes the child's new threads for copies of the
+    // parent's ("dup thread with used id"): the second case connects from a
+    // child of a process that holds no client.
+    return failed == 0 ? 0 : 93;
+#endif
     // A client of its own works.
     ferry_client* mine = nullptr;
     if (ferry_connect(d.socket.c_str(), &mine) != 0) return 90;

@@ -246,4 +246,51 @@ wait "$d3" || true
 grep -q '^<6>info: ' "$tmp/journal.err" || fail "no <6> priority prefix under journald: $(head -3 "$tmp/journal.err")"
 "$build/daemon/ferryd" --sim --socket "$tmp/nojournal.sock" --version >/dev/null
 echo "ok: lines carry <N> priorities for journald"
+echo "== a host without a GPU: the simulated device in place of one, said so; every line's priority from the first"
+# This machine has the Level Zero loader and no GPU driver (the simulated one is named only with --sim).
+sock6=$tmp/nogpu.sock
+env -u FERRY_SIM_DRIVER FERRY_SIM_DRIVER="$build/sim/libze_ferry_sim.so.1" JOURNAL_STREAM=8:1 \
+  "$build/daemon/ferryd" --socket "$sock6" 2>"$tmp/nogpu.log" &
+d6=$!
+pids+=($d6)
+wait_for_socket "$sock6"
+grep -q '^<4>warning: no Level Zero GPU driver on this host: serving the simulated device' "$tmp/nogpu.log" ||
+  fail "no warning of the fallback: $(head -3 "$tmp/nogpu.log")"
+"$build/client/ferryctl" --socket "$sock6" status | grep -q "simulated in place of a GPU: no Level Zero GPU driver" ||
+  fail "ferryctl status does not say the device is simulated"
+"$build/examples/multi_upload" -s "$sock6" -p 1 -n 2 -b 1000 >/dev/null || fail "uploads to the fallback device"
+kill -TERM "$d6"
+wait "$d6" || fail "the fallback ferryd did not exit 0"
+if JOURNAL_STREAM=8:1 "$build/daemon/ferryd" --socket "$tmp/nogpu2.sock" --fallback-sim false 2>"$tmp/nogpu2.log"; then
+  fail "fallback-sim false started without a GPU"
+fi
+grep -q '^<3>error: Level Zero' "$tmp/nogpu2.log" || fail "the startup error has no priority: $(cat "$tmp/nogpu2.log")"
+if JOURNAL_STREAM=8:1 "$build/daemon/ferryd" --log-level loud --check-config 2>"$tmp/usage.err"; then fail "--log-level loud"; fi
+grep -q '^<3>ferryd: command line: log-level must be' "$tmp/usage.err" || fail "a usage error's priority: $(cat "$tmp/usage.err")"
+echo "ok: no GPU: the simulated device, in the log (warning) and in ferryctl status; errors at priority err from the start"
+
+echo "== --check-config: groups that exist, file:line for every setting, a key given twice at its second line"
+printf 'socket-group = no-such-group-here\n' >"$tmp/group.conf"
+if "$build/daemon/ferryd" --config "$tmp/group.conf" --check-config 2>"$tmp/group.err"; then fail "a missing group passed"; fi
+grep -q 'group.conf:1: socket-group names a group this host does not have' "$tmp/group.err" ||
+  fail "a missing socket-group: $(cat "$tmp/group.err")"
+printf 'slots = 8\nadmin-group = no-such-group-here\n' >"$tmp/admin.conf"
+if "$build/daemon/ferryd" --config "$tmp/admin.conf" --check-config 2>"$tmp/admin.err"; then fail "a missing admin group"; fi
+grep -q 'admin.conf:2: admin-group' "$tmp/admin.err" || fail "a missing admin-group: $(cat "$tmp/admin.err")"
+printf 'slots = 8\n\nbackend = opencl\n' >"$tmp/backend.conf"
+if "$build/daemon/ferryd" --config "$tmp/backend.conf" --check-config 2>"$tmp/backend.err"; then fail "backend opencl"; fi
+grep -q 'backend.conf:3: backend must be level-zero or cuda' "$tmp/backend.err" || fail "backend: $(cat "$tmp/backend.err")"
+printf 'log-level = info\nslots = 4\nlog-level = loud\n' >"$tmp/level.conf"
+if "$build/daemon/ferryd" --config "$tmp/level.conf" --check-config 2>"$tmp/level.err"; then fail "log-level twice"; fi
+grep -q 'level.conf:3' "$tmp/level.err" || fail "a key given twice is not reported at its second line: $(cat "$tmp/level.err")"
+printf 'log-level = loud\n' >"$tmp/level1.conf"
+if "$build/daemon/ferryd" --config "$tmp/level1.conf" --check-config 2>"$tmp/level1.err"; then fail "log-level loud"; fi
+grep -q 'level1.conf:1: log-level must be' "$tmp/level1.err" || fail "log-level: $(cat "$tmp/level1.err")"
+# The shipped configuration names every setting ferryd has, with its default.
+for opt in $("$build/daemon/ferryd" --help | grep -E '^  -' | grep -oE -- '--[a-z-]+' | head -c 100000 | sed 's/^--//' |
+    sort -u | grep -v -x -e help -e version -e check-config -e verbose -e quiet -e config); do
+  grep -q "^# $opt = " "$src/systemd/ferryd.conf" || fail "systemd/ferryd.conf does not list $opt"
+done
+echo "ok: groups checked, file:line for backend, log-level and a key given twice; ferryd.conf lists every setting"
+
 echo "ops_test: all checks held"

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 
@@ -35,6 +37,19 @@ double env_double(const char* name, double fallback) {
   return (end != nullptr && *end == '\0' && x >= 0) ? x : fallback;
 }
 
+// MemAvailable of /proc/meminfo in bytes (16 GiB where it cannot be read).
+uint64_t host_available() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[128];
+    unsigned long long kib = 0;
+    while (std::fgets(line, sizeof line, f) != nullptr)
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    std::fclose(f);
+    if (kib != 0) return uint64_t{kib} * 1024;
+  }
+  return 32ull << 30;
+}
+
 Config load_config() {
   Config c;
   c.devices = static_cast<uint32_t>(env_u64("FERRY_SIM_DEVICES", 1));
@@ -43,7 +58,10 @@ Config load_config() {
   c.cost.latency_ns = env_u64("FERRY_SIM_LATENCY_US", 5) * 1000;
   c.cost.bytes_per_ns = env_double("FERRY_SIM_BANDWIDTH_GBPS", 12.0);
   c.cost.pageable_ns = env_u64("FERRY_SIM_PAGEABLE_US", 20) * 1000;
-  c.device_memory = env_u64("FERRY_SIM_DEVICE_MEMORY", 16ull << 30);
+  // The simulated device's memory is this host's (memfds): by default at most
+  // half of what the host has available now, so that allocations past it
+  // fail with an error and never wake the kernel's OOM killer.
+  c.device_memory = env_u64("FERRY_SIM_DEVICE_MEMORY", std::min<uint64_t>(16ull << 30, host_available() / 2));
   const char* fast = std::getenv("FERRY_SIM_FAST");
   if (fast != nullptr && std::strcmp(fast, "1") == 0) c.cost = CostModel{0, 0.0, 0};
   uint64_t fail = env_u64("FERRY_SIM_FAIL_COPY", 0);

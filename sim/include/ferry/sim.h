@@ -41,7 +41,8 @@
  *   FERRY_SIM_PAGEABLE_US    extra cost per append whose source is neither
  *                            host USM nor imported (default 20), paid by the
  *                            appending thread like a user-pointer import
- *   FERRY_SIM_DEVICE_MEMORY  bytes of device memory per device (default 16 GiB)
+ *   FERRY_SIM_DEVICE_MEMORY  bytes of device memory per device (default half of the host's
+ *                            available memory when the driver starts, at most 16 GiB)
  *   FERRY_SIM_FAIL_COPY=N    the Nth copy executed by this process fails
  *   FERRY_SIM_FAIL_MODE      "once" (default: only that copy fails) or "lost"
  *                            (the device is lost from then on)
