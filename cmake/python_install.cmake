@@ -21,7 +21,12 @@ if(IS_ABSOLUTE "${rel}")
 else()
   set(dest "${prefix}/${rel}")
 endif()
-if(IS_ABSOLUTE "${FERRY_PY_LIBDIR}")
+if(prefix STREQUAL "/usr" OR prefix STREQUAL "")
+  # A system install (a distribution's package): the library is in one of
+  # the dynamic linker's own directories; its soname finds it there, and the
+  # package does not depend on the architecture's library directory.
+  set(library "${FERRY_PY_LIBRARY}")
+elseif(IS_ABSOLUTE "${FERRY_PY_LIBDIR}")
   set(library "${FERRY_PY_LIBDIR}/${FERRY_PY_LIBRARY}")
 else()
   set(library "${prefix}/${FERRY_PY_LIBDIR}/${FERRY_PY_LIBRARY}")

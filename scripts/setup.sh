@@ -13,6 +13,7 @@ pkgs=(
   python3 python3-numpy python3-torch  # the Python package's tests, ferry.torch's against torch's DataLoader
   python3-pip python3-setuptools python3-wheel  # pip install of the Python package, offline
   prometheus  # promtool checks ferryctl's metrics in the ops test
+  dpkg-dev debhelper dh-python lintian fakeroot  # the Debian packages (scripts/deb-build.sh)
 )
 
 need=()

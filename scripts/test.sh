@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Runs every test: installs what is needed, builds with warnings as errors,
-# runs the suite, then runs it again under AddressSanitizer+UBSan and under
+# runs the suite, builds the Debian packages (installing and purging them on
+# CI), then runs the suite again under AddressSanitizer+UBSan and under
 # ThreadSanitizer, then fuzzes the decoder for a minute.
 # Set FERRY_TEST_QUICK=1 to skip the sanitizer pass.
 set -euo pipefail
@@ -39,6 +40,16 @@ run_suite() {
 }
 
 run_suite "$root/build/ci" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# The Debian packages: built, lintian clean, and (on CI, as root) installed,
+# used and purged (tests/package_test.sh).
+echo "== Debian packages"
+rc=0
+bash "$root/tests/package_test.sh" "$root/build/deb" || rc=$?
+case $rc in
+  0) passed=$((passed + 1)) ;;
+  77) skipped=$((skipped + 1)) ;;
+  *) failed=$((failed + 1)); echo "ferry: $passed passed, $failed failed, $skipped skipped"; exit "$rc" ;;
+esac
 if [[ ${FERRY_TEST_QUICK:-0} != 1 ]]; then
   # The sanitizer runtime must not trip over the loader's own leaks at exit.
   export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1

@@ -139,10 +139,13 @@ out=$(cd "$tmp/verify" && systemd-analyze verify --man=no --root="$dest" ./ferry
 "$dest/usr/bin/ferryd" --config "$dest/etc/ferry/ferryd.conf" --check-config --sim | grep -q "settings valid" ||
   fail "ferryd --check-config on the installed configuration"
 pcdir=$(dirname "$(find "$dest/usr" -name ferry.pc)")
+# Absolute paths of the prefix (not of the DESTDIR), /usr's left out by pkg-config.
 libdir=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=libdir ferry)
-[[ -e $libdir/libferry.so ]] || fail "ferry.pc's libdir ($libdir) has no libferry.so"
-cc -std=c11 -Wall -Werror "$src/examples/consumer/consumer.c" $(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs ferry) \
-  -Wl,-rpath,"$libdir" -o "$tmp/consumer-usr"
+[[ $libdir == /usr/* && -e $dest$libdir/libferry.so ]] || fail "ferry.pc's libdir ($libdir) has no libferry.so in the root"
+flags=$(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs ferry | xargs)
+[[ $flags == "-lferry" ]] || fail "pkg-config --cflags --libs ferry for prefix /usr: '$flags'"
+cc -std=c11 -Wall -Werror "$src/examples/consumer/consumer.c" -I"$dest/usr/include" -L"$dest$libdir" $flags \
+  -Wl,-rpath,"$dest$libdir" -o "$tmp/consumer-usr"
 sock4=$tmp/usr.sock
 "$dest/usr/bin/ferryd" --config "$dest/etc/ferry/ferryd.conf" --sim --socket "$sock4" -q &
 d4=$!

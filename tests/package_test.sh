@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The Debian packages: builds them from the tree (scripts/deb-build.sh, which
+# fails on any lintian tag not overridden with a reason), then, on a machine
+# it may change (root, and CI=true or FERRY_PACKAGE_INSTALL=1), installs
+# ferryd and libferry0 with apt-get as an operator would, checks that the
+# ferry user and GPU 0's socket were set up, starts the installed ferryd the
+# way ferryd@0.socket and ferryd@0.service would (systemd where it runs as
+# init, else the unit's own ExecStart under systemd-socket-activate as user
+# ferry), queries it with ferryctl, uploads through it from a C program built
+# with the installed pkg-config file and from the installed Python package,
+# then purges everything and checks that no file of the packages is left.
+#   bash tests/package_test.sh [OUT]
+# Exit 0: passed; 77: the install part skipped (the packages were still built
+# and checked).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/build/deb}
+fail() { echo "package_test: FAIL: $*" >&2; exit 1; }
+
+bash "$root/scripts/deb-build.sh" "$out"
+out=$(cd "$out" && pwd)
+debs=("$out"/ferryd_*.deb "$out"/libferry0_*.deb)
+dev=("$out"/libferry-dev_*.deb "$out"/python3-ferry_*.deb)
+for f in "${debs[@]}" "${dev[@]}"; do [[ -f $f ]] || fail "not built: $f"; done
+
+if [[ $(id -u) -ne 0 || ( ${CI:-} != true && ${FERRY_PACKAGE_INSTALL:-0} != 1 ) ]]; then
+  echo "package_test: skipped: installing needs root and CI=true or FERRY_PACKAGE_INSTALL=1 (it changes this machine)"
+  exit 77
+fi
+for p in ferryd libferry0 libferry-dev python3-ferry; do
+  if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    echo "package_test: skipped: $p is installed here already; it is not this test's to purge"
+    exit 77
+  fi
+done
+
+export DEBIAN_FRONTEND=noninteractive
+tmp=$(mktemp -d)
+daemon=""
+purge() {
+  if [[ -n $daemon ]]; then
+    kill -TERM "$daemon" 2>/dev/null || true
+    wait "$daemon" 2>/dev/null || true
+    daemon=""
+  fi
+  # Only the installed ones: apt knows a local .deb's name only while installed.
+  local installed=()
+  for p in python3-ferry libferry-dev ferryd libferry0; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" && installed+=("$p")
+  done
+  if ((${#installed[@]})); then
+    apt-get purge -y -qq "${installed[@]}" >"$tmp/purge.log" 2>&1 || { cat "$tmp/purge.log"; return 1; }
+  fi
+}
+trap 'purge; rm -rf "$tmp"' EXIT
+
+echo "== apt-get install ./ferryd_*.deb ./libferry0_*.deb"
+apt-get install -y -qq "${debs[@]}" >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get install"; }
+dpkg-query -L ferryd libferry0 | sort -u >"$tmp/files"
+id ferry >/dev/null 2>&1 || fail "no user ferry after the install (systemd-sysusers)"
+id -nG ferry | tr ' ' '\n' | grep -qx render || fail "user ferry is not in group render: $(id ferry)"
+[[ -L /etc/systemd/system/sockets.target.wants/ferryd@0.socket ]] ||
+  fail "ferryd@0.socket not enabled: $(ls -l /etc/systemd/system/sockets.target.wants/ 2>&1)"
+[[ -f /etc/ferry/ferryd.conf ]] || fail "no /etc/ferry/ferryd.conf"
+dpkg-query -W -f='${Conffiles}\n' ferryd | grep -q /etc/ferry/ferryd.conf || fail "ferryd.conf is not a conffile"
+/usr/bin/ferryd --config /etc/ferry/ferryd.conf --check-config | grep -q "settings valid" ||
+  fail "the installed ferryd.conf does not pass --check-config"
+verify=$(cd /lib/systemd/system && systemd-analyze verify --man=no ferryd@0.socket ferryd@0.service ferry-mps.service \
+  ferry-metrics.service ferry-metrics.timer 2>&1) || fail "systemd-analyze verify on the installed units: $verify"
+
+sock=/run/ferry/ferryd-0.sock
+if [[ -d /run/systemd/system ]]; then
+  echo "== systemd runs here: ferryd@0.socket must be listening; the first connection starts ferryd@0.service"
+  systemctl is-active --quiet ferryd@0.socket || fail "ferryd@0.socket is not active: $(systemctl status ferryd@0.socket 2>&1 | head -20)"
+else
+  echo "== no systemd as init here: ferryd@0.service's ExecStart, as user ferry, under systemd-socket-activate"
+  exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/ferryd@.service | sed 's/%i/0/g')
+  [[ $exec_start == "/usr/bin/ferryd --config /etc/ferry/ferryd.conf --device 0 --socket $sock" ]] ||
+    fail "unexpected ExecStart: $exec_start"
+  [[ ! -e /run/ferry ]] || fail "/run/ferry exists before the daemon was started (left by something else?)"
+  install -d -o ferry -g ferry -m 0755 /run/ferry
+  # The unit's limits and umask; the socket unit's mode is set once it exists.
+  # (The limits where this machine lets root raise them: containers may not.)
+  (ulimit -l unlimited 2>/dev/null || true; ulimit -n 16384 2>/dev/null || true; umask 0077
+   exec setpriv --reuid ferry --regid ferry --init-groups --inh-caps=-all \
+     systemd-socket-activate -l "$sock" $exec_start) 2>"$tmp/ferryd.log" &
+  daemon=$!
+  # Listening once systemd-socket-activate says so (state, not time).
+  for _ in $(seq 1 500); do
+    grep -q "^Listening on $sock" "$tmp/ferryd.log" && break
+    kill -0 "$daemon" 2>/dev/null || break
+    sleep 0.02
+  done
+  grep -q "^Listening on $sock" "$tmp/ferryd.log" || fail "the socket did not appear: $(cat "$tmp/ferryd.log")"
+  chgrp ferry "$sock" && chmod 0660 "$sock"
+fi
+
+echo "== ferryctl status against the installed daemon"
+status=$(/usr/bin/ferryctl --socket "$sock" status 2>&1) || fail "ferryctl status: $status"
+grep -q "simulated in place of a GPU" <<<"$status" || fail "ferryctl status does not say the device is simulated: $status"
+echo "$status" | head -4
+
+echo "== libferry-dev and python3-ferry: a C client through pkg-config, a Python client"
+apt-get install -y -qq "${dev[@]}" >"$tmp/apt2.log" 2>&1 || { cat "$tmp/apt2.log"; fail "apt-get install of the -dev and Python packages"; }
+dpkg-query -L libferry-dev python3-ferry | sort -u >>"$tmp/files"
+flags=$(pkg-config --cflags --libs ferry | xargs)
+[[ $flags == "-lferry" ]] || fail "pkg-config --cflags --libs ferry: '$flags' (system paths should be left out)"
+cc -std=c11 -Wall -Werror "$root/examples/consumer/consumer.c" $flags -o "$tmp/consumer"
+"$tmp/consumer" "$sock" | grep -q "1 MiB verified" || fail "the C client built against the installed package"
+man -w ferry_upload >/dev/null 2>&1 || [[ -e /usr/share/man/man3/ferry_upload.3.gz ]] || fail "no ferry_upload(3)"
+(cd "$tmp" && FERRY_LIBRARY= /usr/bin/python3 -c "
+import ferry
+with ferry.Client('$sock') as c:
+    b = c.alloc(4096)
+    c.wait(c.upload(b, b'ferry' * 800))
+    assert bytes(c.download(b, nbytes=4000)) == b'ferry' * 800
+print('python3-ferry', ferry.__version__, 'verified')
+") || fail "a Python client through the installed python3-ferry"
+
+echo "== apt-get purge: nothing of the packages is left"
+purge || fail "apt-get purge"
+dpkg-query -W -f='${Status}' ferryd 2>/dev/null | grep -q "ok installed" && fail "ferryd still installed after the purge"
+left=()
+while IFS= read -r f; do
+  [[ -e $f && ! -d $f ]] && left+=("$f")
+done <"$tmp/files"
+((${#left[@]} == 0)) || fail "left after purge: ${left[*]}"
+for p in /etc/ferry /run/ferry /usr/lib/python3/dist-packages/ferry /lib/systemd/system/ferryd@.service.d \
+         /etc/systemd/system/sockets.target.wants/ferryd@0.socket; do
+  [[ ! -e $p && ! -L $p ]] || fail "left after purge: $p"
+done
+if ls /var/lib/systemd/deb-systemd-helper-enabled/ 2>/dev/null | grep -q ferry; then
+  fail "deb-systemd-helper still records ferry units: $(ls /var/lib/systemd/deb-systemd-helper-enabled/ | grep ferry)"
+fi
+echo "package_test: ok (lintian clean; installed, served the simulated device, answered ferryctl, C and Python clients verified; purged)"
