@@ -14,8 +14,10 @@
 #include <cuda.h>
 
 #include "inflight.hpp"
+#include "log.hpp"
 #include "mps.hpp"
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -123,6 +125,18 @@ class Cuda final : public Backend {
     cu_.name = nullptr;
     FERRY_CU_OPTIONAL(X)
 #undef X
+    // Under MPS a context waits, with no error and no end, while a per-user
+    // control daemon serves another user's server: say so before, from what
+    // /proc shows, and again if the context has not come after 10 s.
+    const bool mps = mps_control_present();
+    if (mps) {
+      if (const std::string w = mps_user_warning("/proc", ::getuid()); !w.empty()) FERRY_LOG(warn, "%s", w.c_str());
+    }
+    SlowWarning slow(10, mps ? "CUDA: no context after 10 s under MPS: a control daemon started without -M lets one "
+                               "user's MPS server run at a time, and ferryd's waits for another user's to exit; run "
+                               "`nvidia-cuda-mps-control -d -M` (ferry-mps.service does) or stop that user's CUDA "
+                               "programs"
+                             : "CUDA: no context after 10 s (the driver is still initialising the GPU?)");
     if (CUresult r = cu_.cuInit(0); r != CUDA_SUCCESS) {
       why = "CUDA: cuInit failed: " + error(r);
       return false;
@@ -164,7 +178,7 @@ class Cuda final : public Backend {
     int mem_ops = 0;
     cu_.cuDeviceGetAttribute(&mem_ops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev_);
     info_.device_writes = mem_ops != 0 && cu_.cuStreamWriteValue64 != nullptr && cu_.cuMemHostGetDevicePointer != nullptr;
-    info_.sharing = mps_control_present() ? "mps" : "time-sliced";
+    info_.sharing = mps ? "mps" : "time-sliced";
     return true;
   }
 

@@ -7,10 +7,20 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include "log.hpp"
 
 namespace ferry::ferryd {
 
@@ -47,6 +57,102 @@ bool mps_control_present() {
     if (err != EPROTOTYPE) return false;
   }
   return false;
+}
+
+namespace {
+
+struct MpsProcess {
+  std::string pid;
+  bool control = false;  // nvidia-cuda-mps-control, else a server
+  bool multi_user = false;
+  unsigned uid = 0;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// The MPS processes visible under proc_root: the control daemon
+// (nvidia-cuda-mps-control) and its servers (nvidia-cuda-mps-server); both
+// have the comm "nvidia-cuda-mps" (15 characters), argv[0] tells them apart.
+std::vector<MpsProcess> mps_processes(const std::string& proc_root) {
+  std::vector<MpsProcess> out;
+  DIR* d = ::opendir(proc_root.c_str());
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string pid = e->d_name;
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string base = proc_root + "/" + pid;
+    if (slurp(base + "/comm").rfind("nvidia-cuda-mps", 0) != 0) continue;
+    std::vector<std::string> argv;
+    const std::string cmd = slurp(base + "/cmdline");
+    for (size_t at = 0; at < cmd.size();) {
+      const size_t end = cmd.find('\0', at);
+      argv.push_back(cmd.substr(at, end == std::string::npos ? std::string::npos : end - at));
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+    if (argv.empty()) continue;
+    MpsProcess p;
+    p.pid = pid;
+    p.control = argv[0].find("mps-control") != std::string::npos;
+    for (size_t i = 1; i < argv.size(); ++i) p.multi_user = p.multi_user || argv[i] == "-M";
+    const std::string status = slurp(base + "/status");
+    const size_t u = status.find("\nUid:");
+    if (u == std::string::npos) continue;
+    p.uid = static_cast<unsigned>(std::strtoul(status.c_str() + u + 5, nullptr, 10));  // the real uid
+    out.push_back(p);
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace
+
+std::string mps_user_warning(const std::string& proc_root, unsigned self) {
+  const std::vector<MpsProcess> ps = mps_processes(proc_root);
+  const MpsProcess* control = nullptr;
+  for (const MpsProcess& p : ps)
+    if (p.control) control = &p;
+  if (control == nullptr || control->multi_user) return {};
+  const std::string fix =
+      "; restart it as the multi-user server, `nvidia-cuda-mps-control -d -M` (ferry-mps.service does), or run "
+      "ferryd and its clients as one user";
+  for (const MpsProcess& p : ps) {
+    if (!p.control && p.uid != self) {
+      return "MPS: the control daemon (pid " + control->pid + ") runs one server per user (no -M) and serves uid " +
+             std::to_string(p.uid) + " now (server pid " + p.pid + "): ferryd's CUDA context (uid " +
+             std::to_string(self) + ") waits until that server exits" + fix;
+    }
+  }
+  return "MPS: the control daemon (pid " + control->pid + ") runs one server per user (no -M): CUDA clients of " +
+         "users other than ferryd's (uid " + std::to_string(self) +
+         ") will wait behind ferryd's MPS server for as long as ferryd runs" + fix;
+}
+
+struct SlowWarning::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread thread;
+};
+
+SlowWarning::SlowWarning(int seconds, std::string what) : s_(std::make_unique<State>()) {
+  s_->thread = std::thread([s = s_.get(), seconds, what = std::move(what)] {
+    std::unique_lock lock(s->mu);
+    if (!s->cv.wait_for(lock, std::chrono::seconds(seconds), [s] { return s->done; }))
+      FERRY_LOG(warn, "%s", what.c_str());
+  });
+}
+
+SlowWarning::~SlowWarning() {
+  {
+    std::lock_guard lock(s_->mu);
+    s_->done = true;
+  }
+  s_->cv.notify_all();
+  s_->thread.join();
 }
 
 }  // namespace ferry::ferryd

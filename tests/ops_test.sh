@@ -34,7 +34,14 @@ cp -r "$build/tests/units/ferryd@0.service.d" "$tmp/"
 out=$(cd "$tmp" && systemd-analyze verify --man=no ./ferryd@0.service ./ferryd@0.socket ./ferry-metrics.service \
   ./ferry-metrics.timer ./ferry-mps.service 2>&1) || fail "verify: $out"
 [[ -z $out ]] || fail "systemd-analyze verify warned: $out"
-echo "ok: units verify without a warning"
+# The MPS unit names no manual page a host may lack (NVIDIA's): verify with
+# the man page check on, as on any host.
+out=$(cd "$tmp" && systemd-analyze verify ./ferry-mps.service 2>&1) || fail "verify of ferry-mps.service with man pages: $out"
+[[ -z $out ]] || fail "systemd-analyze verify warned on ferry-mps.service: $out"
+grep -q "^ExecStart=.*nvidia-cuda-mps-control -d -M'$" "$tmp/ferry-mps.service" || fail "ferry-mps.service does not start the multi-user server (-M)"
+exposure=$(cd "$tmp" && systemd-analyze security --offline=true ./ferry-mps.service 2>&1 | sed -n 's/.*Overall exposure level for ferry-mps.service: \([0-9.]*\).*/\1/p')
+awk -v e="$exposure" 'BEGIN { exit !(e != "" && e + 0 <= 5.0) }' || fail "ferry-mps.service exposure ${exposure:-?} (want at most 5.0)"
+echo "ok: units verify without a warning; ferry-mps.service: -M, exposure $exposure"
 echo "== systemd-analyze security --offline=true"
 (cd "$tmp" && systemd-analyze security --offline=true ./ferryd@0.service 2>&1 | tail -n 4) || true
 
