@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // ferryctl: ask running ferryds what they hold. See `ferryctl --help`.
 #include <dirent.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +13,8 @@
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -51,13 +56,82 @@ Commands:
                    flight finish, clients are told, exit 0 (systemd's socket
                    starts it again on the next connection); admins only
 
-Exit status: 0 ok, 1 a daemon answered with an error (or, with --all, one of
-them did not answer), 2 usage error, 3 cannot connect (the message names the
-path and the likely cause).
+Exit status: 0 ok; 1 a daemon answered with an error, or (--all) some of the
+daemons did not answer; 2 usage error; 3 nothing answered: cannot connect
+(the message names the path and the likely cause), or --all found no socket
+or no daemon that answered. metrics exits 0 when it wrote every daemon's
+ferry_up (1, or 0 with the reason) and each daemon either answered or, with
+--running-only, is not running.
+
+`ferryctl COMMAND --help` describes one command.
 
 Root, the daemon's own user and its --admin-group see every client and may
 disconnect them; other users see their own clients only.
 )";
+
+// `ferryctl COMMAND --help`.
+struct CommandHelp {
+  const char* name;
+  const char* text;
+};
+const CommandHelp kCommandHelp[] = {
+    {"status", R"(usage: ferryctl [--socket PATH | --device N | --all] [--json] status
+
+The daemon's version and pid, its device (name, backend, driver, UUID and
+PCI bus id, whether simulated), the staging ring (slots per client, bytes
+per slot, transfers in flight), totals since it started, then one row per
+client: id, pid, user (a name where the system has one), command, transfers
+in flight of its entries, buffers, uploads, bytes, errors, since when.
+Non-admins see their own clients only. --json: the daemon's whole document.
+)"},
+    {"watch", R"(usage: ferryctl [--socket PATH | --device N | --all] [--interval S] [--json] watch
+
+Refreshes every --interval seconds (default 1) until Ctrl-C: per daemon, the
+occupancy of its ring, and per client and in total the uploads per second
+and GB/s over the last interval (as nvidia-smi dmon and dcgmi dmon show
+rates), with the totals since start. The header stays on screen: rows are
+cut to the terminal's height, the number left out is said. A daemon that
+restarts is waited for. --json: one status document per daemon per interval
+(JSON lines).
+)"},
+    {"metrics", R"(usage: ferryctl [--socket PATH | --device N | --all] [--per-client] [--running-only]
+                [--output FILE] [--json] metrics
+
+The Prometheus text exposition of each daemon: counters and gauges labelled
+device="N", latency histograms, ferry_info with the version, backend, device
+name and the labels of NVIDIA's DCGM exporter (gpu, UUID, pci_bus_id) to
+join its series, and ferry_up: 1 when the daemon answered, 0 with a reason
+label when it did not (the series of a stopped daemon say so, they do not
+vanish). --running-only asks only daemons whose running marker
+(<socket>.pid) names a live process: a socket that systemd holds for a
+stopped or drained daemon is not connected to (that would start it again).
+--output writes the file atomically, for the node exporter's textfile
+collector (ferry-metrics.timer does every 15 s).
+)"},
+    {"ping", R"(usage: ferryctl [--socket PATH | --device N | --all] [--json] ping
+
+Checks that the daemon answers and prints the round trip in microseconds.
+)"},
+    {"version", R"(usage: ferryctl [--socket PATH | --device N | --all] [--json] version
+
+ferryctl's own version, then each daemon's. Exit 0 even if no daemon answers
+(ferryctl --version asks none).
+)"},
+    {"disconnect", R"(usage: ferryctl [--socket PATH | --device N] [--json] disconnect ID
+
+Ends client ID's session (ID from ferryctl status): the daemon frees its
+buffers, slots and grants as for a client that died; the client's next call
+fails with ENOTCONN. For the daemon's admins only: root, ferryd's own user,
+members of its admin-group (ferryd.conf).
+)"},
+    {"drain", R"(usage: ferryctl [--socket PATH | --device N] [--json] drain
+
+Stops the daemon as SIGTERM does: no new clients, copies in flight finish
+(within its drain-timeout), clients are told, it exits 0. Under systemd the
+socket stays and the next connection starts ferryd again; ferry-metrics.timer
+(--running-only) does not. For the daemon's admins only.
+)"},
+};
 
 struct Args {
   std::string socket;
@@ -66,6 +140,7 @@ struct Args {
   std::string socket_dir = "/run/ferry";
   bool json = false;
   bool per_client = false;
+  bool running_only = false;
   double interval = 1.0;
   std::string output;
   std::string command;
@@ -197,11 +272,31 @@ std::string bar(unsigned long long used, unsigned long long total, int width) {
   return "[" + std::string(static_cast<size_t>(fill), '#') + std::string(static_cast<size_t>(width - fill), '.') + "]";
 }
 
+// A user's name, as ps prints it; the number where the system has none.
+std::string user_name(unsigned long long uid) {
+  static std::map<unsigned long long, std::string> cache;
+  if (auto it = cache.find(uid); it != cache.end()) return it->second;
+  std::string name = std::to_string(uid);
+  if (uid <= UINT32_MAX) {
+    passwd pw{};
+    passwd* found = nullptr;
+    std::vector<char> buf(4096);
+    if (getpwuid_r(static_cast<uid_t>(uid), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr &&
+        found->pw_name != nullptr && *found->pw_name != '\0')
+      name = found->pw_name;
+  }
+  return cache[uid] = name;
+}
+
 void print_status(const json::object& d) {
   std::printf("ferryd %s (pid %llu)\n", str(d, "version").c_str(), num(d, "pid"));
   std::printf("device      %llu: %s\n", num(d, "device.index"), str(d, "device.name").c_str());
   if (const std::string fb = str(d, "device.fallback", ""); !fb.empty())
     std::printf("            simulated in place of a GPU: %s (ferryd's fallback-sim)\n", fb.c_str());
+  if (const std::string u = str(d, "device.uuid", ""); !u.empty()) {
+    const std::string bus = str(d, "device.pci_bus_id", "");
+    std::printf("            UUID %s%s%s\n", u.c_str(), bus.empty() ? "" : ", PCI ", bus.c_str());
+  }
   std::printf("backend     %s, %s; copy engine: %s; host import: %s\n", str(d, "device.backend").c_str(),
               str(d, "device.driver").c_str(), str(d, "device.copy_engine").c_str(), str(d, "device.host_import").c_str());
   std::printf("timeline    %s\n", str(d, "device.timeline") == "device"
@@ -223,36 +318,82 @@ void print_status(const json::object& d) {
   std::printf("since start %llu uploads (%llu pieces), %s; %llu downloads; %llu failed; %llu clients connected\n\n",
               num(d, "totals.uploads"), num(d, "totals.upload_pieces"), human_bytes(num(d, "totals.upload_bytes")).c_str(),
               num(d, "totals.downloads"), num(d, "totals.failed"), num(d, "totals.connections"));
-  std::printf("%-5s %-8s %-6s %-16s %-11s %-8s %-10s %-11s %-6s %s\n", "ID", "PID", "UID", "COMMAND", "IN FLIGHT", "BUFFERS",
-              "UPLOADS", "BYTES", "ERRORS", "CONNECTED SINCE");
+  std::printf("%-5s %-8s %-10s %-16s %-11s %-8s %-10s %-11s %-6s %s\n", "ID", "PID", "USER", "COMMAND", "IN FLIGHT",
+              "BUFFERS", "UPLOADS", "BYTES", "ERRORS", "CONNECTED SINCE");
   for (const auto& v : clients(d)) {
     const json::object& c = v.as_object();
     const std::string slots = std::to_string(num(c, "transfers_in_flight")) + "/" + std::to_string(num(c, "entries"));
-    std::printf("%-5llu %-8llu %-6llu %-16s %-11s %-8llu %-10llu %-11s %-6llu %s\n", num(c, "id"), num(c, "pid"),
-                num(c, "uid"), str(c, "name", "").c_str(), slots.c_str(), num(c, "buffers"), num(c, "uploads"),
+    std::printf("%-5llu %-8llu %-10.10s %-16s %-11s %-8llu %-10llu %-11s %-6llu %s\n", num(c, "id"), num(c, "pid"),
+                user_name(num(c, "uid")).c_str(), str(c, "name", "").c_str(), slots.c_str(), num(c, "buffers"), num(c, "uploads"),
                 human_bytes(num(c, "upload_bytes")).c_str(), num(c, "errors"),
                 since(static_cast<long long>(num(c, "connected_since"))).c_str());
   }
   if (!flag(d, "all_clients_visible")) std::printf("(only your own clients are shown)\n");
 }
 
-// The watch screen: at most 80 columns.
-void print_watch(const std::string& socket, const json::object& d) {
+// What watch saw of a daemon last time, for rates over the interval.
+struct Seen {
+  std::chrono::steady_clock::time_point at;
+  unsigned long long pid = 0, uploads = 0, bytes = 0;
+  std::map<unsigned long long, std::pair<unsigned long long, unsigned long long>> clients;  // id: uploads, bytes
+};
+
+// Per second between two counts; 0 where a counter went back (a restart).
+double per_s(unsigned long long now, unsigned long long before, double dt) {
+  return dt > 0 && now >= before ? static_cast<double>(now - before) / dt : 0;
+}
+
+// The watch screen: at most 80 columns; at most `rows` lines (0: no limit),
+// the header first, then as many client rows as fit. Returns the lines used.
+int print_watch(const std::string& socket, const json::object& d, Seen* seen, int rows) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool have = seen->at.time_since_epoch().count() != 0 && seen->pid == num(d, "pid");
+  const double dt = have ? std::chrono::duration<double>(now - seen->at).count() : 0;
+  const unsigned long long up = num(d, "totals.uploads"), bytes = num(d, "totals.upload_bytes");
   std::printf("ferryd %s, device %llu: %.40s\n", str(d, "version").c_str(), num(d, "device.index"),
               str(d, "device.name").c_str());
   std::printf("%.78s\n", socket.c_str());
-  std::printf("in flight %llu/%llu %s  uploads %llu  failed %llu\n\n", num(d, "ring.transfers_in_flight"),
-              num(d, "ring.entries_total"), bar(num(d, "ring.transfers_in_flight"), num(d, "ring.entries_total"), 16).c_str(),
-              num(d, "totals.uploads"), num(d, "totals.failed"));
-  std::printf("%-5s %-7s %-12s %-12s %-7s %-9s %-10s %s\n", "ID", "PID", "COMMAND", "OCCUPANCY", "FLIGHT", "UPLOADS",
-              "BYTES", "ERR");
-  for (const auto& v : clients(d)) {
+  std::printf("in flight %llu/%llu %s  failed %llu\n", num(d, "ring.transfers_in_flight"), num(d, "ring.entries_total"),
+              bar(num(d, "ring.transfers_in_flight"), num(d, "ring.entries_total"), 16).c_str(), num(d, "totals.failed"));
+  if (have)
+    std::printf("total %9.0f uploads/s %8.3f GB/s   (%llu uploads, %s since start)\n", per_s(up, seen->uploads, dt),
+                per_s(bytes, seen->bytes, dt) / 1e9, up, human_bytes(bytes).c_str());
+  else
+    std::printf("total         - uploads/s        - GB/s   (%llu uploads, %s since start)\n", up, human_bytes(bytes).c_str());
+  std::printf("%-5s %-7s %-8.8s %-12s %-12s %-9s %-8s %s\n", "ID", "PID", "USER", "COMMAND", "OCCUPANCY", "UPLOADS/S",
+              "GB/S", "ERR");
+  int used = 5;
+  const json::array& cs = clients(d);
+  size_t shown = 0;
+  std::map<unsigned long long, std::pair<unsigned long long, unsigned long long>> next;
+  for (const auto& v : cs) {
     const json::object& c = v.as_object();
-    const std::string slots = std::to_string(num(c, "transfers_in_flight")) + "/" + std::to_string(num(c, "entries"));
-    std::printf("%-5llu %-7llu %-12.12s %-12s %-7s %-9llu %-10s %llu\n", num(c, "id"), num(c, "pid"),
-                str(c, "name", "").c_str(), bar(num(c, "transfers_in_flight"), num(c, "entries"), 10).c_str(), slots.c_str(),
-                num(c, "uploads"), human_bytes(num(c, "upload_bytes")).c_str(), num(c, "errors"));
+    const unsigned long long id = num(c, "id"), cu = num(c, "uploads"), cb = num(c, "upload_bytes");
+    next[id] = {cu, cb};
+    if (rows > 0 && used >= rows - 1 && shown + 1 < cs.size()) continue;  // keep a line for "N more"
+    ++shown;
+    ++used;
+    const auto prev = seen->clients.find(id);
+    const bool rate = have && prev != seen->clients.end();
+    char ups[16] = "-", gbs[16] = "-";
+    if (rate) {
+      std::snprintf(ups, sizeof ups, "%.0f", per_s(cu, prev->second.first, dt));
+      std::snprintf(gbs, sizeof gbs, "%.3f", per_s(cb, prev->second.second, dt) / 1e9);
+    }
+    std::printf("%-5llu %-7llu %-8.8s %-12.12s %-12s %-9s %-8s %llu\n", id, num(c, "pid"), user_name(num(c, "uid")).c_str(),
+                str(c, "name", "").c_str(), bar(num(c, "transfers_in_flight"), num(c, "entries"), 10).c_str(), ups, gbs,
+                num(c, "errors"));
   }
+  if (shown < cs.size()) {
+    std::printf("(%zu more clients not shown: a taller terminal, or ferryctl status)\n", cs.size() - shown);
+    ++used;
+  }
+  seen->at = now;
+  seen->pid = num(d, "pid");
+  seen->uploads = up;
+  seen->bytes = bytes;
+  seen->clients = std::move(next);
+  return used;
 }
 
 // ---------------------------------------------------------------- metrics
@@ -342,9 +483,16 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
   if (const std::string sharing = str(d, "device.sharing", ""); sharing == "mps" || sharing == "time-sliced")
     sample(f, "ferry_device_mps", "gauge", "1 when the GPU is shared through NVIDIA MPS (CUDA), 0 when time-sliced.",
            dev, sharing == "mps");
-  sample(f, "ferry_info", "gauge", "The daemon's version, backend and device name, as labels.",
+  // DCGM exporter's labels for the same GPU (gpu, UUID, pci_bus_id), to join
+  // its series: `ferry_uploads_total * on(device) group_left(UUID) ferry_info`.
+  std::string ids = ",gpu=\"" + std::to_string(num(d, "device.index")) + "\"";
+  if (const std::string u = str(d, "device.uuid", ""); !u.empty()) ids += ",UUID=\"" + label(u) + "\"";
+  if (const std::string b = str(d, "device.pci_bus_id", ""); !b.empty()) ids += ",pci_bus_id=\"" + label(b) + "\"";
+  sample(f, "ferry_info", "gauge",
+         "The daemon's version, backend and device name, and the GPU's gpu, UUID and pci_bus_id as NVIDIA's DCGM "
+         "exporter labels them, as labels.",
          dev + ",version=\"" + label(str(d, "version")) + "\",backend=\"" + label(str(d, "device.backend")) +
-             "\",name=\"" + label(str(d, "device.name")) + "\"",
+             "\",name=\"" + label(str(d, "device.name")) + "\"" + ids,
          1);
   if (per_client) {
     static const Plain kClient[] = {
@@ -367,6 +515,49 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
             "histograms.upload_latency");
   histogram(f, "ferry_slot_wait_seconds", "Time an upload piece waited for a free staging slot (reported by clients).",
             dev, d, "histograms.slot_wait");
+}
+
+// The device index a socket's name gives (ferryd-N.sock), for the series of
+// a daemon that did not answer; "" for another name.
+std::string device_of_socket(const std::string& sock) {
+  const std::string base = sock.substr(sock.rfind('/') + 1);
+  if (base.rfind("ferryd-", 0) != 0 || base.size() <= 12 || base.compare(base.size() - 5, 5, ".sock") != 0) return "";
+  const std::string n = base.substr(7, base.size() - 12);
+  return n.find_first_not_of("0123456789") == std::string::npos ? n : "";
+}
+
+// ferry_up: 1 when the daemon answered, else 0 with the reason.
+void add_up(Families& f, const std::string& sock, const json::object* d, const char* reason) {
+  const std::string dev = d != nullptr ? std::to_string(num(*d, "device.index")) : device_of_socket(sock);
+  std::string labels = "device=\"" + label(dev) + "\"";
+  if (d == nullptr) labels += ",reason=\"" + std::string(reason) + "\"";
+  sample(f, "ferry_up", "gauge",
+         "1 when the daemon answered this scrape; 0 when it did not, with the reason (not running, no connection, "
+         "bad reply).",
+         labels, d != nullptr ? 1 : 0);
+}
+
+// Whether the daemon behind `sock` runs, from its running marker
+// (proto::running_marker_path), without connecting: a regular file naming a
+// live process, which is ferryd where /proc says (a recycled pid is not).
+bool running(const std::string& sock) {
+  const std::string marker = proto::running_marker_path(sock);
+  const int fd = ::open(marker.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st{};
+  char buf[24] = {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const ssize_t n = regular ? ::read(fd, buf, sizeof buf - 1) : -1;
+  ::close(fd);
+  if (n <= 0) return false;
+  char* end = nullptr;
+  const long pid = std::strtol(buf, &end, 10);
+  if (pid <= 0 || pid > INT32_MAX || (*end != '\n' && *end != '\0')) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  if (comm && std::getline(comm, name) && !name.empty() && name != "ferryd") return false;
+  return true;
 }
 
 std::string exposition(const Families& f) {
@@ -421,7 +612,13 @@ int watch(const Args& a) {
   std::signal(SIGINT, [](int) { g_interrupted = 1; });
   std::signal(SIGTERM, [](int) { g_interrupted = 1; });
   const bool tty = isatty(STDOUT_FILENO) != 0;
+  std::map<std::string, Seen> seen;
   while (!g_interrupted) {
+    // On a terminal the screen is redrawn from the top and cut to its
+    // height, so the header never scrolls away.
+    int rows = 0;
+    if (winsize ws{}; tty && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0) rows = ws.ws_row;
+    int left = rows > 0 ? std::max(rows - 1, 7) : 0;  // the last line says the interval
     if (tty && !a.json) std::fputs("\033[H\033[2J", stdout);  // home, clear
     for (const auto& s : sockets_of(a)) {
       json::object d;
@@ -437,11 +634,12 @@ int watch(const Args& a) {
       if (a.json) {
         std::printf("%s\n", json::serialize(json::object{{"socket", s}, {"status", d}}).c_str());
       } else {
-        print_watch(s, d);
+        const int used = print_watch(s, d, &seen[s], rows > 0 ? std::max(left - 1, 6) : 0);
         std::printf("\n");
+        if (rows > 0) left = std::max(left - used - 1, 0);
       }
     }
-    if (!a.json) std::printf("(every %.1f s; Ctrl-C to stop)\n", a.interval);
+    if (!a.json) std::printf("(every %.1f s, rates over the last interval; Ctrl-C to stop)\n", a.interval);
     std::fflush(stdout);
     for (double t = 0; t < a.interval && !g_interrupted; t += 0.05) usleep(50'000);
   }
@@ -460,7 +658,15 @@ int admin(const Args& a, uint32_t action, uint64_t client, const std::string& wh
   proto::Reply rep{};
   const int status = proto::as(msg, &rep) ? rep.status : -EPROTO;
   if (status != 0) {
-    std::fprintf(stderr, "ferryctl: %s: %s\n", what.c_str(), std::strerror(-status));
+    std::string fix;
+    if (status == -EPERM || status == -EACCES)
+      fix = "you are not an admin of this daemon: run it as root or as ferryd's user, or join the daemon's "
+            "admin-group (set in ferryd.conf; ferryctl status lists who you may see)";
+    else if (status == -ENOENT || status == -ESRCH)
+      fix = "no such client on this daemon (it may have gone already): see the IDs in ferryctl status";
+    else
+      fix = std::strerror(-status);
+    std::fprintf(stderr, "ferryctl: %s on %s: %s\n", what.c_str(), a.socket.c_str(), fix.c_str());
     return kDaemonError;
   }
   return kOk;
@@ -498,17 +704,35 @@ int disconnect(const Args& a) {
 // status, metrics, ping, version: each socket once.
 int per_daemon(const Args& a) {
   int worst = kOk;
+  int answered = 0, failed = 0;
   json::array docs;
   Families fams;
-  for (const auto& s : sockets_of(a)) {
+  const std::vector<std::string> socks = sockets_of(a);
+  for (const auto& s : socks) {
     json::object d;
     double rtt = 0;
-    int r = fetch_status(s, &d, &rtt, a.command == "version");
-    if (r != kOk) {
-      worst = a.all ? kDaemonError : r;
-      if (a.command == "version") std::printf("ferryd not answering on %s\n", s.c_str());
+    if (a.running_only && !running(s)) {
+      // Not connected to: systemd would start it (or undo a drain).
+      if (a.command == "metrics") {
+        add_up(fams, s, nullptr, "not running");
+      } else if (a.json) {
+        docs.push_back(json::object{{"socket", s}, {"running", false}});
+      } else {
+        std::printf("ferryd on %s: not running (no live %s); not asked\n", s.c_str(),
+                    proto::running_marker_path(s).c_str());
+      }
       continue;
     }
+    int r = fetch_status(s, &d, &rtt, a.command == "version");
+    if (r != kOk) {
+      ++failed;
+      worst = a.all ? kDaemonError : r;
+      if (a.command == "version") std::printf("ferryd not answering on %s\n", s.c_str());
+      if (a.command == "metrics") add_up(fams, s, nullptr, r == kNoConnect ? "no connection" : "bad reply");
+      continue;
+    }
+    ++answered;
+    if (a.command == "metrics") add_up(fams, s, &d, nullptr);
     if (a.command == "status") {
       if (a.json) {
         docs.push_back(a.all ? json::value(json::object{{"socket", s}, {"status", d}}) : json::value(d));
@@ -550,6 +774,8 @@ int per_daemon(const Args& a) {
       std::fputs(text.c_str(), stdout);
     }
   }
+  // Nothing answered: --all found no socket, or no daemon that answered.
+  if (a.all && (socks.empty() || (answered == 0 && failed > 0))) worst = kNoConnect;
   if (a.json && a.command != "metrics") {
     if (a.command == "version") {
       std::printf("%s\n", json::serialize(json::object{{"ferryctl", FERRY_VERSION}, {"daemons", docs}}).c_str());
@@ -575,6 +801,9 @@ int main(int argc, char** argv) {
     ("socket-dir", po::value(&a.socket_dir)->default_value(a.socket_dir), "where --all looks for sockets")
     ("json", po::bool_switch(&a.json), "machine-readable output, for every command")
     ("interval", po::value(&a.interval)->default_value(1.0), "watch: seconds between refreshes")
+    ("running-only", po::bool_switch(&a.running_only),
+     "ask only daemons whose running marker (<socket>.pid) names a live ferryd; never connect to a socket "
+     "systemd holds for a stopped or drained daemon (that would start it)")
     ("per-client", po::bool_switch(&a.per_client),
      "metrics: add per-client series (labels client, pid, command: they change with every connection)")
     ("output,o", po::value(&a.output), "metrics: write to this file atomically (for a textfile collector)")
@@ -596,8 +825,33 @@ int main(int argc, char** argv) {
     return kUsage;
   }
   if (vm.count("help")) {
+    if (!a.command.empty() && a.command != "help") {
+      for (const auto& h : kCommandHelp) {
+        if (a.command == h.name) {
+          std::cout << h.text << "\n" << opts;
+          return kOk;
+        }
+      }
+      std::fprintf(stderr, "ferryctl: unknown command \"%s\" (try ferryctl --help)\n", a.command.c_str());
+      return kUsage;
+    }
     std::cout << kUsageLine << "\n" << kCommands << "\n" << opts;
     return kOk;
+  }
+  // `ferryctl help [COMMAND]`, as git and systemctl take it.
+  if (a.command == "help") {
+    if (a.rest.empty()) {
+      std::cout << kUsageLine << "\n" << kCommands << "\n" << opts;
+      return kOk;
+    }
+    for (const auto& h : kCommandHelp) {
+      if (a.rest[0] == h.name) {
+        std::cout << h.text << "\n" << opts;
+        return kOk;
+      }
+    }
+    std::fprintf(stderr, "ferryctl: unknown command \"%s\" (try ferryctl --help)\n", a.rest[0].c_str());
+    return kUsage;
   }
   if (vm.count("version")) {
     std::printf("ferryctl %s\n", FERRY_VERSION);

@@ -26,7 +26,19 @@ struct DeviceInfo {
   // Why the simulated device serves in place of a GPU (no GPU driver on the
   // host, --fallback-sim); "" when it is the device asked for.
   std::string fallback;
+  // The device's identity as NVIDIA's DCGM exporter labels it, so that
+  // ferry's series join the GPU's own: UUID ("GPU-" and 8-4-4-4-12 hex on
+  // CUDA, as nvidia-smi prints it; the driver's 16 bytes in hex on Level
+  // Zero, the simulated device's included) and pci_bus_id
+  // ("00000000:3B:00.0"); "" where the driver does not say.
+  std::string uuid;
+  std::string pci_bus_id;
 };
+
+// 16 bytes as 8-4-4-4-12 lowercase hex, after `prefix`.
+std::string format_uuid(const unsigned char (&id)[16], const char* prefix);
+// A PCI address as DCGM and nvidia-smi write it: 8 hex digits of domain.
+std::string format_pci_bus_id(unsigned domain, unsigned bus, unsigned device, unsigned function);
 
 // An IPC handle of a device allocation or event pool, as the driver gives it.
 struct IpcHandle {

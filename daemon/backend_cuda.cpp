@@ -68,7 +68,9 @@ namespace {
 // Optional: without them the device does not write clients' timelines.
 #define FERRY_CU_OPTIONAL(X)                            \
   X(cuStreamWriteValue64, cuStreamWriteValue64)         \
-  X(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer)
+  X(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer) \
+  X(cuDeviceGetUuid, cuDeviceGetUuid_v2)                \
+  X(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId)
 
 struct Cu {
 #define X(name, decl) decltype(&::decl) name = nullptr;
@@ -179,6 +181,18 @@ class Cuda final : public Backend {
     cu_.cuDeviceGetAttribute(&mem_ops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev_);
     info_.device_writes = mem_ops != 0 && cu_.cuStreamWriteValue64 != nullptr && cu_.cuMemHostGetDevicePointer != nullptr;
     info_.sharing = mps ? "mps" : "time-sliced";
+    if (CUuuid u{}; cu_.cuDeviceGetUuid != nullptr && cu_.cuDeviceGetUuid(&u, dev_) == CUDA_SUCCESS) {
+      unsigned char id[16];
+      std::memcpy(id, u.bytes, sizeof id);
+      info_.uuid = format_uuid(id, "GPU-");
+    }
+    // The driver writes "0000:3b:00.0" (4 hex digits of domain); DCGM labels
+    // with 8, as nvidia-smi does.
+    char bus[32] = {};
+    unsigned domain = 0, b = 0, d = 0, f = 0;
+    if (cu_.cuDeviceGetPCIBusId != nullptr && cu_.cuDeviceGetPCIBusId(bus, sizeof bus - 1, dev_) == CUDA_SUCCESS &&
+        std::sscanf(bus, "%x:%x:%x.%x", &domain, &b, &d, &f) == 4)
+      info_.pci_bus_id = format_pci_bus_id(domain, b, d, f);
     return true;
   }
 

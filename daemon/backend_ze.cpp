@@ -216,6 +216,21 @@ class LevelZero final : public Backend {
     ze_.zeDeviceGetProperties(device_, &dp);
     info_.backend = "level-zero";
     info_.name = dp.name;
+    {
+      unsigned char id[16];
+      static_assert(sizeof dp.uuid.id >= sizeof id);
+      std::memcpy(id, dp.uuid.id, sizeof id);
+      info_.uuid = format_uuid(id, "");
+    }
+    // An extension (ZE_extension_pci_properties): the loader may lack it, a
+    // driver may not support it.
+    using pci_t = ze_result_t (*)(ze_device_handle_t, ze_pci_ext_properties_t*);
+    if (auto pci = reinterpret_cast<pci_t>(dlsym(ze_.lib, "zeDevicePciGetPropertiesExt")); pci != nullptr) {
+      ze_pci_ext_properties_t pp{};
+      pp.stype = ZE_STRUCTURE_TYPE_PCI_EXT_PROPERTIES;
+      if (pci(device_, &pp) == ZE_RESULT_SUCCESS)
+        info_.pci_bus_id = format_pci_bus_id(pp.address.domain, pp.address.bus, pp.address.device, pp.address.function);
+    }
     ze_driver_properties_t drp{};
     drp.stype = ZE_STRUCTURE_TYPE_DRIVER_PROPERTIES;
     ze_.zeDriverGetProperties(driver_, &drp);

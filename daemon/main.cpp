@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // ferryd: one daemon per device. See `ferryd --help`.
+#include <fcntl.h>
 #include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -12,6 +13,7 @@
 #include <climits>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <fstream>
 #include <iostream>
@@ -66,6 +68,43 @@ std::ostream& err() {
 bool group_exists(const std::string& g) { return g.empty() || ::getgrnam(g.c_str()) != nullptr; }
 
 }  // namespace
+
+// The running marker (ferry::proto::running_marker_path): written whole
+// (a new file renamed into place, never through a link) once ferryd
+// listens, removed at exit while it still names this process.
+class RunningMarker {
+ public:
+  explicit RunningMarker(std::string path) : path_(std::move(path)) {
+    const std::string pid = std::to_string(::getpid());
+    const std::string tmp = path_ + ".tmp." + pid;
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    const std::string text = pid + "\n";
+    bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    if (fd >= 0) ::close(fd);
+    ok = ok && ::rename(tmp.c_str(), path_.c_str()) == 0;
+    if (!ok) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      FERRY_LOG(warn, "cannot write %s (%s): `ferryctl --running-only` (ferry-metrics.service) will take this daemon "
+                      "for stopped", path_.c_str(), std::strerror(err));
+      path_.clear();
+    }
+  }
+  ~RunningMarker() {
+    if (path_.empty()) return;
+    char buf[32] = {};
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n > 0 && std::strtol(buf, nullptr, 10) == ::getpid()) ::unlink(path_.c_str());
+  }
+  RunningMarker(const RunningMarker&) = delete;
+  RunningMarker& operator=(const RunningMarker&) = delete;
+
+ private:
+  std::string path_;
+};
 
 int main(int argc, char** argv) {
   // Under systemd every line, from the first, carries its syslog priority.
@@ -325,6 +364,7 @@ int main(int argc, char** argv) {
   }
   FERRY_LOG(info, "listening on %s: %u slots of %llu bytes per client, at most %u clients", o.socket.c_str(), o.slots,
             static_cast<unsigned long long>(o.slot_bytes), o.max_clients);
+  const RunningMarker marker(ferry::proto::running_marker_path(o.socket));
   server.run();
   FERRY_LOG(info, "stopped");
   return 0;

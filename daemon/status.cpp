@@ -7,6 +7,7 @@
 
 #include <boost/json.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace ferry::ferryd {
@@ -117,7 +118,9 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
         {"lost", engine.device_lost()},
         {"timeline", engine.device_timeline() ? "device" : "host"},
         {"sharing", info.sharing.empty() ? json::value(nullptr) : json::value(info.sharing)},
-        {"fallback", info.fallback.empty() ? json::value(nullptr) : json::value(info.fallback)}}},
+        {"fallback", info.fallback.empty() ? json::value(nullptr) : json::value(info.fallback)},
+        {"uuid", info.uuid.empty() ? json::value(nullptr) : json::value(info.uuid)},
+        {"pci_bus_id", info.pci_bus_id.empty() ? json::value(nullptr) : json::value(info.pci_bus_id)}}},
       {"ring",
        {{"slot_bytes", opts.slot_bytes},
         {"slots_per_client", opts.slots},
@@ -163,6 +166,20 @@ std::string status_line(const TransferEngine& engine) {
   return std::to_string(engine.connected_clients()) + " clients, " + std::to_string(busy) + "/" +
          std::to_string(entries) + " transfers in flight, " + std::to_string(engine.stats().uploads) + " uploads" +
          (engine.device_lost() ? ", DEVICE LOST" : "");
+}
+
+std::string format_uuid(const unsigned char (&id)[16], const char* prefix) {
+  char out[64];
+  std::snprintf(out, sizeof out, "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix, id[0],
+                id[1], id[2], id[3], id[4], id[5], id[6], id[7], id[8], id[9], id[10], id[11], id[12], id[13], id[14],
+                id[15]);
+  return out;
+}
+
+std::string format_pci_bus_id(unsigned domain, unsigned bus, unsigned device, unsigned function) {
+  char out[32];
+  std::snprintf(out, sizeof out, "%08X:%02X:%02X.%X", domain, bus & 0xffu, device & 0xffu, function & 0xfu);
+  return out;
 }
 
 }  // namespace ferry::ferryd

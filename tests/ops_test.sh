@@ -245,6 +245,66 @@ ctl -d 0 drain | grep -q "is draining" || fail "ferryctl drain"
 wait "$e0" || fail "ferryd did not exit 0 after ferryctl drain"
 echo "ok: -d, --all, --json everywhere, promtool accepts the metrics (device label), watch rides out a restart in 80 columns, disconnect, drain"
 
+echo "== monitoring: ferry_up, DCGM labels, --running-only never starts a socket-activated daemon; ferryctl's help, users, exit codes"
+grep -q '^ferry_up{device="0"} 1$' "$tmp/all.prom" || fail "no ferry_up 1: $(grep ferry_up "$tmp/all.prom")"
+grep -q '^ferry_info{device="0",.*gpu="0",UUID="[0-9a-f-]*"' "$tmp/all.prom" || fail "ferry_info without gpu/UUID: $(grep ferry_info "$tmp/all.prom")"
+grep -q "uploads/s" "$tmp/watch.out" || fail "watch shows no rates"
+[[ ! -e $dir/ferryd-0.pid ]] || fail "the drained daemon left its running marker"
+# The socket held for a daemon that is not running, as systemd's socket unit holds it.
+systemd-socket-activate -l "$dir/ferryd-0.sock" -E FERRY_SIM_DRIVER -E FERRY_SIM_FAST \
+  "$build/daemon/ferryd" --sim --socket "$dir/ferryd-0.sock" -q 2>"$tmp/activate.log" &
+act=$!
+pids+=($act)
+for _ in $(seq 200); do grep -q "^Listening on" "$tmp/activate.log" && break; sleep 0.05; done
+out=$(ctl --all --running-only metrics) || fail "--running-only metrics exit $? with the daemon not running"
+grep -q '^ferry_up{device="0",reason="not running"} 0$' <<<"$out" || fail "no ferry_up 0 not running: $out"
+[[ ! -e $dir/ferryd-0.pid ]] || fail "--running-only metrics started the socket-activated daemon"
+ctl -d 0 status >/dev/null || fail "status through the activated socket"
+[[ -e $dir/ferryd-0.pid ]] || fail "the activated ferryd wrote no running marker"
+ctl --all --running-only metrics | grep -q '^ferry_up{device="0"} 1$' || fail "--running-only skips a running daemon"
+# Users by name; per-command help; refusals that name the fix; exit 3 when nothing answers.
+python3 - "$dir/ferryd-0.sock" "$build" <<'PY' &
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[2] + "/client/libferry.so.0")
+cs = [ctypes.c_void_p() for _ in range(12)]
+for c in cs:
+    assert lib.ferry_connect(sys.argv[1].encode(), ctypes.byref(c)) == 0
+print("12 connected", flush=True)
+time.sleep(30)
+PY
+holders=$!
+pids+=($holders)
+for _ in $(seq 200); do [[ $(ctl -d 0 --json status | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["clients"]))') == 12 ]] && break; sleep 0.05; done
+me=$(id -un)
+ctl -d 0 status | grep -qE "^[0-9]+ +[0-9]+ +${me:0:10} " || fail "status does not name the user $me: $(ctl -d 0 status | tail -3)"
+# A 12-line terminal: the header stays, the rows that do not fit are counted.
+script -qfc "stty rows 12 cols 80; $build/client/ferryctl --socket-dir $dir -d 0 --interval 0.2 watch" /dev/null >"$tmp/tty.out" &
+tw=$!
+pids+=($tw)
+for _ in $(seq 200); do grep -q "more clients not shown" "$tmp/tty.out" && break; sleep 0.05; done
+kill -INT "$tw" 2>/dev/null || true
+wait "$tw" 2>/dev/null || true
+grep -q "more clients not shown" "$tmp/tty.out" || fail "watch in 12 rows did not cut the rows: $(tail -15 "$tmp/tty.out")"
+frame=$(tr -d '\r' <"$tmp/tty.out" | awk '/\033\[H/ { n = 0 } { n++; if (n > max) max = n } END { print max }')
+((frame <= 13)) || fail "a watch frame of $frame lines in a 12-row terminal"
+kill "$holders" 2>/dev/null || true
+ctl metrics --help | grep -q -- "--running-only asks only" || fail "ferryctl metrics --help"
+ctl help drain | grep -q "admins only" || fail "ferryctl help drain"
+rc=0; "$build/client/ferryctl" --all --socket-dir "$tmp/none" status 2>/dev/null || rc=$?
+((rc == 3)) || fail "--all with no socket: exit $rc, want 3"
+rc=0; "$build/client/ferryctl" --socket "$tmp/nothing.sock" status 2>/dev/null || rc=$?
+((rc == 3)) || fail "no daemon: exit $rc, want 3"
+if [[ -n ${FERRY_TEST_USER:-} ]]; then
+  # Another user may connect (as a member of the socket's group would) but is no admin.
+  chmod o+x "$tmp" "$dir" && chmod 0666 "$dir/ferryd-0.sock"
+  err=$(setpriv --reuid "$FERRY_TEST_USER" --regid "$(id -g "$FERRY_TEST_USER")" --clear-groups \
+    "$build/client/ferryctl" --socket "$dir/ferryd-0.sock" drain 2>&1) && fail "a non-admin drained the daemon"
+  grep -q "not an admin of this daemon.*admin-group" <<<"$err" || fail "the refusal does not name the fix: $err"
+fi
+kill -TERM "$act" 2>/dev/null || true
+wait "$act" 2>/dev/null || true
+echo "ok: ferry_up 1 / 0 not running, gpu and UUID on ferry_info, --running-only left the activated socket alone, users by name, watch cut to 12 rows, per-command help, exit 3, refusals name the fix"
+
 echo "== journald sees each line's priority"
 sock3=$tmp/journal.sock
 JOURNAL_STREAM=8:1 "$build/daemon/ferryd" --sim --socket "$sock3" --log-level info 2>"$tmp/journal.err" &

@@ -11,6 +11,11 @@ namespace ferry::proto {
 
 std::string default_socket_path(uint32_t device) { return "/run/ferry/ferryd-" + std::to_string(device) + ".sock"; }
 
+std::string running_marker_path(const std::string& socket) {
+  const bool sock = socket.size() > 5 && socket.compare(socket.size() - 5, 5, ".sock") == 0;
+  return (sock ? socket.substr(0, socket.size() - 5) : socket) + ".pid";
+}
+
 std::string socket_path_from_env(uint32_t device) {
   const char* env = std::getenv("FERRY_SOCKET");
   return env != nullptr && *env != '\0' ? env : default_socket_path(device);

@@ -22,6 +22,12 @@ namespace ferry::proto {
 std::string default_socket_path(uint32_t device = 0);
 // $FERRY_SOCKET when set and not empty, else default_socket_path(device).
 std::string socket_path_from_env(uint32_t device = 0);
+// Where a running ferryd says so: its socket's path with ".sock" (if any)
+// replaced by ".pid" (/run/ferry/ferryd-0.pid), holding its pid. ferryd
+// writes it once it listens and removes it when it exits, so a monitor can
+// tell a running daemon from a socket systemd holds for one (connecting to
+// that would start it, or restart one an operator drained).
+std::string running_marker_path(const std::string& socket);
 
 // Sends all n bytes (MSG_NOSIGNAL; EINTR retried). 0 or -errno.
 int send_all(int fd, const void* data, size_t n);
