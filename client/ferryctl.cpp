@@ -121,7 +121,7 @@ ferryctl's own version, then each daemon's. Exit 0 even if no daemon answers
 
 Ends client ID's session (ID from ferryctl status): the daemon frees its
 buffers, slots and grants as for a client that died; the client's next call
-fails with ENOTCONN. For the daemon's admins only: root, ferryd's own user,
+fails (its connection is gone). For the daemon's admins only: root, ferryd's own user,
 members of its admin-group (ferryd.conf).
 )"},
     {"drain", R"(usage: ferryctl [--socket PATH | --device N] [--json] drain

@@ -127,18 +127,8 @@ class Cuda final : public Backend {
     cu_.name = nullptr;
     FERRY_CU_OPTIONAL(X)
 #undef X
-    // Under MPS a context waits, with no error and no end, while a per-user
-    // control daemon serves another user's server: say so before, from what
-    // /proc shows, and again if the context has not come after 10 s.
     const bool mps = mps_control_present();
-    if (mps) {
-      if (const std::string w = mps_user_warning("/proc", ::getuid()); !w.empty()) FERRY_LOG(warn, "%s", w.c_str());
-    }
-    SlowWarning slow(10, mps ? "CUDA: no context after 10 s under MPS: a control daemon started without -M lets one "
-                               "user's MPS server run at a time, and ferryd's waits for another user's to exit; run "
-                               "`nvidia-cuda-mps-control -d -M` (ferry-mps.service does) or stop that user's CUDA "
-                               "programs"
-                             : "CUDA: no context after 10 s (the driver is still initialising the GPU?)");
+    const auto slow = guard_cuda_open(mps);  // MPS's mode, and a context that does not come
     if (CUresult r = cu_.cuInit(0); r != CUDA_SUCCESS) {
       why = "CUDA: cuInit failed: " + error(r);
       return false;

@@ -155,4 +155,18 @@ SlowWarning::~SlowWarning() {
   s_->thread.join();
 }
 
+// Under MPS a context waits, with no error and no end, while a per-user
+// control daemon serves another user's server: said before, from what /proc
+// shows, and again if the context has not come after 10 s.
+std::unique_ptr<SlowWarning> guard_cuda_open(bool mps) {
+  if (mps) {
+    if (const std::string w = mps_user_warning("/proc", ::getuid()); !w.empty()) FERRY_LOG(warn, "%s", w.c_str());
+  }
+  return std::make_unique<SlowWarning>(
+      10, mps ? "CUDA: no context after 10 s under MPS: a control daemon started without -M lets one user's MPS "
+                "server run at a time, and ferryd's waits for another user's to exit; run `nvidia-cuda-mps-control "
+                "-d -M` (ferry-mps.service does) or stop that user's CUDA programs"
+              : "CUDA: no context after 10 s (the driver is still initialising the GPU?)");
+}
+
 }  // namespace ferry::ferryd

@@ -36,4 +36,9 @@ class SlowWarning {
   std::unique_ptr<State> s_;
 };
 
+// Before a CUDA context is made: logs mps_user_warning("/proc", uid) when
+// `mps`, and returns a guard that warns if the context has not come after
+// 10 s (under MPS: the reason and the fix).
+std::unique_ptr<SlowWarning> guard_cuda_open(bool mps);
+
 }  // namespace ferry::ferryd

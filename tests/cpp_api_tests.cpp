@@ -81,7 +81,8 @@ TEST_CASE("C++: errors are exceptions with the errno and the call's name", "[cpp
       c.upload(b.id(), 0, x, sizeof x);
       FAIL("uploaded past the end");
     } catch (const ferry::error& e) {
-      CHECK(e.code().value() == EINVAL);
+      CHECK(e.code().value() == ERANGE);
+      CHECK_THAT(e.what(), Catch::Contains("past the end"));
     }
   }
 }

@@ -103,8 +103,12 @@ TEST_CASE("uploads written in place (reserve, commit) and ordinary ones share th
   }
   ferry_reservation r{};
   CHECK(ferry_upload_reserve(k.c, 0, &r) == -EINVAL);
-  CHECK(ferry_upload_reserve(k.c, 65537, &r) == -EINVAL);  // more than a slot
-  CHECK(ferry_upload_reserve(k.c, 16, nullptr) == -EINVAL);
+  CHECK_THAT(ferry_last_error(), Catch::Contains("ferry_upload_reserve: 0 bytes"));
+  CHECK(ferry_upload_reserve(k.c, 65537, &r) == -EMSGSIZE);  // more than a slot
+  CHECK_THAT(ferry_last_error(), Catch::Contains("65537 bytes is more than a staging slot holds (65536)"));
+  CHECK(ferry_upload_reserve(k.c, 16, nullptr) == -EFAULT);
+  CHECK(ferry_upload_reserve(nullptr, 16, &r) == -EBADF);
+  CHECK_THAT(ferry_last_error(), Catch::Contains("the client is NULL"));
   // A reservation committed to a buffer that is not the client's fails there
   // and in its ticket, and the client goes on.
   REQUIRE(ferry_upload_reserve(k.c, 16, &r) == 0);
@@ -113,7 +117,7 @@ TEST_CASE("uploads written in place (reserve, commit) and ordinary ones share th
   CHECK(ferry_wait(k.c, bad, -1) == -ENOENT);
   REQUIRE(ferry_upload_reserve(k.c, 16, &r) == 0);
   CHECK(ferry_upload_commit(k.c, &r, b, 60 * region - 16, &bad) == 0);
-  CHECK(ferry_upload_commit(k.c, nullptr, b, 0, &bad) == -EINVAL);
+  CHECK(ferry_upload_commit(k.c, nullptr, b, 0, &bad) == -EFAULT);
   CHECK(ferry_wait(k.c, bad, -1) == 0);
   // Given up: nothing written, no error anywhere, and the client goes on.
   const auto before = k.download(b, 0, 64);
@@ -122,6 +126,7 @@ TEST_CASE("uploads written in place (reserve, commit) and ordinary ones share th
   std::memset(r.data, 0x5A, 64);
   CHECK(ferry_upload_cancel(k.c, &r) == 0);
   CHECK(ferry_upload_cancel(k.c, &r) == -EINVAL);
+  CHECK_THAT(ferry_last_error(), Catch::Contains("used already"));
   CHECK(ferry_upload_commit(k.c, &r, b, 0, &bad) == -EINVAL);
   auto after = pattern(64, 7);
   REQUIRE(ferry_upload(k.c, b, 64, after.data(), 64, &bad) == 0);
@@ -353,12 +358,26 @@ TEST_CASE("uploads past a buffer's end are refused and change nothing", "[upload
   REQUIRE(ferry_upload(k.c, b, 0, orig.data(), 1000, &t) == 0);
   REQUIRE(ferry_wait(k.c, t, -1) == 0);
   std::vector<uint8_t> junk(64, 0xFF);
-  CHECK(ferry_upload(k.c, b, 990, junk.data(), 11, nullptr) == -EINVAL);
-  CHECK(ferry_upload(k.c, b, 1000, junk.data(), 1, nullptr) == -EINVAL);
-  CHECK(ferry_upload(k.c, b, UINT64_MAX - 3, junk.data(), 8, nullptr) == -EINVAL);
+  // Each misuse its own errno, and ferry_last_error says what was wrong.
+  CHECK(ferry_upload(k.c, b, 990, junk.data(), 11, nullptr) == -ERANGE);
+  CHECK_THAT(ferry_last_error(), Catch::Contains("offset 990 + 11 bytes is past the end of buffer"));
+  CHECK_THAT(ferry_last_error(), Catch::Contains("(1000 bytes)"));
+  CHECK(ferry_upload(k.c, b, 1000, junk.data(), 1, nullptr) == -ERANGE);
+  CHECK(ferry_upload(k.c, b, UINT64_MAX - 3, junk.data(), 8, nullptr) == -ERANGE);
   CHECK(ferry_upload(k.c, b, 0, junk.data(), 0, nullptr) == -EINVAL);
-  CHECK(ferry_upload(k.c, b, 0, nullptr, 8, nullptr) == -EINVAL);
-  CHECK(ferry_download(k.c, b, 999, junk.data(), 2) == -EINVAL);
+  CHECK_THAT(ferry_last_error(), Catch::Contains("ferry_upload: 0 bytes"));
+  CHECK(ferry_upload(k.c, b, 0, nullptr, 8, nullptr) == -EFAULT);
+  CHECK_THAT(ferry_last_error(), Catch::Contains("ferry_upload: the source is NULL"));
+  CHECK(ferry_upload(nullptr, b, 0, junk.data(), 8, nullptr) == -EBADF);
+  CHECK(ferry_upload(k.c, b + 1000, 0, junk.data(), 8, nullptr) == -ENOENT);
+  CHECK_THAT(ferry_last_error(), Catch::Contains("is not one of this client's"));
+  CHECK(ferry_download(k.c, b, 999, junk.data(), 2) == -ERANGE);
+  CHECK(ferry_download(k.c, b, 0, nullptr, 2) == -EFAULT);
+  CHECK(ferry_wait(k.c, 0, -1) == -EINVAL);
+  CHECK(ferry_wait(k.c, t + 1000, -1) == -ESRCH);
+  CHECK_THAT(ferry_last_error(), Catch::Contains("was never issued by this client"));
+  // Five misuses, five errnos, none of them a generic EINVAL.
+  CHECK(std::string(ferry_strerror(-ERANGE)).find("past the end") != std::string::npos);
 
   RawClient raw(d.socket);
   raw.hello();
@@ -434,7 +453,7 @@ TEST_CASE("SIGTERM: the daemon drains, tells waiting clients, exits 0", "[upload
   CHECK(ferry_completed(k.c) >= t);
   CHECK((waited == 0 || waited == -ESHUTDOWN || waited == -ECONNRESET));
   // Later calls fail clearly instead of hanging.
-  CHECK(ferry_wait(k.c, t + 100, -1) == -EINVAL);
+  CHECK(ferry_wait(k.c, t + 100, -1) == -ESRCH);
   int r = ferry_upload(k.c, b, 0, src.data(), 16, nullptr);
   CHECK((r == -ESHUTDOWN || r == -ECONNRESET));
 }

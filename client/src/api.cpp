@@ -137,8 +137,13 @@ std::string& last_error() {
   return s;
 }
 
+int misuse(int err, const char* fn, const std::string& what) {
+  last_error() = std::string(fn) + ": " + what;
+  return err;
+}
+
 int owner_check(const ferry_client* c) {
-  if (c == nullptr) return -EINVAL;
+  if (c == nullptr) return misuse(-EBADF, "ferry", "the client is NULL (ferry_connect gives one)");
   if (c->generation == fork_generation.load(std::memory_order_relaxed)) [[likely]]
     return 0;
   last_error() = "this ferry client was connected by process " + std::to_string(c->pid) + "; process " +
@@ -154,7 +159,7 @@ extern "C" {
 
 int ferry_connect(const char* socket_path, ferry_client** out) {
   last_error().clear();
-  if (out == nullptr) return -EINVAL;
+  if (out == nullptr) return fc::misuse(-EFAULT, "ferry_connect", "out is NULL (where the client is returned)");
   *out = nullptr;
   const std::string path = socket_path != nullptr ? socket_path : proto::socket_path_from_env();
   auto c = std::make_unique<ferry_client>();
@@ -200,12 +205,17 @@ int ferry_upload_gather(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, 
   fc::UploadOptions o;
   if (opts != nullptr) {
     // Sized: a caller built against an older header passes a shorter struct.
-    if (opts->size < offsetof(ferry_upload_opts, publish) + sizeof opts->publish || opts->flags != 0) return -EINVAL;
+    if (opts->size < offsetof(ferry_upload_opts, publish) + sizeof opts->publish)
+      return fc::misuse(-EINVAL, "ferry_upload_gather",
+                        "opts->size is " + std::to_string(opts->size) + ": set it to sizeof(ferry_upload_opts)");
+    if (opts->flags != 0)
+      return fc::misuse(-EINVAL, "ferry_upload_gather", "opts->flags must be 0 (no flags are defined)");
     o.after = opts->after;
     o.release = opts->after_release;
     o.publish = opts->publish;
     o.fenced = o.release != 0 || o.publish != 0;
-    if (o.fenced && c->fence_words == nullptr) return -ENOTSUP;
+    if (o.fenced && c->fence_words == nullptr)
+      return fc::misuse(-ENOTSUP, "ferry_upload_gather", "this daemon has no fences (an older ferryd): no after_release or publish");
   }
   return fc::upload(c, dst, dst_offset, src, count, o, out);
 }
@@ -237,7 +247,6 @@ int ferry_upload_after(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, c
 
 int ferry_signal(ferry_client* c, uint64_t value) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr) return -EINVAL;
   // Only forward: a value the application's queue already passed stays.
   uint64_t seen = c->seg->app_value.load(std::memory_order_relaxed);
   while (seen < value && !c->seg->app_value.compare_exchange_weak(seen, value, std::memory_order_release)) {
@@ -247,7 +256,7 @@ int ferry_signal(ferry_client* c, uint64_t value) {
 
 int ferry_get_timeline(ferry_client* c, ferry_timeline* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || out == nullptr) return -EINVAL;
+  if (out == nullptr) return fc::misuse(-EFAULT, "ferry_get_timeline", "out is NULL");
   std::memset(out, 0, sizeof *out);
   out->segment = c->seg;
   out->segment_bytes = c->seg_bytes;
@@ -276,20 +285,22 @@ int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void*
 
 int ferry_wait(ferry_client* c, ferry_ticket t, int64_t timeout_ns) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || t == 0) return -EINVAL;
-  if (t > c->timeline.issued()) return -EINVAL;  // not issued yet
+  if (t == 0) return fc::misuse(-EINVAL, "ferry_wait", "ticket 0 is no ticket (an upload gives one)");
+  if (const uint64_t last = c->timeline.issued(); t > last)
+    return fc::misuse(-ESRCH, "ferry_wait",
+                      "ticket " + std::to_string(t) + " was never issued by this client (its last is " +
+                          std::to_string(last) + ")");
   return c->timeline.wait(t, timeout_ns);
 }
 
 int ferry_flush(ferry_client* c, int64_t timeout_ns) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr) return -EINVAL;
   return c->timeline.flush(timeout_ns);
 }
 
 int ferry_get_info(ferry_client* c, ferry_info* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || out == nullptr) return -EINVAL;
+  if (out == nullptr) return fc::misuse(-EFAULT, "ferry_get_info", "out is NULL");
   std::memset(out, 0, sizeof *out);
   out->client_id = c->welcome.client_id;
   out->slot_bytes = c->slot_bytes;
@@ -315,7 +326,13 @@ const char* ferry_strerror(int err) {
     case -EDQUOT: return "over this client's device-memory quota";
     case -EIO: return "the device failed the transfer";
     case -ETIMEDOUT: return "timed out";
-    case -EINVAL: return "invalid argument (offset or length out of range?)";
+    case -EINVAL: return "invalid argument: a zero or contradictory value (ferry_last_error names it)";
+    case -EBADF: return "no client (NULL), or a handle's descriptor is not open";
+    case -EFAULT: return "a pointer argument is NULL (ferry_last_error names it)";
+    case -ERANGE: return "past the end of the buffer (ferry_last_error gives offset, length and size)";
+    case -ESRCH: return "no such ticket: this client never issued it";
+    case -EMSGSIZE: return "more bytes than a staging slot holds";
+    case -EOVERFLOW: return "the source ranges total more than 2^64 bytes";
     case -ECHILD: return "this client belongs to the process that connected it: a forked child must connect its own (ferry_last_error names both)";
     default: break;
   }

@@ -17,7 +17,8 @@ extern "C" {
 
 int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || out == nullptr || bytes == 0) return -EINVAL;
+  if (out == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_alloc", "out is NULL");
+  if (bytes == 0) return fc::misuse(-EINVAL, "ferry_buffer_alloc", "0 bytes");
   auto m = proto::make<proto::Alloc>(proto::Type::alloc);
   m.bytes = bytes;
   proto::Reply r{};
@@ -30,7 +31,6 @@ int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {
 
 int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr) return -EINVAL;
   auto m = proto::make<proto::Free>(proto::Type::free);
   m.buffer = buf;
   proto::Reply r{};
@@ -41,22 +41,27 @@ int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
 
 int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || bytes == nullptr) return -EINVAL;
+  if (bytes == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_size", "bytes is NULL");
   std::lock_guard lock(c->buffers_mu);
   auto it = c->buffer_sizes.find(buf);
-  if (it == c->buffer_sizes.end()) return -ENOENT;
+  if (it == c->buffer_sizes.end())
+    return fc::misuse(-ENOENT, "ferry_buffer_size", "buffer " + std::to_string(buf) + " is not one of this client's");
   *bytes = it->second;
   return 0;
 }
 
 int ferry_buffer_fence(ferry_client* c, ferry_buffer buf, ferry_fence* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (out == nullptr) return -EINVAL;
-  if (c->fence_words == nullptr) return -ENOTSUP;
+  if (out == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_fence", "out is NULL");
+  if (c->fence_words == nullptr) return fc::misuse(-ENOTSUP, "ferry_buffer_fence", "this daemon has no fences (an older ferryd)");
   const uint32_t f = fc::fence_of(c, buf);
   if (f == 0) {
     std::lock_guard lock(c->buffers_mu);
-    return c->buffer_sizes.count(buf) != 0 ? -ENOTSUP : -ENOENT;  // an import, or none of ours
+    // An import, or none of ours.
+    return c->buffer_sizes.count(buf) != 0
+               ? fc::misuse(-ENOTSUP, "ferry_buffer_fence",
+                            "buffer " + std::to_string(buf) + " has no fence (an imported allocation)")
+               : fc::misuse(-ENOENT, "ferry_buffer_fence", "buffer " + std::to_string(buf) + " is not one of this client's");
   }
   proto::Fence* w = c->fence_words + (f - 1);
   out->ready = reinterpret_cast<volatile uint64_t*>(&w->ready);
@@ -67,7 +72,7 @@ int ferry_buffer_fence(ferry_client* c, ferry_buffer buf, ferry_fence* out) {
 
 int ferry_fence_wait(ferry_client* c, ferry_buffer buf, uint64_t value, int64_t timeout_ns) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (value == 0) return -EINVAL;
+  if (value == 0) return fc::misuse(-EINVAL, "ferry_fence_wait", "value 0 (publish values start at 1)");
   ferry_fence f{};
   if (int e = ferry_buffer_fence(c, buf, &f); e != 0) return e;
   const auto& w = *reinterpret_cast<const proto::Fence*>(const_cast<const uint64_t*>(f.ready));  // ready leads
@@ -79,7 +84,7 @@ int ferry_fence_wait(ferry_client* c, ferry_buffer buf, uint64_t value, int64_t 
 
 int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry_token* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || out == nullptr) return -EINVAL;
+  if (out == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_grant", "out is NULL");
   auto m = proto::make<proto::Grant>(proto::Type::grant);
   m.buffer = buf;
   m.rights = rights;
@@ -91,7 +96,6 @@ int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry
 
 int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* token) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr) return -EINVAL;
   auto m = proto::make<proto::Revoke>(proto::Type::revoke);
   m.buffer = buf;
   if (token != nullptr) std::memcpy(m.token, token->bytes, sizeof m.token);
@@ -102,7 +106,8 @@ int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* to
 
 int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* out, uint64_t* bytes) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || token == nullptr || out == nullptr) return -EINVAL;
+  if (token == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_open", "the token is NULL");
+  if (out == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_open", "out is NULL");
   auto m = proto::make<proto::Open>(proto::Type::open);
   std::memcpy(m.token, token->bytes, sizeof m.token);
   proto::BufferReply r{};
@@ -116,7 +121,7 @@ int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* o
 
 int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || out == nullptr) return -EINVAL;
+  if (out == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_export", "out is NULL");
   auto m = proto::make<proto::Export>(proto::Type::export_buffer);
   m.buffer = buf;
   proto::ExportReply r{};
@@ -143,8 +148,11 @@ int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out
 
 int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || h == nullptr || out == nullptr || h->bytes == 0) return -EINVAL;
-  if (h->kind == proto::kIpcLevelZero && h->fd < 0) return -EINVAL;
+  if (h == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_import", "the handle is NULL");
+  if (out == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_import", "out is NULL");
+  if (h->bytes == 0) return fc::misuse(-EINVAL, "ferry_buffer_import", "the handle's bytes is 0");
+  if (h->kind == proto::kIpcLevelZero && h->fd < 0)
+    return fc::misuse(-EBADF, "ferry_buffer_import", "the Level Zero handle's fd is not open (-1)");
   auto m = proto::make<proto::Import>(proto::Type::import_buffer);
   m.bytes = h->bytes;
   m.kind = h->kind;
@@ -160,8 +168,12 @@ int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer
 
 int ferry_event_pool_register(ferry_client* c, const ferry_ipc_handle* h, uint32_t count, uint64_t* pool) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (c == nullptr || h == nullptr || pool == nullptr || count == 0) return -EINVAL;
-  if (h->kind != proto::kIpcLevelZero || h->fd < 0) return -EINVAL;
+  if (h == nullptr) return fc::misuse(-EFAULT, "ferry_event_pool_register", "the handle is NULL");
+  if (pool == nullptr) return fc::misuse(-EFAULT, "ferry_event_pool_register", "pool is NULL");
+  if (count == 0) return fc::misuse(-EINVAL, "ferry_event_pool_register", "count is 0");
+  if (h->kind != proto::kIpcLevelZero)
+    return fc::misuse(-EINVAL, "ferry_event_pool_register", "the handle is not a Level Zero event pool's");
+  if (h->fd < 0) return fc::misuse(-EBADF, "ferry_event_pool_register", "the handle's fd is not open (-1)");
   auto m = proto::make<proto::EventPool>(proto::Type::event_pool);
   m.count = count;
   m.kind = h->kind;

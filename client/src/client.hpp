@@ -53,15 +53,23 @@ struct ferry_client {
 
 namespace ferry::client {
 
-// 0 when the calling process is the one that connected c; -EINVAL for a
+// 0 when the calling process is the one that connected c; -EBADF for a
 // NULL c; -ECHILD in a process forked from it (ferry_last_error says so).
 // Every call on a client starts here, so a child touches nothing shared.
 int owner_check(const ferry_client* c);
 // The calling thread's ferry_last_error text.
 std::string& last_error();
+// A misuse of the API: sets ferry_last_error to "fn: what" and returns err
+// (each misuse has its errno: -EBADF a NULL client, -EFAULT a NULL pointer,
+// -EINVAL a zero or contradictory value, -ERANGE past a buffer's end,
+// -ENOENT an unknown buffer, -ESRCH an unknown ticket, -EMSGSIZE more than a
+// slot, -EOVERFLOW more than 2^64 bytes; the man page lists them).
+int misuse(int err, const char* fn, const std::string& what);
 
-// Checks [offset, offset + bytes) against a buffer this client knows. 0 or -errno.
-int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t bytes);
+// Checks [offset, offset + bytes) against a buffer this client knows: 0, or
+// -EINVAL (0 bytes), -ENOENT (not its buffer), -ERANGE (past the end), with
+// ferry_last_error naming fn.
+int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t bytes, const char* fn);
 void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes, uint32_t fence = 0);
 void forget_buffer(ferry_client* c, ferry_buffer buf);
 // The fence of an allocation of this client (index + 1), or 0. A buffer

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "client.hpp"
+#include "gather.hpp"
 #include "stage_copy.hpp"
 #include "tsan.hpp"
 
@@ -175,62 +176,19 @@ int submit(ferry_client* c, const Submit& s) {
   return c->conn.send(&t, sizeof t);
 }
 
-// An upload's source: ranges read back to back, as one run of bytes.
-class Gather {
- public:
-  // 0, or -EINVAL for a NULL range of non-zero length or a total past 64 bits.
-  int init(const ferry_iovec* iov, size_t count) {
-    iov_ = iov;
-    count_ = count;
-    if (count == 1) {  // the common case: no table
-      bytes_ = iov[0].bytes;
-      return iov[0].base == nullptr ? -EINVAL : 0;
-    }
-    ends_.resize(count);
-    for (size_t i = 0; i < count; ++i) {
-      if (iov[i].base == nullptr && iov[i].bytes != 0) return -EINVAL;
-      if (bytes_ + iov[i].bytes < bytes_) return -EINVAL;
-      bytes_ += iov[i].bytes;
-      ends_[i] = bytes_;
-    }
-    return 0;
-  }
-  uint64_t bytes() const { return bytes_; }
-  // Stages bytes [at, at + n) of the run into dst.
-  void copy(char* dst, uint64_t at, uint64_t n, bool stream) const {
-    if (count_ == 1) return stage_copy(dst, static_cast<const char*>(iov_[0].base) + at, n, stream);
-    size_t i = static_cast<size_t>(std::upper_bound(ends_.begin(), ends_.end(), at) - ends_.begin());
-    while (n != 0) {
-      const uint64_t begin = ends_[i] - iov_[i].bytes;
-      const uint64_t take = std::min(n, ends_[i] - at);
-      if (take == 0) {  // an empty range (its base may be NULL)
-        ++i;
-        continue;
-      }
-      stage_copy(dst, static_cast<const char*>(iov_[i].base) + (at - begin), take, stream);
-      dst += take;
-      at += take;
-      n -= take;
-      ++i;
-    }
-  }
-
- private:
-  const ferry_iovec* iov_ = nullptr;
-  size_t count_ = 0;
-  uint64_t bytes_ = 0;
-  std::vector<uint64_t> ends_;  // where each range ends in the run
-};
-
 }  // namespace
 
-int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t bytes) {
-  if (bytes == 0) return -EINVAL;
-  if (offset + bytes < offset) return -EINVAL;  // 64-bit wrap
+int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t bytes, const char* fn) {
+  if (bytes == 0) return misuse(-EINVAL, fn, "0 bytes (nothing to copy)");
   std::lock_guard lock(c->buffers_mu);
   auto it = c->buffer_sizes.find(buf);
-  if (it == c->buffer_sizes.end()) return -ENOENT;
-  if (offset > it->second || bytes > it->second - offset) return -EINVAL;
+  if (it == c->buffer_sizes.end())
+    return misuse(-ENOENT, fn,
+                  "buffer " + std::to_string(buf) + " is not one of this client's (freed, or never allocated or opened)");
+  if (offset > it->second || bytes > it->second - offset)  // no wrap: offset <= size first
+    return misuse(-ERANGE, fn,
+                  "offset " + std::to_string(offset) + " + " + std::to_string(bytes) + " bytes is past the end of buffer " +
+                      std::to_string(buf) + " (" + std::to_string(it->second) + " bytes)");
   return 0;
 }
 
@@ -256,11 +214,15 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_i
            const UploadOptions& o, ferry_ticket* out) {
   const proto::UploadSignal* signal = o.signal;
   const uint64_t after = o.after;
-  if (c == nullptr || src == nullptr || count == 0 || (signal != nullptr && (after != 0 || o.fenced))) return -EINVAL;
+  const char* fn = signal != nullptr ? "ferry_upload_signal" : count == 1 ? "ferry_upload" : "ferry_upload_gather";
+  if (src == nullptr) return misuse(-EFAULT, fn, "the source ranges are NULL");
+  if (count == 0) return misuse(-EINVAL, fn, "no source ranges (count is 0)");
+  if (signal != nullptr && (after != 0 || o.fenced))
+    return misuse(-EINVAL, fn, "an event signal cannot be combined with after or fences");
   Gather from;
   if (int r = from.init(src, count); r != 0) return r;
   const uint64_t bytes = from.bytes();
-  if (int r = check_range(c, dst, dst_offset, bytes); r != 0) return r;
+  if (int r = check_range(c, dst, dst_offset, bytes, fn); r != 0) return r;
   Timeline& tl = c->timeline;
   // Alone (nothing else in flight) and small enough for the cache: one
   // thread, plain stores into the bytes the last such upload used. On the
@@ -335,7 +297,12 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_i
 }
 
 int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
-  if (c == nullptr || r == nullptr || bytes == 0 || bytes > c->slot_bytes) return -EINVAL;
+  if (r == nullptr) return misuse(-EFAULT, "ferry_upload_reserve", "the reservation is NULL");
+  if (bytes == 0) return misuse(-EINVAL, "ferry_upload_reserve", "0 bytes");
+  if (bytes > c->slot_bytes)
+    return misuse(-EMSGSIZE, "ferry_upload_reserve",
+                  std::to_string(bytes) + " bytes is more than a staging slot holds (" + std::to_string(c->slot_bytes) +
+                      "): reserve at most ferry_get_info's slot_bytes, or use ferry_upload");
   Timeline& tl = c->timeline;
   uint64_t t = 0, at = 0;
   if (int e = tl.take(1, &t); e != 0) return e;
@@ -345,12 +312,14 @@ int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
 }
 
 int commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst_offset, ferry_ticket* out) {
-  if (c == nullptr || r == nullptr || r->ticket == 0) return -EINVAL;
+  if (r == nullptr) return misuse(-EFAULT, "ferry_upload_commit", "the reservation is NULL");
+  if (r->ticket == 0)
+    return misuse(-EINVAL, "ferry_upload_commit", "the reservation was used already (committed or cancelled)");
   Timeline& tl = c->timeline;
   const uint64_t t = r->ticket;
   // Sent whatever the range: the daemon takes tickets in order, and fails
   // this one on its own if the range is wrong.
-  const int range = check_range(c, dst, dst_offset, r->bytes);
+  const int range = check_range(c, dst, dst_offset, r->bytes, "ferry_upload_commit");
   FERRY_SLOT_HANDED_ON(tl.staging());
   Submit s{proto::Type::upload, r->staging, t, r->bytes, dst, dst_offset};
   s.flags = proto::kTransferLastPiece;
@@ -362,7 +331,9 @@ int commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst
 }
 
 int cancel(ferry_client* c, ferry_reservation* r) {
-  if (c == nullptr || r == nullptr || r->ticket == 0) return -EINVAL;
+  if (r == nullptr) return misuse(-EFAULT, "ferry_upload_cancel", "the reservation is NULL");
+  if (r->ticket == 0)
+    return misuse(-EINVAL, "ferry_upload_cancel", "the reservation was used already (committed or cancelled)");
   // The ticket still goes out, in order: an upload to buffer 0
   // (proto::kNoBuffer), which the daemon completes without a copy.
   Submit s{proto::Type::upload, r->staging, r->ticket, r->bytes, 0, 0};
@@ -373,8 +344,8 @@ int cancel(ferry_client* c, ferry_reservation* r) {
 }
 
 int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {
-  if (c == nullptr || dst == nullptr) return -EINVAL;
-  if (int r = check_range(c, src, src_offset, bytes); r != 0) return r;
+  if (dst == nullptr) return misuse(-EFAULT, "ferry_download", "the destination is NULL");
+  if (int r = check_range(c, src, src_offset, bytes, "ferry_download"); r != 0) return r;
   Timeline& tl = c->timeline;
   char* to = static_cast<char*>(dst);
   for (uint64_t done = 0; done < bytes;) {
