@@ -14,7 +14,10 @@ pkgs=(
   python3-pip python3-setuptools python3-wheel  # pip install of the Python package, offline
   prometheus  # promtool checks ferryctl's metrics in the ops test
   dpkg-dev debhelper dh-python lintian fakeroot  # the Debian packages (scripts/deb-build.sh)
+  python3-yaml  # the cluster examples' offline check (tests/deploy_check.sh)
 )
+# kubectl reads the Kubernetes manifests offline; a kubectl from elsewhere will do.
+command -v kubectl >/dev/null || pkgs+=(kubernetes-client)
 
 need=()
 for p in "${pkgs[@]}"; do
