@@ -34,7 +34,7 @@ namespace po = boost::program_options;
 
 namespace {
 
-enum Exit { kOk = 0, kDaemonError = 1, kUsage = 2, kNoConnect = 3 };
+enum Exit { kOk = 0, kDaemonError = 1, kUsage = 2, kNoConnect = 3, kOutput = 4 };
 
 const char* const kUsageLine = "usage: ferryctl [OPTIONS] COMMAND [ARG]";
 const char* const kCommands = R"(
@@ -61,7 +61,7 @@ daemons did not answer; 2 usage error; 3 nothing answered: cannot connect
 (the message names the path and the likely cause), or --all found no socket
 or no daemon that answered. metrics exits 0 when it wrote every daemon's
 ferry_up (1, or 0 with the reason) and each daemon either answered or, with
---running-only, is not running.
+--running-only, is not running; 4 metrics could not write --output.
 
 `ferryctl COMMAND --help` describes one command.
 
@@ -151,6 +151,7 @@ struct Args {
 const char* cause(int err) {
   switch (err) {
     case -ENOENT: return "no socket there: is ferryd running, and with this --socket or --device?";
+    case -ETIMEDOUT: return "it accepts no connection (its backlog is full): ferryd is stuck or overloaded";
     case -ECONNREFUSED: return "nothing accepts on it: ferryd is not running (stale socket file)";
     case -EACCES:
     case -EPERM: return "permission denied: ask to join the socket's group (see its owner), or run as root";
@@ -162,7 +163,8 @@ const char* cause(int err) {
 int ask(const std::string& path, const void* req, size_t n, proto::Type want, std::vector<uint8_t>* reply,
         double* rtt_us = nullptr, bool quiet = false) {
   int fd = -1;
-  if (int r = proto::connect_unix(path, &fd); r != 0) {
+  // A daemon whose backlog is full must not hang ferryctl (nor the metrics timer).
+  if (int r = proto::connect_unix(path, &fd, 5000); r != 0) {
     if (!quiet) std::fprintf(stderr, "ferryctl: cannot connect to %s: %s\n", path.c_str(), cause(r));
     return kNoConnect;
   }
@@ -544,9 +546,12 @@ bool running(const std::string& sock) {
   const std::string marker = proto::running_marker_path(sock);
   const int fd = ::open(marker.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;
-  struct stat st{};
+  struct stat st{}, sock_st{};
   char buf[24] = {};
-  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  // Written by the daemon's user, who owns the socket (systemd's socket unit
+  // gives it to ferry too): a marker planted by another user is not taken.
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::stat(sock.c_str(), &sock_st) == 0 &&
+                       (st.st_uid == sock_st.st_uid || st.st_uid == 0);
   const ssize_t n = regular ? ::read(fd, buf, sizeof buf - 1) : -1;
   ::close(fd);
   if (n <= 0) return false;
@@ -577,14 +582,14 @@ int write_atomically(const std::string& path, const std::string& text) {
     out << text;
     if (!out.flush()) {
       std::fprintf(stderr, "ferryctl: cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
-      return kUsage;
+      return kOutput;
     }
   }
   ::chmod(tmp.c_str(), 0644);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::fprintf(stderr, "ferryctl: cannot rename onto %s: %s\n", path.c_str(), std::strerror(errno));
     ::unlink(tmp.c_str());
-    return kUsage;
+    return kOutput;
   }
   return kOk;
 }
@@ -618,27 +623,36 @@ int watch(const Args& a) {
     // height, so the header never scrolls away.
     int rows = 0;
     if (winsize ws{}; tty && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0) rows = ws.ws_row;
-    int left = rows > 0 ? std::max(rows - 1, 7) : 0;  // the last line says the interval
+    int left = rows > 0 ? rows - 1 : 0;  // the last line says the interval
+    size_t unshown = 0;                   // daemons that did not fit
     if (tty && !a.json) std::fputs("\033[H\033[2J", stdout);  // home, clear
     for (const auto& s : sockets_of(a)) {
       json::object d;
       // A daemon that restarts is waited for, as watch(1) and nvidia-smi -l do.
-      if (int r = fetch_status(s, &d, nullptr, true); r != kOk) {
-        if (a.json) {
+      const int r = fetch_status(s, &d, nullptr, true);
+      if (a.json) {
+        if (r != kOk)
           std::printf("%s\n", json::serialize(json::object{{"socket", s}, {"error", "not answering"}}).c_str());
-        } else {
-          std::printf("%.78s\nnot answering (%s); still polling\n", s.c_str(), r == kNoConnect ? "no connection" : "bad reply");
-        }
+        else
+          std::printf("%s\n", json::serialize(json::object{{"socket", s}, {"status", d}}).c_str());
         continue;
       }
-      if (a.json) {
-        std::printf("%s\n", json::serialize(json::object{{"socket", s}, {"status", d}}).c_str());
-      } else {
-        const int used = print_watch(s, d, &seen[s], rows > 0 ? std::max(left - 1, 6) : 0);
-        std::printf("\n");
-        if (rows > 0) left = std::max(left - used - 1, 0);
+      // Each daemon needs its header (6 lines with the blank one) or 3 when
+      // it does not answer; one line stays for "N more daemons".
+      if (rows > 0 && left < (r == kOk ? 7 : 4)) {
+        ++unshown;
+        continue;
       }
+      if (r != kOk) {
+        std::printf("%.78s\nnot answering (%s); still polling\n\n", s.c_str(), r == kNoConnect ? "no connection" : "bad reply");
+        left -= 3;
+        continue;
+      }
+      const int used = print_watch(s, d, &seen[s], rows > 0 ? left - 2 : 0);
+      std::printf("\n");
+      if (rows > 0) left -= used + 1;
     }
+    if (unshown != 0) std::printf("(%zu more daemons not shown: a taller terminal, or ferryctl --all status)\n", unshown);
     if (!a.json) std::printf("(every %.1f s, rates over the last interval; Ctrl-C to stop)\n", a.interval);
     std::fflush(stdout);
     for (double t = 0; t < a.interval && !g_interrupted; t += 0.05) usleep(50'000);

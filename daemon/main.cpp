@@ -79,7 +79,10 @@ class RunningMarker {
     const std::string tmp = path_ + ".tmp." + pid;
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     const std::string text = pid + "\n";
-    bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    // Readable by all whatever the umask (the unit's is 0077): ferryctl as
+    // another user (the metrics timer) reads it.
+    bool ok = fd >= 0 && ::fchmod(fd, 0644) == 0 &&
+              ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
     if (fd >= 0) ::close(fd);
     ok = ok && ::rename(tmp.c_str(), path_.c_str()) == 0;
     if (!ok) {

@@ -113,8 +113,10 @@ std::vector<MpsProcess> mps_processes(const std::string& proc_root) {
 std::string mps_user_warning(const std::string& proc_root, unsigned self) {
   const std::vector<MpsProcess> ps = mps_processes(proc_root);
   const MpsProcess* control = nullptr;
+  // The control daemon is root's (a system service) or ferryd's user's own:
+  // a process of another user that merely calls itself so is not taken.
   for (const MpsProcess& p : ps)
-    if (p.control) control = &p;
+    if (p.control && (p.uid == 0 || p.uid == self)) control = &p;
   if (control == nullptr || control->multi_user) return {};
   const std::string fix =
       "; restart it as the multi-user server, `nvidia-cuda-mps-control -d -M` (ferry-mps.service does), or run "

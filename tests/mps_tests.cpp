@@ -93,3 +93,11 @@ TEST_CASE("malformed /proc entries are skipped, not trusted") {
   const std::string w = mps_user_warning(p.root, 998);
   CHECK_THAT(w, Catch::Contains("will wait behind ferryd's MPS server"));
 }
+
+TEST_CASE("another user's process named like the control daemon is not taken for it") {
+  FakeProc p;
+  p.add(100, "nvidia-cuda-mps", control_per_user, 1234);
+  CHECK(mps_user_warning(p.root, 998).empty());
+  p.add(101, "nvidia-cuda-mps", control_multi, 0);  // root's real one, multi-user
+  CHECK(mps_user_warning(p.root, 998).empty());
+}

@@ -251,8 +251,9 @@ grep -q '^ferry_info{device="0",.*gpu="0",UUID="[0-9a-f-]*"' "$tmp/all.prom" || 
 grep -q "uploads/s" "$tmp/watch.out" || fail "watch shows no rates"
 [[ ! -e $dir/ferryd-0.pid ]] || fail "the drained daemon left its running marker"
 # The socket held for a daemon that is not running, as systemd's socket unit holds it.
-systemd-socket-activate -l "$dir/ferryd-0.sock" -E FERRY_SIM_DRIVER -E FERRY_SIM_FAST \
-  "$build/daemon/ferryd" --sim --socket "$dir/ferryd-0.sock" -q 2>"$tmp/activate.log" &
+# The unit's UMask=0077: the marker must still be readable by the metrics timer.
+(umask 077; exec systemd-socket-activate -l "$dir/ferryd-0.sock" -E FERRY_SIM_DRIVER -E FERRY_SIM_FAST \
+  "$build/daemon/ferryd" --sim --socket "$dir/ferryd-0.sock" -q) 2>"$tmp/activate.log" &
 act=$!
 pids+=($act)
 for _ in $(seq 200); do grep -q "^Listening on" "$tmp/activate.log" && break; sleep 0.05; done
@@ -261,6 +262,15 @@ grep -q '^ferry_up{device="0",reason="not running"} 0$' <<<"$out" || fail "no fe
 [[ ! -e $dir/ferryd-0.pid ]] || fail "--running-only metrics started the socket-activated daemon"
 ctl -d 0 status >/dev/null || fail "status through the activated socket"
 [[ -e $dir/ferryd-0.pid ]] || fail "the activated ferryd wrote no running marker"
+[[ $(stat -c %a "$dir/ferryd-0.pid") == 644 ]] || fail "running marker mode $(stat -c %a "$dir/ferryd-0.pid") under umask 077"
+# A marker another user planted (naming a live process) is not believed.
+if [[ -n ${FERRY_TEST_USER:-} ]]; then
+  cp "$dir/ferryd-0.pid" "$tmp/real.pid"
+  rm "$dir/ferryd-0.pid"
+  echo $$ >"$dir/ferryd-0.pid" && chown "$FERRY_TEST_USER" "$dir/ferryd-0.pid"
+  ctl --all --running-only metrics | grep -q 'reason="not running"' || fail "a planted marker was believed"
+  rm -f "$dir/ferryd-0.pid" && cp "$tmp/real.pid" "$dir/ferryd-0.pid"
+fi
 ctl --all --running-only metrics | grep -q '^ferry_up{device="0"} 1$' || fail "--running-only skips a running daemon"
 # Users by name; per-command help; refusals that name the fix; exit 3 when nothing answers.
 python3 - "$dir/ferryd-0.sock" "$build" <<'PY' &

@@ -439,6 +439,18 @@ TEST_CASE("memory a client can shrink is never mapped by the daemon (no SIGBUS)"
     REQUIRE(ferry_upload(c, b, 0, src.data(), src.size(), &t) == 0);
     CHECK(ferry_wait(c, t, -1) == 0);
   }
+  SECTION("a handle whose fd is closed is refused in the client, and the connection lives") {
+    int fd = ::memfd_create("closed", MFD_CLOEXEC);
+    ferry_ipc_handle h = forged_handle(fd, 4096, 4096);
+    ::close(fd);
+    ferry_buffer b = 0;
+    CHECK(ferry_buffer_import(c, &h, &b) == -EBADF);
+    CHECK_THAT(ferry_last_error(), Catch::Contains("is not open"));
+    uint64_t pool = 0;
+    CHECK(ferry_event_pool_register(c, &h, 1, &pool) == -EBADF);
+    ferry_buffer ok = 0;
+    CHECK(ferry_buffer_alloc(c, 4096, &ok) == 0);  // still connected
+  }
   SECTION("an import of memory the client could shrink is refused") {
     int fd = ::memfd_create("hostile", MFD_CLOEXEC);  // no seals
     REQUIRE(::ftruncate(fd, 1 << 20) == 0);

@@ -109,6 +109,18 @@ TEST_CASE("uploads written in place (reserve, commit) and ordinary ones share th
   CHECK(ferry_upload_reserve(k.c, 16, nullptr) == -EFAULT);
   CHECK(ferry_upload_reserve(nullptr, 16, &r) == -EBADF);
   CHECK_THAT(ferry_last_error(), Catch::Contains("the client is NULL"));
+  {
+    // Another client's reservation is refused, and stays usable by its own.
+    Conn other(d.socket);
+    ferry_buffer ob = other.alloc(64);
+    REQUIRE(ferry_upload_reserve(k.c, 16, &r) == 0);
+    ferry_ticket ot = 0;
+    CHECK(ferry_upload_commit(other.c, &r, ob, 0, &ot) == -EINVAL);
+    CHECK_THAT(ferry_last_error(), Catch::Contains("not this client's"));
+    CHECK(ferry_upload_cancel(other.c, &r) == -EINVAL);
+    CHECK(ferry_upload_cancel(k.c, &r) == 0);
+    CHECK(ferry_flush(k.c, -1) == 0);
+  }
   // A reservation committed to a buffer that is not the client's fails there
   // and in its ticket, and the client goes on.
   REQUIRE(ferry_upload_reserve(k.c, 16, &r) == 0);
@@ -525,8 +537,14 @@ TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as 
   uint8_t byte = 1;
   for (int i = 0; i < 3; ++i) REQUIRE(ferry_upload(c, b1, i, &byte, 1, nullptr) == 0);
 
+  // The daemon takes the entries from the ring when it next polls: ask until
+  // it has (state, not time), then check every figure of that one reply.
   int rc = -1;
-  auto doc = parse_json(run(ctl + " status --json", &rc));
+  boost::property_tree::ptree doc;
+  for (int tries = 0; tries < 500; ++tries) {
+    doc = parse_json(run(ctl + " status --json", &rc));
+    if (doc.get<uint64_t>("ring.transfers_in_flight", 0) == 3) break;
+  }
   CHECK(rc == 0);
   bool found = false;
   for (const auto& [key, row] : doc.get_child("clients")) {

@@ -2,16 +2,43 @@
 // The C ABI's buffers (ferry/ferry.h): allocations, sharing them with other
 // processes and contexts, and their fences. Each is a request to the daemon
 // (one round trip) or a look at what this client remembers of its buffers.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "client.hpp"
 
 namespace proto = ferry::proto;
 namespace fc = ferry::client;
+
+namespace {
+
+// The daemon refused `fn` with `status` (a negative errno): said in
+// ferry_last_error, as a misuse is.
+int refused(int status, const char* fn, ferry_buffer buf) {
+  const std::string b = "buffer " + std::to_string(buf);
+  switch (status) {
+    case -ENOENT: return fc::misuse(status, fn, b + " is not one of this client's (freed, or never allocated or opened)");
+    case -EACCES:
+    case -EPERM:
+      return fc::misuse(status, fn,
+                        "the daemon refused: the token is not valid (revoked, its buffer freed, or never granted), or the "
+                        "rights asked are not the grant's");
+    case -EINVAL:
+      return fc::misuse(status, fn, "the daemon refused the arguments (rights 0 or unknown, or an unknown handle kind)");
+    default: return fc::misuse(status, fn, std::string("the daemon refused: ") + ferry_strerror(status));
+  }
+}
+
+// An fd the caller passes must be open: sending a closed one would end the
+// connection (sendmsg fails), not just this call.
+bool fd_open(int fd) { return fd >= 0 && ::fcntl(fd, F_GETFD) >= 0; }
+
+}  // namespace
 
 extern "C" {
 
@@ -23,7 +50,7 @@ int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {
   m.bytes = bytes;
   proto::Reply r{};
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
-  if (r.status != 0) return r.status;
+  if (r.status != 0) return refused(r.status, "ferry_buffer_alloc", 0);
   fc::remember_buffer(c, r.value, bytes, c->fence_words != nullptr && r.fence <= proto::kFences ? r.fence : 0);
   *out = r.value;
   return 0;
@@ -35,8 +62,9 @@ int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
   m.buffer = buf;
   proto::Reply r{};
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
-  if (r.status == 0) fc::forget_buffer(c, buf);
-  return r.status;
+  if (r.status != 0) return refused(r.status, "ferry_buffer_free", buf);
+  fc::forget_buffer(c, buf);
+  return 0;
 }
 
 int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
@@ -90,8 +118,9 @@ int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry
   m.rights = rights;
   proto::TokenReply r{};
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
-  if (r.status == 0) std::memcpy(out->bytes, r.token, sizeof out->bytes);
-  return r.status;
+  if (r.status != 0) return refused(r.status, "ferry_buffer_grant", buf);
+  std::memcpy(out->bytes, r.token, sizeof out->bytes);
+  return 0;
 }
 
 int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* token) {
@@ -101,7 +130,7 @@ int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* to
   if (token != nullptr) std::memcpy(m.token, token->bytes, sizeof m.token);
   proto::Reply r{};
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
-  return r.status;
+  return r.status != 0 ? refused(r.status, "ferry_buffer_revoke", buf) : 0;
 }
 
 int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* out, uint64_t* bytes) {
@@ -112,7 +141,7 @@ int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* o
   std::memcpy(m.token, token->bytes, sizeof m.token);
   proto::BufferReply r{};
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
-  if (r.status != 0) return r.status;
+  if (r.status != 0) return refused(r.status, "ferry_buffer_open", 0);
   fc::remember_buffer(c, r.buffer, r.bytes);
   *out = r.buffer;
   if (bytes != nullptr) *bytes = r.bytes;
@@ -129,7 +158,7 @@ int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r, -1, &fd); e != 0) return e;
   if (r.status != 0) {
     if (fd >= 0) ::close(fd);
-    return r.status;
+    return refused(r.status, "ferry_buffer_export", buf);
   }
   std::memset(out, 0, sizeof *out);
   out->kind = r.kind;
@@ -151,8 +180,8 @@ int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer
   if (h == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_import", "the handle is NULL");
   if (out == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_import", "out is NULL");
   if (h->bytes == 0) return fc::misuse(-EINVAL, "ferry_buffer_import", "the handle's bytes is 0");
-  if (h->kind == proto::kIpcLevelZero && h->fd < 0)
-    return fc::misuse(-EBADF, "ferry_buffer_import", "the Level Zero handle's fd is not open (-1)");
+  if (h->kind == proto::kIpcLevelZero && !fd_open(h->fd))
+    return fc::misuse(-EBADF, "ferry_buffer_import", "the Level Zero handle's fd " + std::to_string(h->fd) + " is not open");
   auto m = proto::make<proto::Import>(proto::Type::import_buffer);
   m.bytes = h->bytes;
   m.kind = h->kind;
@@ -160,7 +189,7 @@ int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer
   proto::BufferReply r{};
   const int fd = h->kind == proto::kIpcLevelZero ? h->fd : -1;
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r, fd); e != 0) return e;
-  if (r.status != 0) return r.status;
+  if (r.status != 0) return refused(r.status, "ferry_buffer_import", 0);
   fc::remember_buffer(c, r.buffer, r.bytes);
   *out = r.buffer;
   return 0;
@@ -173,15 +202,17 @@ int ferry_event_pool_register(ferry_client* c, const ferry_ipc_handle* h, uint32
   if (count == 0) return fc::misuse(-EINVAL, "ferry_event_pool_register", "count is 0");
   if (h->kind != proto::kIpcLevelZero)
     return fc::misuse(-EINVAL, "ferry_event_pool_register", "the handle is not a Level Zero event pool's");
-  if (h->fd < 0) return fc::misuse(-EBADF, "ferry_event_pool_register", "the handle's fd is not open (-1)");
+  if (!fd_open(h->fd))
+    return fc::misuse(-EBADF, "ferry_event_pool_register", "the handle's fd " + std::to_string(h->fd) + " is not open");
   auto m = proto::make<proto::EventPool>(proto::Type::event_pool);
   m.count = count;
   m.kind = h->kind;
   std::memcpy(m.handle, h->data, sizeof m.handle);
   proto::Reply r{};
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r, h->fd); e != 0) return e;
-  if (r.status == 0) *pool = r.value;
-  return r.status;
+  if (r.status != 0) return refused(r.status, "ferry_event_pool_register", 0);
+  *pool = r.value;
+  return 0;
 }
 
 }  // extern "C"

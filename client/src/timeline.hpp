@@ -33,6 +33,7 @@ class Timeline {
   // The segment's header and staging area, once connected.
   void attach(proto::Segment* seg, char* staging, uint32_t slots, uint64_t slot_bytes, uint32_t entries);
   char* staging() const { return staging_; }
+  uint64_t staging_bytes() const { return staging_bytes_; }
 
   // ---- tickets
   // Reserves `count` consecutive tickets (the first in *first). With

@@ -296,6 +296,16 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_i
   return 0;
 }
 
+// A reservation this client made and has not used: its ticket issued here,
+// its bytes in this client's staging area where the reservation says.
+static int own_reservation(ferry_client* c, const ferry_reservation* r, const char* fn) {
+  const Timeline& tl = c->timeline;
+  if (r->ticket > tl.issued() || r->staging > tl.staging_bytes() || r->bytes > tl.staging_bytes() - r->staging ||
+      r->data != tl.staging() + r->staging)
+    return misuse(-EINVAL, fn, "the reservation is not this client's (made by another ferry_client, or altered)");
+  return 0;
+}
+
 int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
   if (r == nullptr) return misuse(-EFAULT, "ferry_upload_reserve", "the reservation is NULL");
   if (bytes == 0) return misuse(-EINVAL, "ferry_upload_reserve", "0 bytes");
@@ -315,6 +325,7 @@ int commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst
   if (r == nullptr) return misuse(-EFAULT, "ferry_upload_commit", "the reservation is NULL");
   if (r->ticket == 0)
     return misuse(-EINVAL, "ferry_upload_commit", "the reservation was used already (committed or cancelled)");
+  if (int e = own_reservation(c, r, "ferry_upload_commit"); e != 0) return e;
   Timeline& tl = c->timeline;
   const uint64_t t = r->ticket;
   // Sent whatever the range: the daemon takes tickets in order, and fails
@@ -334,6 +345,7 @@ int cancel(ferry_client* c, ferry_reservation* r) {
   if (r == nullptr) return misuse(-EFAULT, "ferry_upload_cancel", "the reservation is NULL");
   if (r->ticket == 0)
     return misuse(-EINVAL, "ferry_upload_cancel", "the reservation was used already (committed or cancelled)");
+  if (int e = own_reservation(c, r, "ferry_upload_cancel"); e != 0) return e;
   // The ticket still goes out, in order: an upload to buffer 0
   // (proto::kNoBuffer), which the daemon completes without a copy.
   Submit s{proto::Type::upload, r->staging, r->ticket, r->bytes, 0, 0};
