@@ -26,6 +26,7 @@ void ClientState::adopt_segment(StagingSegment seg) {
   entries_ = proto::ring_entries(slots);
   slot_state_.assign(entries_, kFree);
   slot_status_.assign(entries_, 0);
+  slot_large_.assign(entries_, 0);
   free_fences_.clear();
   for (uint32_t f = proto::kFences; f >= 1; --f) free_fences_.push_back(f);
 }
@@ -137,13 +138,19 @@ const char* ClientState::check_transfer(uint64_t ticket, uint32_t staging, uint6
 }
 
 void ClientState::mark_in_flight(uint64_t ticket, uint64_t bytes) {
-  slot_state_[(ticket - 1) % entries_] = kBusy;
+  const uint32_t s = static_cast<uint32_t>((ticket - 1) % entries_);
+  slot_state_[s] = kBusy;
+  slot_large_[s] = large(bytes) ? 1 : 0;
+  large_in_flight_ += slot_large_[s];
   ++in_flight_;
   in_flight_bytes_ += bytes;
 }
 
 void ClientState::unmark_in_flight(uint64_t ticket, uint64_t bytes) {
-  slot_state_[(ticket - 1) % entries_] = kFree;
+  const uint32_t s = static_cast<uint32_t>((ticket - 1) % entries_);
+  slot_state_[s] = kFree;
+  large_in_flight_ -= slot_large_[s];
+  slot_large_[s] = 0;
   --in_flight_;
   in_flight_bytes_ -= bytes;
 }
@@ -152,6 +159,8 @@ bool ClientState::finish(uint64_t ticket, uint64_t bytes, int status, Failed& fa
   const uint32_t s = static_cast<uint32_t>((ticket - 1) % entries_);
   slot_state_[s] = kDone;
   slot_status_[s] = status;
+  large_in_flight_ -= slot_large_[s];
+  slot_large_[s] = 0;
   --in_flight_;
   in_flight_bytes_ -= bytes;
   // Tickets complete in order: `completed` moves only over a contiguous run.
@@ -159,10 +168,7 @@ bool ClientState::finish(uint64_t ticket, uint64_t bytes, int status, Failed& fa
   for (;;) {
     const uint32_t next = static_cast<uint32_t>(completed_ % entries_);
     if (slot_state_[next] != kDone) break;
-    if (slot_status_[next] != 0) {
-      failed.emplace_back(completed_ + 1, slot_status_[next]);
-      ++stats_.errors;
-    }
+    if (slot_status_[next] != 0) failed.emplace_back(completed_ + 1, slot_status_[next]);
     slot_state_[next] = kFree;
     slot_status_[next] = 0;
     ++completed_;
@@ -171,19 +177,22 @@ bool ClientState::finish(uint64_t ticket, uint64_t bytes, int status, Failed& fa
   return moved;
 }
 
-void ClientState::count_failure() {
+void ClientState::record_failure(uint64_t ticket, int error) {
   ++failures_;
   ++stats_.errors;
-  if (proto::Segment* seg = segment_.header()) seg->failures.store(failures_, std::memory_order_release);
-}
-
-void ClientState::publish(size_t new_failures, bool host_writes_device_word) {
   proto::Segment* seg = segment_.header();
   if (seg == nullptr) return;
   // Stored, never read back: the client may scribble on these words, and
   // fools only itself if it does.
-  failures_ += new_failures;
-  if (new_failures != 0) seg->failures.store(failures_, std::memory_order_release);
+  proto::Result& r = segment_.results()[(ticket - 1) % entries_];
+  r.error.store(error, std::memory_order_relaxed);
+  r.ticket.store(ticket, std::memory_order_release);
+  seg->failures.store(failures_, std::memory_order_release);
+}
+
+void ClientState::publish(bool host_writes_device_word) {
+  proto::Segment* seg = segment_.header();
+  if (seg == nullptr) return;
   seg->completed.store(completed_, std::memory_order_release);
   if (host_writes_device_word) seg->device_completed.store(completed_, std::memory_order_release);
   // A sleeper raises `sleepers` before it looks at the words: it sees them,
@@ -214,7 +223,7 @@ bool ClientState::advance_frontier(uint64_t* value) {
 }
 
 void ClientState::hold(const Held& h) {
-  slot_state_[(h.t.ticket - 1) % entries_] = kHeld;
+  slot_state_[(h.e.ticket - 1) % entries_] = kHeld;
   held_.push_back(h);
 }
 
@@ -224,12 +233,12 @@ uint64_t ClientState::app_value() const {
 }
 
 bool ClientState::hold_over(const Held& h) const {
-  if (h.after != 0 && app_value() < h.after) return false;
-  if (h.release == 0) return true;
+  if (h.e.after != 0 && app_value() < h.e.after) return false;
+  if (h.release() == 0) return true;
   auto owner = h.fence_owner.lock();
   // Its owner gone, the buffer is too: the transfer goes on, to fail.
   if (!owner || !owner->connected || owner->segment().header() == nullptr) return true;
-  return owner->fence_words(h.fence)->released.load(std::memory_order_acquire) >= h.release;
+  return owner->fence_words(h.fence)->released.load(std::memory_order_acquire) >= h.release();
 }
 
 void ClientState::add_slot_waits(Histogram& h) const {

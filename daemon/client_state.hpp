@@ -32,14 +32,29 @@ class ClientState;
 // Failed tickets, in ticket order: {ticket, negative errno}.
 using Failed = std::vector<std::pair<uint64_t, int>>;
 
-// Told when a client's timeline moved (after the segment shows it), to send
-// the client its messages. The session implements it.
+// Told when the client broke its submission ring: its session ends with
+// `why`. The session implements it.
 class ProgressSink {
  public:
   virtual ~ProgressSink() = default;
-  virtual void progress(const ClientState& c, const Failed& failed) = 0;
-  // The client broke its submission ring: its session ends with `why`.
   virtual void broken(const char* why) = 0;
+};
+
+// One transfer as ferryd took it from the ring: every word copied out of
+// shared memory once (proto::SubmitEntry), and only this copy used.
+struct Entry {
+  uint64_t ticket = 0;
+  proto::Type kind = proto::Type::upload;
+  uint32_t flags = 0;    // proto::kTransferLastPiece
+  uint32_t staging = 0;  // in units of proto::kStagingAlign
+  uint64_t length = 0, buffer = 0, offset = 0;
+  uint64_t after = 0;  // upload_after, upload_fenced: the client's app_value to wait for
+  uint64_t pool = 0;   // upload_signal: the pool; upload_fenced: the fence's release to wait for
+  uint64_t event = 0;  // upload_signal: the event; upload_fenced: the value to publish
+  bool download() const { return kind == proto::Type::download; }
+  bool signal() const { return kind == proto::Type::upload_signal; }
+  bool fenced() const { return kind == proto::Type::upload_fenced; }
+  bool last_piece() const { return (flags & proto::kTransferLastPiece) != 0; }
 };
 
 class ClientState : public std::enable_shared_from_this<ClientState> {
@@ -95,21 +110,26 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
 
   // ---- the ticket window
   // Checks a transfer's ticket against this client's window, and its
-  // staging range (proto::Transfer::staging, length) against the staging
-  // area. Returns nullptr or the reason it is refused.
+  // staging range (Entry::staging, length) against the staging area.
+  // Returns nullptr or the reason it is refused.
   const char* check_transfer(uint64_t ticket, uint32_t staging, uint64_t length) const;
+  // A transfer of a quarter slot or more counts as large: at most
+  // slot_count of them are in flight at once (the ring waits for the next).
+  bool large(uint64_t length) const { return length * 4 >= slot_bytes_; }
+  bool large_room() const { return large_in_flight_ < slot_count_; }
   void mark_in_flight(uint64_t ticket, uint64_t bytes);
   void unmark_in_flight(uint64_t ticket, uint64_t bytes);  // the device refused it after all
   // Records the outcome of one ticket; returns true when `completed` moved.
   // Failed tickets that became contiguous are appended to `failed`.
   bool finish(uint64_t ticket, uint64_t bytes, int status, Failed& failed);
-  // Counts a refused ticket's failure in the segment now, before anything
-  // (the device's write included) can pass it.
-  void count_failure();
-  // Writes the timeline into the segment: failures first, then `completed`
-  // (the order proto::Segment documents); `device_completed` too when the
-  // device does not write it. Wakes the client's sleepers.
-  void publish(size_t new_failures, bool host_writes_device_word);
+  // Writes a failed ticket's Result record and counts it in the segment
+  // (proto::Result), before anything (the device's write included) can
+  // pass the ticket.
+  void record_failure(uint64_t ticket, int error);
+  // Writes the timeline into the segment: `completed`, and `device_completed`
+  // too when the device does not write it (failures are recorded before).
+  // Wakes the client's sleepers.
+  void publish(bool host_writes_device_word);
   // The highest ticket T such that every ticket <= T was queued on the device
   // (or refused): returns true and T when it moved. The engine then has the
   // device write T into `device_completed` after those copies.
@@ -128,18 +148,12 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
 
   // ---- holds (UploadAfter, UploadFenced): transfers waiting for a value
   struct Held {
-    proto::Transfer t;
-    bool download = false;
-    bool signal = false;
-    proto::UploadSignal sig{};
-    uint64_t after = 0;  // the client's app_value; 0: no value of its own, only behind an earlier hold
-    // UploadFenced: the destination's fence released (0: no wait), and the
-    // value the device writes into its ready word after the copy (0: none).
-    bool fenced = false;
-    uint64_t release = 0;
-    uint64_t publish = 0;
-    std::weak_ptr<ClientState> fence_owner;  // whose segment holds that fence
+    Entry e;  // e.after 0: no value of its own, only behind an earlier hold
+    // upload_fenced: the destination's fence released (e.pool, 0: no wait)
+    // in this owner's segment.
+    std::weak_ptr<ClientState> fence_owner;
     uint32_t fence = 0;
+    uint64_t release() const { return fence != 0 ? e.pool : 0; }
   };
   void hold(const Held& h);
   std::deque<Held>& held() { return held_; }
@@ -156,7 +170,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // slots, none longer than its connection): a client that scribbles on its
   // page drops out of the daemon-wide histogram instead of poisoning it.
   void add_slot_waits(Histogram& h) const;
-  // A transfer message of this client passed the window check. Returns
+  // A transfer of this client passed the window check. Returns
   // whether the client was idle until now (see TransferEngine::publish_clients).
   bool note_transfer() {
     ++transfers_;
@@ -186,7 +200,9 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   bool connected = true;  // false once its session closed (copies may still drain)
   bool registered = false;  // the segment is registered with the device
   bool host_timeline = false;  // the device could not write device_completed: the retire path does
-  bool ring = false;           // transfers come through the segment's submission ring
+  bool lone_write = false;  // a timeline write without a copy is queued on the device (one at a time)
+  bool ring_waits = false;  // the ring's next entry waits for a large transfer to retire
+  bool draining = false;    // drain_ring is on the stack (a settle inside it drains no further)
   bool ring_broken = false;    // a bad entry ended the session; the ring is not read again
   uint64_t ring_next = 1;      // the ticket the ring must show next
   std::weak_ptr<ProgressSink> sink;
@@ -201,16 +217,18 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   std::vector<uint8_t> slot_state_;  // per ticket in the window, at (ticket - 1) % entries_
   std::vector<int> slot_status_;
   uint64_t completed_ = 0;
-  uint64_t failures_ = 0;  // failures published so far
+  uint64_t failures_ = 0;  // Result records written so far
   uint64_t frontier_ = 0;  // see advance_frontier
   std::deque<Held> held_;
   std::vector<uint32_t> free_fences_;  // fence indexes + 1, the lowest last
   uint32_t in_flight_ = 0;
+  uint32_t large_in_flight_ = 0;
+  std::vector<uint8_t> slot_large_;  // per ticket in the window: counted in large_in_flight_
   uint64_t in_flight_bytes_ = 0;
   uint64_t device_bytes_ = 0;
   uint64_t next_buffer_ = 0;
   uint32_t opened_ = 0;    // table entries opened through grants
-  uint64_t transfers_ = 0; // transfer messages accepted
+  uint64_t transfers_ = 0; // transfers accepted
   uint64_t transfers_seen_ = 0;  // transfers_ at the last still_active()
   bool active_ = false;          // moved a transfer lately (still_active)
   uint32_t imported_ = 0;  // table entries that are imports

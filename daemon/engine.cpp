@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include <boost/asio/post.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 
@@ -21,13 +22,14 @@ uint64_t now_ns() {
 }  // namespace
 
 namespace {
-// How often held transfers look at their client's value while any is held.
-// The application's queue writes it; nothing tells ferryd, so it looks.
-// Measured on the simulated device (bench/ferry_bench section 2): 10 µs
-// costs the 2-core machine more CPU than it saves, 50 µs leaves the
-// application's queue waiting; 20 µs kept the loop within 1.04× of
-// in-process staging.
-constexpr auto kHoldPoll = std::chrono::microseconds(20);
+// Held transfers wait for a value the application's queue writes, and
+// nothing tells ferryd: the poller looks at them on every round while it is
+// awake. Asleep, a timer looks, every sixteenth of the time since a hold
+// last moved (at least kHoldPollMin, at most kHoldPollMax): a hold released
+// soon is seen within a few per cent of its wait, and one that is never
+// answered costs ferryd a wake-up per kHoldPollMax, not a core.
+constexpr auto kHoldPollMin = std::chrono::microseconds(20);
+constexpr auto kHoldPollMax = std::chrono::milliseconds(2);
 }  // namespace
 
 TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend)
@@ -60,86 +62,84 @@ void TransferEngine::stop() {
   }
 }
 
-const char* TransferEngine::transfer(const ClientRef& c, const proto::Transfer& m, bool download, const TransferExtra& x) {
+const char* TransferEngine::transfer(const ClientRef& c, const Entry& e) {
   // Breaking the slot protocol is a broken client: its session closes.
-  if (const char* why = c->check_transfer(m.ticket, m.staging, m.length)) return why;
-  if ((m.flags & ~proto::kTransferLastPiece) != 0) return "transfer with unknown flags";
+  if (const char* why = c->check_transfer(e.ticket, e.staging, e.length)) return why;
   if (c->note_transfer()) publish_clients();  // one more client transfers now
   ClientState::Held h;
-  h.t = m;
-  h.download = download;
-  h.signal = x.signal != nullptr;
-  if (h.signal) h.sig = *x.signal;
-  h.after = x.after;
-  if (x.fenced) {
-    h.fenced = true;
-    h.release = x.release;
-    h.publish = x.publish;
-    // The fence is the destination's: found now, for the hold. A buffer the
-    // client may not upload into holds nothing; issue() fails its ticket.
+  h.e = e;
+  if (e.fenced() && e.pool != 0) {
+    // The fence released is the destination's: found now, for the hold. A
+    // buffer the client may not upload into holds nothing; issue() fails
+    // its ticket.
     int err = 0;
-    if (BufferRef b = c->find(m.buffer, proto::kRightUpload, &err); b && b->fence != 0) {
+    if (BufferRef b = c->find(e.buffer, proto::kRightUpload, &err); b && b->fence != 0) {
       h.fence_owner = b->owner;
       h.fence = b->fence;
-    } else {
-      h.release = 0;
     }
   }
   // Behind an earlier hold, or before its own values: kept here, on the
   // host, never as a wait in the device's queue that every client shares.
   if (!c->held().empty() || !c->hold_over(h)) {
-    if (c->held().empty()) holders_.push_back(c);  // kept until its holds are gone, connected or not
+    if (c->held().empty()) {
+      holders_.push_back(c);  // kept until its holds are gone, connected or not
+      if (holders_.size() == 1) holds_since_ = std::chrono::steady_clock::now();
+    }
     c->hold(h);
-    arm_holds();
+    if (asleep_) arm_holds();  // awake, the poller looks on every round
     return nullptr;
   }
-  issue(c, h);
+  issue(c, e);
   return nullptr;
 }
 
-void TransferEngine::issue(const ClientRef& c, const ClientState::Held& h) {
-  const proto::Transfer& m = h.t;
-  if (m.buffer == proto::kNoBuffer && !h.download && !h.signal) return fail(c, m.ticket, 0);  // nothing to copy
+void TransferEngine::issue(const ClientRef& c, const Entry& e) {
+  if (e.buffer == proto::kNoBuffer && e.kind == proto::Type::upload) return fail(c, e.ticket, 0);  // nothing to copy
   // A wrong buffer or range is the caller's mistake: fail that ticket only.
   int err = 0;
-  BufferRef buf = c->find(m.buffer, h.download ? proto::kRightDownload : proto::kRightUpload, &err);
-  if (!buf) return fail(c, m.ticket, err);
-  // An UploadFenced's publish: into the fence the buffer has now.
+  BufferRef buf = c->find(e.buffer, e.download() ? proto::kRightDownload : proto::kRightUpload, &err);
+  if (!buf) return fail(c, e.ticket, err);
+  // An upload_fenced's publish: into the fence the buffer has now.
   FenceWrite fence;
-  if (h.fenced) {
+  if (e.fenced()) {
     ClientRef owner = buf->owner.lock();
     // An owner that left takes its buffers along, even while its state drains.
-    if (owner && !owner->connected) return fail(c, m.ticket, -ENOENT);
-    if (buf->fence == 0 || !owner) return fail(c, m.ticket, -ENOTSUP);  // no fence (an import, say)
-    if (h.publish != 0) fence = FenceWrite{std::move(owner), buf->fence, h.publish};
+    if (owner && !owner->connected) return fail(c, e.ticket, -ENOENT);
+    if (buf->fence == 0 || !owner) return fail(c, e.ticket, -ENOTSUP);  // no fence (an import, say)
+    if (e.event != 0) fence = FenceWrite{std::move(owner), buf->fence, e.event};
   }
   const FenceWrite* fp = fence.value != 0 ? &fence : nullptr;
-  if (m.offset > buf->bytes || m.length > buf->bytes - m.offset) return fail(c, m.ticket, -EINVAL, fp);
+  if (e.offset > buf->bytes || e.length > buf->bytes - e.offset) return fail(c, e.ticket, -EINVAL, fp);
   Signal signal;
-  if (h.signal) {
-    if (!c->event_pool(h.sig.pool, &signal.pool)) return fail(c, m.ticket, -ENOENT);
-    signal.index = h.sig.event;
+  if (e.signal()) {
+    if (!c->event_pool(e.pool, &signal.pool)) return fail(c, e.ticket, -ENOENT);
+    signal.index = static_cast<uint32_t>(e.event);
   }
-  char* slot = c->segment().slots_begin() + uint64_t{m.staging} * proto::kStagingAlign;
+  char* slot = c->segment().slots_begin() + uint64_t{e.staging} * proto::kStagingAlign;
   // CUDA device addresses are not host pointers: plain integer arithmetic.
-  auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + m.offset);
-  const bool last = (m.flags & proto::kTransferLastPiece) != 0;
-  int r = h.download ? submit(c, m.ticket, true, slot, dev, m.length, buf)
-                     : submit(c, m.ticket, false, dev, slot, m.length, buf, h.signal ? &signal : nullptr, last, fp);
-  if (r != 0) fail(c, m.ticket, r, fp);
+  auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + e.offset);
+  int r = e.download() ? submit(c, e.ticket, true, slot, dev, e.length, buf)
+                       : submit(c, e.ticket, false, dev, slot, e.length, buf, e.signal() ? &signal : nullptr,
+                                e.last_piece(), fp);
+  if (r != 0) fail(c, e.ticket, r, fp);
 }
 
 void TransferEngine::arm_holds() {
-  if (hold_timer_armed_) return;
+  if (hold_timer_armed_ || holders_.empty()) return;
   hold_timer_armed_ = true;
-  hold_timer_.expires_after(kHoldPoll);
+  const auto age = std::chrono::steady_clock::now() - holds_since_;
+  hold_timer_.expires_after(std::clamp<std::chrono::steady_clock::duration>(age / 16, kHoldPollMin, kHoldPollMax));
   hold_timer_.async_wait([this](const boost::system::error_code& ec) {
     hold_timer_armed_ = false;
-    if (!ec) poll_holds();
+    if (ec) return;
+    // Nothing released: the poller may go back to sleep at once.
+    if (poll_holds() == 0) idle_wake_ = true;
+    if (asleep_) arm_holds();
   });
 }
 
-void TransferEngine::poll_holds() {
+size_t TransferEngine::poll_holds() {
+  size_t released = 0;
   for (size_t i = 0; i < holders_.size();) {
     const ClientRef& c = holders_[i];
     auto& held = c->held();
@@ -150,17 +150,24 @@ void TransferEngine::poll_holds() {
       // once the owner releases it. Its own application's value will never
       // come: such a hold is dropped, and a fence it would have published
       // into still moves, marked failed, so the owner's queue goes on.
-      if (!c->connected && h.after != 0 && c->app_value() < h.after) {
-        if (h.publish != 0)
-          if (ClientRef owner = h.fence_owner.lock()) write_fence(FenceWrite{std::move(owner), h.fence, h.publish}, true);
+      if (!c->connected && h.e.after != 0 && c->app_value() < h.e.after) {
+        // The fence it would have published into is the destination's.
+        if (h.e.fenced() && h.e.event != 0) {
+          int err = 0;
+          if (BufferRef b = c->find(h.e.buffer, proto::kRightUpload, &err); b && b->fence != 0)
+            if (ClientRef owner = b->owner.lock()) write_fence(FenceWrite{std::move(owner), b->fence, h.e.event}, true);
+        }
         held.pop_front();
+        ++released;
         continue;
       }
       if (!c->hold_over(h)) break;
-      ClientState::Held go = h;
+      const Entry go = h.e;
       held.pop_front();
       issue(c, go);
+      ++released;
     }
+    if (released != 0) holds_since_ = std::chrono::steady_clock::now();
     if (held.empty()) {
       holders_[i] = std::move(holders_.back());  // no hold keeps it any more
       holders_.pop_back();
@@ -168,7 +175,7 @@ void TransferEngine::poll_holds() {
       ++i;
     }
   }
-  if (!holders_.empty()) arm_holds();
+  return released;
 }
 
 int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src,
@@ -209,23 +216,30 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
   return 0;
 }
 
-// A refused ticket is reported at once: its failure is counted, and its
-// message queued, before the device (or the retire path) can pass it.
-// status 0: a ticket with nothing to copy, done as it is.
+// A refused ticket is reported at once: its Result is written before the
+// device (or the retire path) can pass it. status 0: a ticket with nothing
+// to copy, done as it is.
 void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status, const FenceWrite* fence) {
   client->mark_in_flight(ticket, 0);
   if (status != 0) {
-    client->count_failure();
+    client->record_failure(ticket, status);
     ++stats_.failed;
-    if (auto sink = client->sink.lock()) sink->progress(*client, Failed{{ticket, status}});
   }
   settle(client, ticket, 0, 0);
   // The fence's owner reads of the failure first, then (like the frontier,
   // if it moved) the fence's value comes after the copies before it.
   if (fence != nullptr) mark_failed(*fence);
+  const bool fence_on_device = fence != nullptr && device_can_write(*fence->owner);
+  // The device's word passes this ticket after the copies before it: with
+  // the next copy's write, or one write of its own. One such write per
+  // client at a time (a stream of cancelled tickets queues one, not one
+  // each); the retire path sends the next if the frontier moved meanwhile.
+  if (!fence_on_device && client->lone_write) {
+    if (fence != nullptr) write_fence(*fence, false);
+    return;
+  }
   DeviceWrites w;
   const bool own = timeline_write(*client, &w);
-  const bool fence_on_device = fence != nullptr && device_can_write(*fence->owner);
   if (fence_on_device) w.add(reinterpret_cast<uint64_t*>(&fence->owner->fence_words(fence->fence)->ready), fence->value);
   if (w.n != 0) {
     const uint64_t cookie = next_cookie_++;
@@ -236,15 +250,31 @@ void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status, 
     }
     if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, &w) == 0) {
       ++stats_.in_flight;
+      client->lone_write = true;
       return;
     }
     records_.pop_back();
     if (own) {
       client->host_timeline = true;
-      client->publish(0, true);
+      client->publish(true);
     }
   }
   if (fence != nullptr) write_fence(*fence, false);
+}
+
+void TransferEngine::write_frontier(const ClientRef& c) {
+  DeviceWrites w;
+  if (!timeline_write(*c, &w)) return;
+  const uint64_t cookie = next_cookie_++;
+  records_.push_back({cookie, c, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: the write alone
+  if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, &w) == 0) {
+    ++stats_.in_flight;
+    c->lone_write = true;
+    return;
+  }
+  records_.pop_back();
+  c->host_timeline = true;  // the retire path keeps the word from now on
+  c->publish(true);
 }
 
 void TransferEngine::write_fence(const FenceWrite& f, bool failed) {
@@ -267,14 +297,15 @@ bool TransferEngine::timeline_write(ClientState& c, DeviceWrites* w) {
 }
 
 // The one place a ticket's outcome goes out: the client's state, the
-// segment's timeline words, then the session's messages.
+// Result records of failed copies, then the segment's timeline words.
 void TransferEngine::settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status) {
   Failed failed;
   const bool moved = client->finish(ticket, bytes, status, failed);
-  if (!moved && failed.empty()) return;
+  for (const auto& [t, error] : failed) client->record_failure(t, error);
   stats_.failed += failed.size();
-  client->publish(failed.size(), !device_writes_ || !client->registered || client->host_timeline);
-  if (auto sink = client->sink.lock()) sink->progress(*client, failed);
+  if (moved) client->publish(!device_writes_ || !client->registered || client->host_timeline);
+  // A ring that waits for a large transfer to retire (ClientState::large_room).
+  if (client->ring_waits) drain_ring(client);
 }
 
 void TransferEngine::retire(const std::vector<Done>& batch) {
@@ -298,6 +329,9 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
     }
     if (r.ticket == 0) {  // timeline writes alone
       if (d.status != 0) device_writes_ = false;
+      r.client->lone_write = false;
+      // Tickets that completed without a copy while it was queued.
+      if (d.status == 0) write_frontier(r.client);
       continue;
     }
     if (d.status == 0) {

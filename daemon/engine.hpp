@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend.hpp"
@@ -32,17 +33,6 @@
 namespace ferry::ferryd {
 
 using ClientRef = std::shared_ptr<ClientState>;
-
-// What a transfer asks besides its proto::Transfer: an UploadSignal's event,
-// an UploadAfter's or UploadFenced's value of the client's own timeline, an
-// UploadFenced's fence values.
-struct TransferExtra {
-  const proto::UploadSignal* signal = nullptr;
-  uint64_t after = 0;
-  bool fenced = false;
-  uint64_t release = 0;
-  uint64_t publish = 0;
-};
 
 // What one client may make the engine hold besides device memory (-EDQUOT past it).
 struct ClientLimits {
@@ -109,13 +99,13 @@ class TransferEngine {
   int open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t* bytes, uint32_t* rights);
 
   // ---- transfers (engine.cpp)
-  // Checks and queues a client's Upload, Download, UploadSignal, UploadAfter
-  // or UploadFenced (held while its values have not come: `after` of the
-  // client's app_value, `release` of the destination's fence; the client's
-  // later transfers wait behind a hold). Returns nullptr, or why the message
-  // breaks the slot protocol (the caller then closes the session). A wrong
-  // buffer, range or pool fails the ticket only.
-  const char* transfer(const ClientRef& c, const proto::Transfer& m, bool download, const TransferExtra& x = {});
+  // Checks and queues one ring entry of a client (held while its values
+  // have not come: `after` of the client's app_value, `release` of the
+  // destination's fence; the client's later transfers wait behind a hold).
+  // Returns nullptr, or why the entry breaks the slot protocol (the caller
+  // then ends the session). A wrong buffer, range or pool fails the ticket
+  // only.
+  const char* transfer(const ClientRef& c, const Entry& e);
   // Whether the device writes clients' timelines (else the daemon does, at retire).
   bool device_timeline() const { return device_writes_; }
   // Queues one copy of `client`'s ticket. On a non-zero return nothing was
@@ -138,16 +128,19 @@ class TransferEngine {
   void stop();
 
   // ---- polling (engine_ring.cpp), driven by the Poller on the io thread
-  // The client sends its transfers through its segment's submission ring.
+  // Starts reading the client's submission ring (after its Welcome).
   void use_ring(const ClientRef& c);
   void count_doorbell() { ++stats_.doorbells; }
   void count_nap() { ++stats_.poller_naps; }
-  // Takes the client's published ring entries, in ticket order, as transfer
-  // messages. A broken entry ends its session (ProgressSink::broken).
+  // Takes the client's published ring entries, in ticket order. A broken
+  // entry ends its session (ProgressSink::broken).
   size_t drain_ring(const ClientRef& c);
-  // One round: every ring, then the copies the device finished. Returns how
-  // much it found to do; never waits.
+  // One round: every ring, the holds, then the copies the device finished.
+  // Returns how much it found to do; never waits.
   size_t poll();
+  // Whether the last wake-up of a sleeping poller only looked at holds and
+  // released none (the poller then goes back to sleep at once); clears it.
+  bool take_idle_wake() { return std::exchange(idle_wake_, false); }
   // The poller goes to sleep: every ring asks for a Doorbell, the rings are
   // looked at once more (false, and still awake, if that found work), and
   // the retire thread waits on the device meanwhile.
@@ -178,12 +171,15 @@ class TransferEngine {
   bool device_can_write(const ClientState& c) const { return device_writes_ && c.registered && !c.host_timeline; }
   void retire_loop();
   // Queues a checked transfer now (the buffer, range and pool are checked here).
-  void issue(const ClientRef& c, const ClientState::Held& h);
+  void issue(const ClientRef& c, const Entry& e);
+  // One device write of the client's frontier without a copy, if it moved.
+  void write_frontier(const ClientRef& c);
   // The device write of the client's new frontier, if it moved and the
   // device writes timelines; nullptr otherwise.
   bool timeline_write(ClientState& c, DeviceWrites* w);
-  // Releases held transfers whose value came; re-arms itself while any is held.
-  void poll_holds();
+  // Releases held transfers whose value came; how many.
+  size_t poll_holds();
+  // While the poller sleeps: a look at the holds after a while (kHoldPollMin..Max).
   void arm_holds();
   // Every kIdleCheck while any client is active: idle ones stop counting.
   void arm_idle_check();
@@ -212,6 +208,8 @@ class TransferEngine {
   std::vector<ClientRef> holders_;  // clients with held transfers: they live while any is held
   boost::asio::steady_timer hold_timer_;
   bool hold_timer_armed_ = false;
+  std::chrono::steady_clock::time_point holds_since_;  // a hold last came or moved
+  bool idle_wake_ = false;
   boost::asio::steady_timer idle_timer_;
   bool idle_timer_armed_ = false;
   EngineStats stats_;

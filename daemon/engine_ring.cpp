@@ -10,76 +10,73 @@
 namespace ferry::ferryd {
 
 void TransferEngine::use_ring(const ClientRef& c) {
-  c->ring = true;
   c->ring_next = 1;
   // A client that joins while the poller sleeps must ring its first entry in.
   c->segment().header()->doorbell.store(asleep_ ? 1 : 0, std::memory_order_seq_cst);
   rings_.push_back(c);
 }
 
+namespace {
+// Copies ring entry e out of shared memory, every word once, before any is
+// looked at: the client may be rewriting it right now, and only this copy
+// counts. Returns nullptr, or why the entry is no transfer.
+const char* take_entry(const proto::SubmitEntry& e, uint64_t ticket, Entry* out) {
+  const uint64_t word = e.type.load(std::memory_order_relaxed);
+  out->ticket = ticket;
+  out->kind = static_cast<proto::Type>(word & 0xffffu);
+  out->flags = static_cast<uint32_t>((word >> 16) & 0xffffu);
+  out->staging = static_cast<uint32_t>(word >> 32);
+  out->length = e.length.load(std::memory_order_relaxed);
+  out->buffer = e.buffer.load(std::memory_order_relaxed);
+  out->offset = e.offset.load(std::memory_order_relaxed);
+  out->after = e.after.load(std::memory_order_relaxed);
+  out->pool = e.pool.load(std::memory_order_relaxed);
+  out->event = e.event.load(std::memory_order_relaxed);
+  if ((out->flags & ~proto::kTransferLastPiece) != 0) return "ring entry with unknown flags";
+  switch (out->kind) {
+    case proto::Type::upload: case proto::Type::download: case proto::Type::upload_fenced: return nullptr;
+    case proto::Type::upload_after:
+      return out->after == 0 ? "ring entry upload_after with no value to wait for" : nullptr;
+    case proto::Type::upload_signal:
+      return out->event > UINT32_MAX ? "ring entry with an event index past 32 bits" : nullptr;
+    default: return "ring entry of a kind that is no transfer";
+  }
+}
+}  // namespace
+
 size_t TransferEngine::drain_ring(const ClientRef& c) {
-  if (!c->ring || c->ring_broken || !c->connected) return 0;
+  if (c->ring_broken || !c->connected || c->draining || c->segment().header() == nullptr) return 0;
+  c->draining = true;
+  c->ring_waits = false;
   proto::SubmitEntry* ring = c->segment().ring();
   const uint32_t count = c->ring_entries();
   size_t n = 0;
   // At most one round of the ring per call: past it the window check refuses anyway.
   for (uint32_t i = 0; i < count; ++i) {
     const uint64_t t = c->ring_next;
-    proto::SubmitEntry& e = ring[(t - 1) % count];
-    if (e.ticket.load(std::memory_order_acquire) != t) break;  // not published yet
-    // Every word copied once, before any is looked at: the client may be
-    // rewriting the entry right now, and only this copy counts.
-    proto::UploadSignal sig{};
-    proto::Transfer& m = sig.t;
-    const uint64_t word = e.type.load(std::memory_order_relaxed);
-    const uint64_t type = word & 0xffffu;
-    m.length = e.length.load(std::memory_order_relaxed);
-    m.buffer = e.buffer.load(std::memory_order_relaxed);
-    m.offset = e.offset.load(std::memory_order_relaxed);
-    const uint64_t after = e.after.load(std::memory_order_relaxed);
-    sig.pool = e.pool.load(std::memory_order_relaxed);
-    const uint64_t event = e.event.load(std::memory_order_relaxed);
-    m.ticket = t;
-    m.staging = static_cast<uint32_t>(word >> 32);
-    m.h.type = static_cast<uint16_t>(type);
-    m.flags = static_cast<uint32_t>((word >> 16) & 0xffffu);
+    proto::SubmitEntry& slot = ring[(t - 1) % count];
+    if (slot.ticket.load(std::memory_order_acquire) != t) break;  // not published yet
+    Entry e;
+    const char* why = take_entry(slot, t, &e);
+    // Large transfers stay slot_count in flight: this one waits in the ring
+    // (untaken, read again) until one retires.
+    if (why == nullptr && c->large(e.length) && e.length <= c->slot_bytes() && !c->large_room()) {
+      c->ring_waits = true;
+      break;
+    }
     c->ring_next = t + 1;
     ++stats_.ring_entries;
-    const char* why = nullptr;
-    if ((m.flags & ~proto::kTransferLastPiece) != 0) why = "ring entry with unknown flags";
-    else switch (static_cast<proto::Type>(type)) {
-      case proto::Type::upload: why = transfer(c, m, false); break;
-      case proto::Type::download: why = transfer(c, m, true); break;
-      case proto::Type::upload_after:
-        why = after == 0 ? "ring entry UploadAfter with no value to wait for" : transfer(c, m, false, TransferExtra{nullptr, after});
-        break;
-      case proto::Type::upload_fenced: {
-        TransferExtra x;
-        x.fenced = true;
-        x.after = after;
-        x.release = sig.pool;
-        x.publish = event;
-        why = transfer(c, m, false, x);
-        break;
-      }
-      case proto::Type::upload_signal:
-        if (event > UINT32_MAX) {
-          why = "ring entry with an event index past 32 bits";
-          break;
-        }
-        sig.event = static_cast<uint32_t>(event);
-        why = transfer(c, m, false, TransferExtra{&sig});
-        break;
-      default: why = "ring entry of a type that is no transfer"; break;
-    }
+    if (why == nullptr) why = transfer(c, e);
     if (why != nullptr) {
       // The ring is the client's to break, and only its own session ends.
       c->ring_broken = true;
+      c->draining = false;
       if (auto sink = c->sink.lock()) sink->broken(why);
       return n;
     }
     ++n;
   }
+  c->draining = false;
   return n;
 }
 
@@ -95,6 +92,7 @@ size_t TransferEngine::poll() {
     n += drain_ring(rings_[i]);
     ++i;
   }
+  if (!holders_.empty()) n += poll_holds();
   return n + reap_now();
 }
 

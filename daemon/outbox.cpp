@@ -36,22 +36,8 @@ void Outbox::queue(const void* data, size_t bytes, int fd) {
     return;
   }
   if (fd >= 0) fd_marks_.emplace_back(pending_.size(), fd);
-  completion_at_ = SIZE_MAX;  // nothing after this message may be folded into an earlier one
   const auto* p = static_cast<const uint8_t*>(data);
   pending_.insert(pending_.end(), p, p + bytes);
-}
-
-void Outbox::completion(uint64_t completed) {
-  if (completion_at_ != SIZE_MAX) {
-    std::memcpy(pending_.data() + completion_at_ + offsetof(proto::Completion, completed), &completed,
-                sizeof completed);
-    return;
-  }
-  auto c = proto::make<proto::Completion>(proto::Type::completion);
-  c.completed = completed;
-  const size_t at = pending_.size();
-  queue(&c, sizeof c);
-  if (pending_.size() == at + sizeof c) completion_at_ = at;
 }
 
 void Outbox::close_after_write() {
@@ -63,7 +49,6 @@ void Outbox::close_after_write() {
 void Outbox::drop_front(size_t n) {
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
   for (auto& m : fd_marks_) m.first -= n;
-  completion_at_ = completion_at_ == SIZE_MAX || completion_at_ < n ? SIZE_MAX : completion_at_ - n;
 }
 
 void Outbox::flush() {

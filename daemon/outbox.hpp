@@ -35,9 +35,6 @@ class Outbox {
   // Appends a message; `fd` (>= 0) goes with it and is the outbox's to close.
   // Over the limit nothing is queued and `failed` is called.
   void queue(const void* data, size_t bytes, int fd = -1);
-  // Queues a Completion, or updates the one still queued at the tail: the
-  // client needs only the newest value.
-  void completion(uint64_t completed);
   // Starts writing, if not already.
   void flush();
   // Calls `drained` once everything queued so far is written.
@@ -59,7 +56,6 @@ class Outbox {
   Hooks hooks_;
   std::vector<uint8_t> pending_;  // not yet handed to the socket
   std::vector<uint8_t> writing_;  // being written
-  size_t completion_at_ = SIZE_MAX;  // offset of a Completion in pending_ that may be updated
   std::deque<std::pair<size_t, int>> fd_marks_;  // offsets in pending_ of messages that carry an fd
   bool sending_fd_ = false;
   bool closing_ = false;

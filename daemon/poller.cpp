@@ -10,10 +10,15 @@
 namespace ferry::ferryd {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-// While polling, sockets are looked at this often: requests other than
-// transfers (and clients without a ring) wait at most this long.
+// While polling, sockets are looked at this often: control requests wait
+// at most this long.
 constexpr auto kIoEvery = std::chrono::microseconds(10);
+// Socket work between two looks at the rings and the device: at most this
+// many ready handlers, and none started after kIoBudget. However much
+// socket traffic arrives (connects, Hellos, Doorbells, status requests, from
+// any user), the rings and the device's completions are served in between.
+constexpr int kIoBatch = 16;
+constexpr auto kIoBudget = std::chrono::microseconds(100);
 // With this many copies queued on the device and nothing new in the rings,
 // the poller naps instead of spinning: the device has work for longer than
 // the nap, so nothing waits for us, and one wake-up then retires a batch.
@@ -53,13 +58,15 @@ void Poller::run() {
     auto now = Clock::now();
     if (n != 0) last_work = now;
     if (now - last_io >= kIoEvery) {
-      if (io_.poll() != 0) last_work = Clock::now();
+      if (run_io(now) != 0) last_work = Clock::now();
       last_io = now;
     }
     if (now - last_work >= idle) {
       if (engine_.sleep_begin()) {
         io_.run_one();
         engine_.sleep_end();
+        // A look at the holds that released nothing: back to sleep at once.
+        if (engine_.take_idle_wake()) continue;
       }
       last_work = last_io = Clock::now();
     } else if (const uint32_t queued = engine_.stats().in_flight; n == 0 && nap_us_ != 0 && queued >= kNapFrom) {
@@ -72,6 +79,15 @@ void Poller::run() {
       relax();
     }
   }
+}
+
+size_t Poller::run_io(Clock::time_point start) {
+  size_t n = 0;
+  for (int i = 0; i < kIoBatch && Clock::now() - start < kIoBudget; ++i) {
+    if (io_.poll_one() == 0) break;
+    ++n;
+  }
+  return n;
 }
 
 }  // namespace ferry::ferryd

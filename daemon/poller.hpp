@@ -2,12 +2,13 @@
 // The poller: the io thread's main loop. While there is work it does not
 // sleep: it looks at every client's submission ring and at the device's
 // finished copies in turn, and lets Asio run what is ready on the sockets
-// every few microseconds. After Options::poll_idle_us with nothing to do it
+// every few microseconds, a bounded amount each time. After Options::poll_idle_us with nothing to do it
 // asks the rings for Doorbells and sleeps in Asio (a message, a timer, or the
 // retire thread's post wakes it).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstdint>
 
 #include "engine.hpp"
@@ -22,6 +23,9 @@ class Poller {
   void run();
 
  private:
+  using Clock = std::chrono::steady_clock;
+  // Ready socket handlers, a bounded number (kIoBatch, kIoBudget): how many ran.
+  size_t run_io(Clock::time_point start);
   boost::asio::io_context& io_;
   TransferEngine& engine_;
   uint32_t idle_us_;

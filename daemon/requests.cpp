@@ -44,8 +44,7 @@ bool Requests::client_may_send(proto::Type type) {
   using T = proto::Type;
   switch (type) {
     case T::hello: case T::status_request: case T::alloc: case T::free: case T::grant: case T::revoke:
-    case T::open: case T::export_buffer: case T::import_buffer: case T::event_pool: case T::upload:
-    case T::download: case T::upload_signal: case T::upload_after: case T::upload_fenced: case T::doorbell:
+    case T::open: case T::export_buffer: case T::import_buffer: case T::event_pool: case T::doorbell:
     case T::admin_request:
       return true;
     default:
@@ -61,16 +60,10 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
   if (type == T::admin_request) return call(this, msg, &Requests::on_admin);
   // Everything else works on the client's own resources.
   if (!client_) return peer_.fatal(-EPROTO, "request before Hello");
-  if (client_->ring) {
-    // Entries published before this message come first (a Free after an
-    // upload, say); a transfer no longer comes as a message at all.
-    if (type == T::doorbell) ctx_.engine.count_doorbell();
-    ctx_.engine.drain_ring(client_);
-    if (type == T::doorbell) return;
-    if (type == T::upload || type == T::download || type == T::upload_signal || type == T::upload_after ||
-        type == T::upload_fenced)
-      return peer_.fatal(-EPROTO, "transfer message from a client that uses the submission ring");
-  }
+  // Entries published before this message come first (a Free after an
+  // upload, say).
+  if (type == T::doorbell) ctx_.engine.count_doorbell();
+  ctx_.engine.drain_ring(client_);
   switch (type) {
     case T::alloc: return call(this, msg, &Requests::on_alloc);
     case T::free: return call(this, msg, &Requests::on_free);
@@ -80,17 +73,18 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
     case T::export_buffer: return call(this, msg, &Requests::on_export);
     case T::import_buffer: return call(this, msg, &Requests::on_import);
     case T::event_pool: return call(this, msg, &Requests::on_event_pool);
-    case T::upload: return call(this, msg, &Requests::on_upload);
-    case T::download: return call(this, msg, &Requests::on_download);
-    case T::upload_after: return call(this, msg, &Requests::on_upload_after);
-    case T::upload_fenced: return call(this, msg, &Requests::on_upload_fenced);
-    case T::doorbell: return;  // nothing to ring for without a ring
-    default: return call(this, msg, &Requests::on_upload_signal);
+    default: return;  // a Doorbell: the ring was looked at above
   }
 }
 
 void Requests::on_hello(const proto::Hello& m) {
   if (client_) return peer_.fatal(-EPROTO, "second Hello");
+  if (m.version != proto::kVersion) {
+    // The rule (proto.hpp): exactly this version, and a refusal that says so.
+    const std::string why = "libferry speaks protocol " + std::to_string(m.version) + ", this ferryd " +
+                            std::to_string(proto::kVersion) + ": use the libferry of this ferryd's release";
+    return peer_.fatal(-EPROTONOSUPPORT, why.c_str());
+  }
   if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
@@ -120,12 +114,13 @@ void Requests::on_hello(const proto::Hello& m) {
   w.slots_offset = c->segment().slots_offset();
   w.ring_offset = proto::ring_offset();
   w.fences_offset = c->segment().fences_offset();
+  w.results_offset = c->segment().results_offset();
   w.max_buffer_bytes = o.client_memory != 0 ? o.client_memory : info.memory_bytes;
   proto::set_text(w.device, info.name);
   proto::set_text(w.backend, info.backend);
   const int fd = ::fcntl(c->segment().fd(), F_DUPFD_CLOEXEC, 3);
   if (fd < 0) return peer_.fatal(-errno, "cannot pass the staging segment");
-  if (w.features & proto::kFeatureSubmitRing) engine.use_ring(c);
+  engine.use_ring(c);
   client_ = std::move(c);
   peer_.send(&w, sizeof w, fd);
   ++ctx_.stats.clients;
@@ -148,26 +143,6 @@ void Requests::on_free(const proto::Free& m) {
   const int r = ctx_.engine.free(*client_, m.buffer);
   FERRY_LOG(debug, "client %llu: free buffer %llu -> %s", ull(client_->id()), ull(m.buffer), r == 0 ? "ok" : std::strerror(-r));
   reply(m.request, r, 0);
-}
-
-void Requests::on_upload(const proto::Transfer& m) { transfer(m, false); }
-void Requests::on_download(const proto::Transfer& m) { transfer(m, true); }
-void Requests::on_upload_signal(const proto::UploadSignal& m) { transfer(m.t, false, TransferExtra{&m}); }
-void Requests::on_upload_after(const proto::UploadAfter& m) {
-  if (m.after == 0) return peer_.fatal(-EPROTO, "UploadAfter with no value to wait for");
-  transfer(m.t, false, TransferExtra{nullptr, m.after});
-}
-void Requests::on_upload_fenced(const proto::UploadFenced& m) {
-  TransferExtra x;
-  x.fenced = true;
-  x.after = m.after;
-  x.release = m.release;
-  x.publish = m.publish;
-  transfer(m.t, false, x);
-}
-
-void Requests::transfer(const proto::Transfer& m, bool download, const TransferExtra& x) {
-  if (const char* why = ctx_.engine.transfer(client_, m, download, x)) peer_.fatal(-EPROTO, why);
 }
 
 void Requests::on_grant(const proto::Grant& m) {

@@ -30,7 +30,7 @@ class Peer {
   virtual size_t queued_fds() const = 0;
   // Bytes written to the peer's socket that it has not read yet (SIOCOUTQ).
   virtual size_t unread_bytes() const = 0;
-  // Where the engine reports this client's progress.
+  // Where the engine reports a broken ring.
   virtual std::weak_ptr<ProgressSink> sink() = 0;
   pid_t pid = 0;
   uid_t uid = 0;
@@ -52,11 +52,6 @@ class Requests {
   void on_hello(const proto::Hello& m);
   void on_alloc(const proto::Alloc& m);
   void on_free(const proto::Free& m);
-  void on_upload(const proto::Transfer& m);
-  void on_download(const proto::Transfer& m);
-  void on_upload_signal(const proto::UploadSignal& m);
-  void on_upload_after(const proto::UploadAfter& m);
-  void on_upload_fenced(const proto::UploadFenced& m);
   void on_status(const proto::StatusRequest& m);
   void on_admin(const proto::AdminRequest& m);
   void on_grant(const proto::Grant& m);
@@ -67,7 +62,6 @@ class Requests {
   void on_event_pool(const proto::EventPool& m);
 
  private:
-  void transfer(const proto::Transfer& m, bool download, const TransferExtra& x = {});
   void reply(uint64_t request, int status, uint64_t value, uint32_t fence = 0);
   void buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes);
   // Fills h from a message's kind and handle; a Level Zero handle's fd came with it.

@@ -61,6 +61,10 @@ proto::SubmitEntry* StagingSegment::ring() const {
   return reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(map_.data()) + proto::ring_offset());
 }
 
+proto::Result* StagingSegment::results() const {
+  return reinterpret_cast<proto::Result*>(static_cast<char*>(map_.data()) + results_offset());
+}
+
 proto::Fence* StagingSegment::fence(uint32_t i) const {
   return reinterpret_cast<proto::Fence*>(static_cast<char*>(map_.data()) + fences_offset()) + i;
 }

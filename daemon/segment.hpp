@@ -41,6 +41,9 @@ class StagingSegment {
   uint64_t slots_bytes() const { return bytes_ - slots_offset_; }
   // The submission ring: ring_entries() entries (proto::SubmitEntry).
   proto::SubmitEntry* ring() const;
+  // The outcomes of failed tickets: ring_entries() records (proto::Result).
+  proto::Result* results() const;
+  uint64_t results_offset() const { return proto::results_offset(slot_count_); }
   // Fence i (0 <= i < proto::kFences), in the client's own memory.
   proto::Fence* fence(uint32_t i) const;
   uint64_t fences_offset() const { return proto::fences_offset(slot_count_); }

@@ -152,22 +152,4 @@ void Session::fatal(int code, const char* why) {
   outbox_.close_after_write();
 }
 
-void Session::progress(const ClientState& c, const Failed& failed) {
-  if (closed_) return;
-  for (const auto& [ticket, error] : failed) {
-    auto f = proto::make<proto::TicketFailed>(proto::Type::ticket_failed);
-    f.ticket = ticket;
-    f.error = error;
-    outbox_.queue(&f, sizeof f);
-  }
-  // A client with a submission ring reads `completed` from its segment: it
-  // hears only of failures, and nothing at all while every copy succeeds.
-  if (!c.ring) {
-    outbox_.completion(c.completed());
-  } else if (failed.empty()) {
-    return;
-  }
-  outbox_.flush();
-}
-
 }  // namespace ferry::ferryd

@@ -47,8 +47,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   size_t unread_bytes() const override;
   std::weak_ptr<ProgressSink> sink() override { return std::static_pointer_cast<ProgressSink>(shared_from_this()); }
 
-  // ProgressSink: the engine moved this client's timeline.
-  void progress(const ClientState& c, const Failed& failed) override;
+  // ProgressSink
   void broken(const char* why) override { fatal(-EPROTO, why); }
 
  private:

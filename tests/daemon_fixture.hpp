@@ -282,7 +282,7 @@ class RawClient {
     return static_cast<uint32_t>((t - 1) % welcome.slot_count * welcome.slot_bytes / proto::kStagingAlign);
   }
   proto::Segment* header() { return reinterpret_cast<proto::Segment*>(seg); }
-  // With kFeatureSubmitRing: the entry of ticket t, filled and published
+  // The entry of ticket t, filled and published
   // (ticket stored last), with a Doorbell when the daemon asks for one.
   proto::SubmitEntry& entry(uint64_t t) {
     auto* ring = reinterpret_cast<proto::SubmitEntry*>(seg + welcome.ring_offset);
@@ -333,14 +333,19 @@ class RawClient {
       if (n < 0) return errno == ECONNRESET;  // reset: closed under our last message; else timed out: open
     }
   }
-  proto::Transfer transfer(proto::Type t, uint64_t ticket, uint64_t len, uint64_t buffer, uint64_t offset) {
-    auto m = proto::make<proto::Transfer>(t);
-    m.ticket = ticket;
-    m.staging = staging_of(ticket);
-    m.length = len;
-    m.buffer = buffer;
-    m.offset = offset;
-    return m;
+  // Until the daemon's `completed` reaches t (10 s at most: a state, not a
+  // time, is waited for); then ticket t's outcome: the error of its Result
+  // record, 0 when it has none. `done` false when t never completed.
+  int64_t outcome(uint64_t t, bool* done = nullptr) {
+    bool ok = false;
+    for (int i = 0; i < 1'000'000 && !ok; ++i) {
+      ok = header()->completed.load(std::memory_order_acquire) >= t;
+      if (!ok) std::this_thread::sleep_for(std::chrono::microseconds(10));
+    }
+    if (done != nullptr) *done = ok;
+    REQUIRE(ok);
+    const auto* r = reinterpret_cast<const proto::Result*>(seg + welcome.results_offset) + (t - 1) % welcome.ring_entries;
+    return r->ticket.load(std::memory_order_acquire) == t ? r->error.load() : 0;
   }
   uint64_t alloc(uint64_t bytes) {
     auto a = proto::make<proto::Alloc>(proto::Type::alloc);

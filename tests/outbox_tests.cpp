@@ -94,28 +94,6 @@ TEST_CASE("outbox: messages arrive in order, a descriptor with its own message",
   CHECK(r.failures == 0);
 }
 
-TEST_CASE("outbox: completions queued back to back are folded into the newest", "[outbox]") {
-  Rig r;
-  r.box->completion(1);
-  r.box->completion(2);
-  r.box->completion(5);
-  auto f = proto::make<proto::TicketFailed>(proto::Type::ticket_failed);
-  f.ticket = 6;
-  r.box->queue(&f, sizeof f);
-  r.box->completion(6);  // after a failure: a Completion of its own
-  r.box->flush();
-  r.run();
-  proto::Completion k{};
-  REQUIRE(proto::as(r.read(), &k));
-  CHECK(k.completed == 5);
-  CHECK(proto::type_of(r.read()) == proto::Type::ticket_failed);
-  REQUIRE(proto::as(r.read(), &k));
-  CHECK(k.completed == 6);
-  // Nothing more was sent.
-  char extra;
-  CHECK(::recv(r.peer, &extra, 1, MSG_DONTWAIT) < 0);
-}
-
 TEST_CASE("outbox: a peer that does not read hits the bound; the descriptor is not leaked", "[outbox]") {
   Rig r(4096);
   auto a = reply(1);

@@ -343,14 +343,10 @@ TEST_CASE("a client cannot name another client's buffer", "[upload][isolation]")
   RawClient raw(d.socket);
   raw.hello();
   std::memset(raw.slot(0), 0xAA, 16);
-  raw.send(raw.transfer(proto::Type::upload, 1, 16, mine, 0));
-  proto::TicketFailed f{};
-  REQUIRE(raw.expect(proto::Type::ticket_failed, &f));
-  CHECK(f.ticket == 1);
-  CHECK(f.error == -ENOENT);
-  raw.send(raw.transfer(proto::Type::download, 2, 16, mine, 0));
-  REQUIRE(raw.expect(proto::Type::ticket_failed, &f));
-  CHECK(f.error == -ENOENT);
+  raw.publish(1, proto::Type::upload, 16, mine, 0);
+  CHECK(raw.outcome(1) == -ENOENT);
+  raw.publish(2, proto::Type::download, 16, mine, 0);
+  CHECK(raw.outcome(2) == -ENOENT);
   auto fr = proto::make<proto::Free>(proto::Type::free);
   fr.request = 5;
   fr.buffer = mine;
@@ -394,13 +390,10 @@ TEST_CASE("uploads past a buffer's end are refused and change nothing", "[upload
   RawClient raw(d.socket);
   raw.hello();
   uint64_t rb = raw.alloc(1000);
-  proto::TicketFailed f{};
-  raw.send(raw.transfer(proto::Type::upload, 1, 11, rb, 990));
-  REQUIRE(raw.expect(proto::Type::ticket_failed, &f));
-  CHECK(f.error == -EINVAL);
-  raw.send(raw.transfer(proto::Type::upload, 2, 8, rb, UINT64_MAX - 3));  // offset + length wraps
-  REQUIRE(raw.expect(proto::Type::ticket_failed, &f));
-  CHECK(f.error == -EINVAL);
+  raw.publish(1, proto::Type::upload, 11, rb, 990);
+  CHECK(raw.outcome(1) == -EINVAL);
+  raw.publish(2, proto::Type::upload, 8, rb, UINT64_MAX - 3);  // offset + length wraps
+  CHECK(raw.outcome(2) == -EINVAL);
   CHECK(k.download(b, 0, 1000) == orig);
 }
 
@@ -420,16 +413,15 @@ TEST_CASE("a malformed message closes only its own session", "[upload][badinput]
 
   RawClient wrong_slot(d.socket);
   wrong_slot.hello();
-  auto m = wrong_slot.transfer(proto::Type::upload, 1, 16, 1, 0);
   // Its last 16 bytes would pass the staging area's end.
-  m.staging = static_cast<uint32_t>(wrong_slot.welcome.slot_count * wrong_slot.welcome.slot_bytes / proto::kStagingAlign);
-  wrong_slot.send(m);
+  const uint64_t end = wrong_slot.welcome.slot_count * wrong_slot.welcome.slot_bytes / proto::kStagingAlign;
+  wrong_slot.publish_word(1, static_cast<uint64_t>(proto::Type::upload) | end << 32, 16, 1, 0);
   REQUIRE(wrong_slot.expect(proto::Type::error, &e));
   CHECK(wrong_slot.closed_by_peer());
 
   RawClient too_long(d.socket);
   too_long.hello();
-  too_long.send(too_long.transfer(proto::Type::upload, 1, too_long.welcome.slot_bytes + 1, 1, 0));
+  too_long.publish(1, proto::Type::upload, too_long.welcome.slot_bytes + 1, 1, 0);
   REQUIRE(too_long.expect(proto::Type::error, &e));
   CHECK(too_long.closed_by_peer());
 

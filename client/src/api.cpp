@@ -37,9 +37,6 @@ proto::Hello hello_message() {
   hello.magic = proto::kMagic;
   hello.version = proto::kVersion;
   hello.features = proto::kFeaturesV1;
-  // FERRY_SUBMIT=socket: every transfer as a message, as before the ring.
-  if (const char* e = std::getenv("FERRY_SUBMIT"); e != nullptr && std::strcmp(e, "socket") == 0)
-    hello.features &= ~uint64_t{proto::kFeatureSubmitRing};
   char comm[proto::kNameBytes + 1] = {};
   if (FILE* f = std::fopen("/proc/self/comm", "r")) {
     if (std::fgets(comm, sizeof comm, f) != nullptr) comm[std::strcspn(comm, "\n")] = '\0';
@@ -68,18 +65,20 @@ int map_segment(ferry_client* c, int seg_fd) {
     c->mapping.reset();
     return -EPROTO;
   }
-  if (w.features & proto::kFeatureSubmitRing) {
-    if (w.ring_offset < sizeof(proto::Segment) || w.ring_offset % alignof(proto::SubmitEntry) != 0 ||
-        w.ring_offset + uint64_t{w.ring_entries} * sizeof(proto::SubmitEntry) > w.slots_offset) {
-      c->mapping.reset();
-      return -EPROTO;
-    }
-    c->ring = reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(p) + w.ring_offset);
+  // The ring, then the results, then the fences, each inside the segment
+  // and before the staging area.
+  const uint64_t ring_end = w.ring_offset + uint64_t{w.ring_entries} * sizeof(proto::SubmitEntry);
+  const uint64_t results_end = w.results_offset + uint64_t{w.ring_entries} * sizeof(proto::Result);
+  if (w.ring_offset < sizeof(proto::Segment) || w.ring_offset % alignof(proto::SubmitEntry) != 0 ||
+      ring_end > w.slots_offset || w.results_offset < ring_end || w.results_offset % alignof(proto::Result) != 0 ||
+      results_end > w.slots_offset) {
+    c->mapping.reset();
+    return -EPROTO;
   }
+  c->ring = reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(p) + w.ring_offset);
+  auto* results = reinterpret_cast<proto::Result*>(static_cast<char*>(p) + w.results_offset);
   if (w.features & proto::kFeatureFences) {
-    const uint64_t ring_end = w.ring_offset + uint64_t{w.ring_entries} * sizeof(proto::SubmitEntry);
-    if (w.fences_offset < sizeof(proto::Segment) || w.fences_offset % alignof(proto::Fence) != 0 ||
-        ((w.features & proto::kFeatureSubmitRing) && w.fences_offset < ring_end) ||
+    if (w.fences_offset < results_end || w.fences_offset % alignof(proto::Fence) != 0 ||
         w.fences_offset + proto::kFencesBytes > w.slots_offset) {
       c->mapping.reset();
       return -EPROTO;
@@ -91,13 +90,13 @@ int map_segment(ferry_client* c, int seg_fd) {
   c->slot_count = w.slot_count;
   c->slot_bytes = w.slot_bytes;
   c->ring_entries = w.ring_entries;
-  c->timeline.attach(seg, static_cast<char*>(p) + w.slots_offset, w.slot_count, w.slot_bytes, w.ring_entries);
+  c->timeline.attach(seg, results, static_cast<char*>(p) + w.slots_offset, w.slot_count, w.slot_bytes, w.ring_entries);
   return 0;
 }
 
 using fc::last_error;
 
-int connect_failed(const std::string& path, int r) {
+int connect_failed(const std::string& path, int r, const std::string& refusal = {}) {
   std::string& s = last_error();
   switch (r) {
     case -ENXIO:
@@ -118,6 +117,14 @@ int connect_failed(const std::string& path, int r) {
     }
     case -ECONNREFUSED:
       s = "nothing accepts on " + path + ": a socket file left by a stopped ferryd? start ferryd again";
+      break;
+    case -EPROTONOSUPPORT:
+    case -EPROTO:
+      // Another release's ferryd: a newer one names both protocol versions,
+      // an older one says only that it does not know this one.
+      s = "ferryd at " + path + " refused this libferry (protocol " + std::to_string(proto::kVersion) + ")" +
+          (refusal.empty() ? std::string() : ": " + refusal) +
+          "; libferry and ferryd must come from the same release";
       break;
     default:
       s = "connect to " + path + ": " + ferry_strerror(r);
@@ -168,10 +175,14 @@ int ferry_connect(const char* socket_path, ferry_client** out) {
   // No socket file: no daemon there. Said apart from -ENOENT, which means
   // "no such buffer" everywhere else.
   if (r == -ENOENT) r = -ENXIO;
-  if (r != 0) return connect_failed(path, r);
+  if (r != 0) return connect_failed(path, r, c->conn.refusal());
   c->socket_path = path;
   r = map_segment(c.get(), seg_fd);
   ::close(seg_fd);
+  if (r == -EPROTO) {
+    last_error() = "ferryd at " + path + " sent a staging segment that does not match its Welcome";
+    return r;
+  }
   if (r != 0) return connect_failed(path, r);
   c->conn.start();
   *out = c.release();
@@ -269,12 +280,11 @@ int ferry_get_timeline(ferry_client* c, ferry_timeline* out) {
 int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
                         uint64_t pool, uint32_t event, ferry_ticket* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  proto::UploadSignal s{};
-  s.pool = pool;
-  s.event = event;
   const ferry_iovec one{src, bytes};
   fc::UploadOptions o;
-  o.signal = &s;
+  o.signal = true;
+  o.pool = pool;
+  o.event = event;
   return fc::upload(c, dst, dst_offset, &one, 1, o, out);
 }
 

@@ -28,7 +28,7 @@ struct ferry_client {
   std::string socket_path;  // as resolved at connect (ferry_socket_path)
   ferry::proto::Welcome welcome{};
   ferry::proto::Segment* seg = nullptr;
-  // The submission ring, when the daemon granted it: transfers go there.
+  // The submission ring: every transfer goes there.
   ferry::proto::SubmitEntry* ring = nullptr;
   // The fences of this client's allocations (kFeatureFences), or nullptr.
   ferry::proto::Fence* fence_words = nullptr;
@@ -77,13 +77,16 @@ void forget_buffer(ferry_client* c, ferry_buffer buf);
 // see: 0 here, and the daemon checks it.
 uint32_t fence_of(ferry_client* c, ferry_buffer buf);
 
-// What an upload asks besides its bytes. `signal`: an UploadSignal whose
-// pool and event the last piece carries, or nullptr. `after` > 0: every piece
-// is held by the daemon until the segment's app_value reaches it. `fenced`:
-// every piece is an UploadFenced (held until the destination's fence shows
-// `release`), and the last one has the device write `publish` into the fence.
+// What an upload asks besides its bytes. `signal`: the last piece has the
+// device signal event `event` of pool `pool` after it. `after` > 0: every
+// piece is held by the daemon until the segment's app_value reaches it.
+// `fenced`: every piece is an upload_fenced entry (held until the
+// destination's fence shows `release`), and the last one has the device
+// write `publish` into the fence.
 struct UploadOptions {
-  const proto::UploadSignal* signal = nullptr;
+  bool signal = false;
+  uint64_t pool = 0;
+  uint32_t event = 0;
   uint64_t after = 0;
   bool fenced = false;
   uint64_t release = 0;

@@ -34,6 +34,7 @@ int Connection::open(const std::string& path, const proto::Hello& hello, proto::
   proto::Error e{};
   if (r == 0 && proto::type_of(msg) == proto::Type::error && proto::as(msg, &e)) {
     r = e.code != 0 ? e.code : -EPROTO;
+    refusal_ = proto::get_text(e.text);
   } else if (r == 0 && (proto::type_of(msg) != proto::Type::welcome || fds.size() != 1 || !proto::as(msg, welcome))) {
     r = -EPROTO;
   }
@@ -103,18 +104,6 @@ int Connection::exchange(void* msg, size_t n, uint64_t* request_field, int fd, A
 bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why) {
   using T = proto::Type;
   switch (type) {
-    case T::ticket_failed: {
-      proto::TicketFailed f;
-      std::memcpy(&f, m, sizeof f);
-      timeline_.failed(f.ticket, f.error);
-      return true;
-    }
-    case T::completion: {
-      proto::Completion k;
-      std::memcpy(&k, m, sizeof k);
-      timeline_.completion(k.completed);
-      return true;
-    }
     case T::shutdown:
       *why = -ESHUTDOWN;
       return false;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The client's connection to ferryd: the socket, the Hello/Welcome exchange,
 // the receiver thread, and requests answered by replies told apart by type.
-// Timeline messages (TicketFailed, Completion) go to the Timeline.
+// Transfers and their outcomes never pass here: they are in the segment.
 #pragma once
 
 #include <condition_variable>
@@ -40,6 +40,8 @@ class Connection {
   // Welcome: $FERRY_TIMEOUT_MS when the client connected, else 30 s. A
   // stalled daemon becomes -ETIMEDOUT.
   int timeout_ms() const { return timeout_ms_; }
+  // The text of the daemon's refusal of the Hello (its Error), if open() got one.
+  const std::string& refusal() const { return refusal_; }
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -97,6 +99,7 @@ class Connection {
   Timeline& timeline_;
   int fd_ = -1;
   int timeout_ms_ = 30'000;
+  std::string refusal_;
   std::thread receiver_;
   std::mutex send_mu_;  // one message at a time on the socket
 

@@ -22,8 +22,10 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kSlotSpin = std::chrono::microseconds(2);
 }  // namespace
 
-void Timeline::attach(proto::Segment* seg, char* staging, uint32_t slots, uint64_t slot_bytes, uint32_t entries) {
+void Timeline::attach(proto::Segment* seg, const proto::Result* results, char* staging, uint32_t slots,
+                      uint64_t slot_bytes, uint32_t entries) {
   seg_ = seg;
+  results_ = results;
   staging_ = staging;
   staging_bytes_ = uint64_t{slots} * slot_bytes;
   slot_bytes_ = slot_bytes;
@@ -46,29 +48,11 @@ int Timeline::take(uint64_t count, uint64_t* first) {
   return 0;
 }
 
-void Timeline::failed(uint64_t ticket, int error) {
-  {
-    std::lock_guard lock(mu_);
-    failed_[ticket] = error;
-    ++failures_seen_;
-  }
-  cv_.notify_all();
-}
-
-void Timeline::completion(uint64_t completed) {
-  {
-    std::lock_guard lock(mu_);
-    settle_groups(completed);
-  }
-  cv_.notify_all();
-}
-
 void Timeline::ended(int why) {
   {
     std::lock_guard lock(mu_);
     dead_ = why;
   }
-  cv_.notify_all();
   {
     std::lock_guard lock(place_mu_);  // a placer checks dead_ under it
   }
@@ -160,10 +144,9 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
     if (reuse_ <= need) reuse_ = need + 1;
     while (reuse_ < t && end > S && start_[(reuse_ - 1) % entries_] < end - S) ++reuse_;
     need = std::max(need, reuse_ - 1);
-    // Large transfers (a quarter slot and up) stay one per slot in flight,
-    // as before staging went by offset: a deeper queue of large copies only
-    // adds to every client's wait on a shared device, and measured less
-    // fair (8 producers of 4 MiB pieces on one H200: 0.94-0.975 against 0.999).
+    // Large transfers (a quarter slot and up) stay one per slot in flight
+    // (ferryd holds back any more in the ring): a deeper queue of large
+    // copies only adds to every client's wait on a shared device.
     if (length * 4 >= slot_bytes_ && t > slots_) need = std::max(need, t - slots_);
     start_[(t - 1) % entries_] = p;
     head_ = end;
@@ -197,6 +180,12 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
       break;
     }
     seen = now;  // slow, but moving: wait on
+  }
+  // Before ticket t's entry overwrites ticket t - entries', the outcomes of
+  // the tickets done are read (proto::Result): only if one failed meanwhile.
+  if (r == 0 && seg_->failures.load(std::memory_order_acquire) != failures_seen_.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(mu_);
+    harvest();
   }
   // Published for the daemon's metrics (histogram of slot wait time).
   const auto ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
@@ -245,8 +234,8 @@ int Timeline::flush(int64_t timeout_ns) {
   const bool forever = timeout_ns < 0;
   const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
   if (int r = wait_for(deadline, forever, [&] { return completed() >= last; }, kSpin, last); r != 0) return r;
-  std::unique_lock lock(mu_);
-  catch_up(lock);
+  std::lock_guard lock(mu_);
+  catch_up();
   auto it = failed_.begin();
   if (it == failed_.end() || it->first > last) return 0;
   int err = it->second;
@@ -255,16 +244,33 @@ int Timeline::flush(int64_t timeout_ns) {
   return err;
 }
 
-void Timeline::catch_up(std::unique_lock<std::mutex>& lock) {
-  // Failure messages are counted in the segment before `completed` passes
-  // them: wait until we hold as many as the daemon sent.
-  cv_.wait(lock, [&] { return failures_seen_ >= seg_->failures.load(std::memory_order_acquire) || dead_ != 0; });
-  settle_groups(completed());
+uint64_t Timeline::harvest() {
+  const uint64_t limit = completed();
+  // `failures` is raised before either timeline word passes a failed
+  // ticket: unchanged after reading the words, no ticket up to them failed
+  // that has not been read.
+  const uint64_t count = seg_->failures.load(std::memory_order_acquire);
+  if (count != failures_seen_.load(std::memory_order_relaxed)) {
+    uint64_t seen = failures_seen_.load(std::memory_order_relaxed);
+    for (uint64_t t = scanned_ + 1; t <= limit; ++t) {
+      const proto::Result& r = results_[(t - 1) % entries_];
+      if (r.ticket.load(std::memory_order_acquire) != t) continue;
+      const auto error = r.error.load(std::memory_order_relaxed);
+      // A record is the daemon's word; one that says nothing is still a failure.
+      failed_[t] = error < 0 && error >= -4095 ? static_cast<int>(error) : -EIO;
+      ++seen;
+    }
+    failures_seen_.store(seen, std::memory_order_relaxed);
+  }
+  if (limit > scanned_) scanned_ = limit;
+  return limit;
 }
 
+void Timeline::catch_up() { settle_groups(harvest()); }
+
 int Timeline::outcome(uint64_t t) {
-  std::unique_lock lock(mu_);
-  catch_up(lock);
+  std::lock_guard lock(mu_);
+  catch_up();
   auto it = failed_.find(t);
   if (it == failed_.end()) return 0;
   int err = it->second;

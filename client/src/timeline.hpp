@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The client's ticket timeline: tickets handed out in order, the daemon's
-// `completed` counter read from the segment, failures and upload groups
-// from the receiver, and every wait a caller can make on them.
+// `completed` counter and the failed tickets' Result records read from the
+// segment, upload groups, and every wait a caller can make on them. No
+// message and no thread of libferry's stands between the daemon and a wait.
 //
 // Staging: the segment's staging area is a FIFO of byte ranges. Each ticket
 // takes the next `length` bytes (never wrapping inside one transfer), in
@@ -31,7 +32,8 @@ using Clock = std::chrono::steady_clock;
 class Timeline {
  public:
   // The segment's header and staging area, once connected.
-  void attach(proto::Segment* seg, char* staging, uint32_t slots, uint64_t slot_bytes, uint32_t entries);
+  void attach(proto::Segment* seg, const proto::Result* results, char* staging, uint32_t slots, uint64_t slot_bytes,
+              uint32_t entries);
   char* staging() const { return staging_; }
   uint64_t staging_bytes() const { return staging_bytes_; }
 
@@ -50,10 +52,8 @@ class Timeline {
                     seg_->device_completed.load(std::memory_order_acquire));
   }
 
-  // ---- from the receiver thread
-  void failed(uint64_t ticket, int error);
-  void completion(uint64_t completed);
-  void ended(int why);  // the connection is gone: every wait returns `why`
+  // The connection is gone (the receiver thread saw it end): every wait returns `why`.
+  void ended(int why);
 
   // ---- waits
   // Places ticket t's `length` bytes in the staging area (after ticket
@@ -87,10 +87,14 @@ class Timeline {
   void settle_groups(uint64_t completed);  // mu_ held
   // Wakes this client's threads asleep on the segment's futex word.
   void wake_sleepers();
-  // Brings failures and groups up to what the segment shows done.
-  void catch_up(std::unique_lock<std::mutex>& lock);
+  // Reads the Result records of the tickets the segment shows done since
+  // the last look, if `failures` moved (mu_ held); returns that limit.
+  uint64_t harvest();
+  // Brings failures and groups up to what the segment shows done (mu_ held).
+  void catch_up();
 
   proto::Segment* seg_ = nullptr;
+  const proto::Result* results_ = nullptr;
   char* staging_ = nullptr;
   uint64_t staging_bytes_ = 0;
   uint64_t slot_bytes_ = 0;
@@ -108,10 +112,10 @@ class Timeline {
   std::atomic<uint64_t> oldest_hold_{UINT64_MAX};
 
   std::mutex mu_;  // everything below
-  std::condition_variable cv_;
   uint64_t next_ticket_ = 1;
   std::atomic<uint64_t> issued_{0};                   // next_ticket_ - 1, for issued()
-  uint64_t failures_seen_ = 0;                        // TicketFailed messages received
+  std::atomic<uint64_t> failures_seen_{0};            // Result records read (the segment's `failures` then)
+  uint64_t scanned_ = 0;                              // every ticket <= it was looked at
   std::map<uint64_t, int> failed_;                    // ticket -> error, until reported
   std::map<uint64_t, std::vector<uint64_t>> groups_;  // last ticket of an upload -> its other tickets
   std::atomic<int> dead_{0};                          // why the connection ended

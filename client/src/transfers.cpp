@@ -109,7 +109,7 @@ uint64_t parallel_from() {
 }
 
 // One transfer of ticket t, as the daemon takes it: an entry in the
-// submission ring (a Doorbell only if ferryd's poller sleeps), or a message.
+// submission ring (and a Doorbell only if ferryd's poller sleeps).
 struct Submit {
   proto::Type type;
   uint64_t staging;  // byte offset in the staging area (Timeline::place)
@@ -122,58 +122,22 @@ struct Submit {
 
 int submit(ferry_client* c, const Submit& s) {
   const auto staging = static_cast<uint32_t>(s.staging / proto::kStagingAlign);
-  if (c->ring != nullptr) {
-    proto::SubmitEntry& e = c->ring[(s.ticket - 1) % c->ring_entries];
-    e.type.store(static_cast<uint64_t>(s.type) | uint64_t{s.flags} << 16 | uint64_t{staging} << 32,
-                 std::memory_order_relaxed);
-    e.length.store(s.length, std::memory_order_relaxed);
-    e.buffer.store(s.buffer, std::memory_order_relaxed);
-    e.offset.store(s.offset, std::memory_order_relaxed);
-    e.after.store(s.after, std::memory_order_relaxed);
-    e.pool.store(s.pool, std::memory_order_relaxed);
-    e.event.store(s.event, std::memory_order_relaxed);
-    e.ticket.store(s.ticket, std::memory_order_release);
-    // The daemon sets `doorbell` before its last look at the ring: either it
-    // sees this entry, or this sees the flag (proto::Segment::doorbell).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (c->seg->doorbell.load(std::memory_order_relaxed) == 0) return 0;
-    auto m = proto::make<proto::Doorbell>(proto::Type::doorbell);
-    return c->conn.send(&m, sizeof m);
-  }
-  proto::Transfer t{};
-  t.h.type = static_cast<uint16_t>(s.type);
-  t.h.size = sizeof t;
-  t.ticket = s.ticket;
-  t.staging = staging;
-  t.flags = s.flags;
-  t.length = s.length;
-  t.buffer = s.buffer;
-  t.offset = s.offset;
-  if (s.type == proto::Type::upload_signal) {
-    proto::UploadSignal m{};
-    m.t = t;
-    m.t.h.size = sizeof m;
-    m.pool = s.pool;
-    m.event = s.event;
-    return c->conn.send(&m, sizeof m);
-  }
-  if (s.type == proto::Type::upload_after) {
-    proto::UploadAfter m{};
-    m.t = t;
-    m.t.h.size = sizeof m;
-    m.after = s.after;
-    return c->conn.send(&m, sizeof m);
-  }
-  if (s.type == proto::Type::upload_fenced) {
-    proto::UploadFenced m{};
-    m.t = t;
-    m.t.h.size = sizeof m;
-    m.after = s.after;
-    m.release = s.pool;
-    m.publish = s.event;
-    return c->conn.send(&m, sizeof m);
-  }
-  return c->conn.send(&t, sizeof t);
+  proto::SubmitEntry& e = c->ring[(s.ticket - 1) % c->ring_entries];
+  e.type.store(static_cast<uint64_t>(s.type) | uint64_t{s.flags} << 16 | uint64_t{staging} << 32,
+               std::memory_order_relaxed);
+  e.length.store(s.length, std::memory_order_relaxed);
+  e.buffer.store(s.buffer, std::memory_order_relaxed);
+  e.offset.store(s.offset, std::memory_order_relaxed);
+  e.after.store(s.after, std::memory_order_relaxed);
+  e.pool.store(s.pool, std::memory_order_relaxed);
+  e.event.store(s.event, std::memory_order_relaxed);
+  e.ticket.store(s.ticket, std::memory_order_release);
+  // The daemon sets `doorbell` before its last look at the ring: either it
+  // sees this entry, or this sees the flag (proto::Segment::doorbell).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (c->seg->doorbell.load(std::memory_order_relaxed) == 0) return 0;
+  auto m = proto::make<proto::Doorbell>(proto::Type::doorbell);
+  return c->conn.send(&m, sizeof m);
 }
 
 }  // namespace
@@ -212,12 +176,12 @@ uint32_t fence_of(ferry_client* c, ferry_buffer buf) {
 
 int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
            const UploadOptions& o, ferry_ticket* out) {
-  const proto::UploadSignal* signal = o.signal;
+  const bool signal = o.signal;
   const uint64_t after = o.after;
-  const char* fn = signal != nullptr ? "ferry_upload_signal" : count == 1 ? "ferry_upload" : "ferry_upload_gather";
+  const char* fn = signal ? "ferry_upload_signal" : count == 1 ? "ferry_upload" : "ferry_upload_gather";
   if (src == nullptr) return misuse(-EFAULT, fn, "the source ranges are NULL");
   if (count == 0) return misuse(-EINVAL, fn, "no source ranges (count is 0)");
-  if (signal != nullptr && (after != 0 || o.fenced))
+  if (signal && (after != 0 || o.fenced))
     return misuse(-EINVAL, fn, "an event signal cannot be combined with after or fences");
   Gather from;
   if (int r = from.init(src, count); r != 0) return r;
@@ -262,12 +226,12 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_i
     FERRY_SLOT_HANDED_ON(tl.staging());
     Submit s{proto::Type::upload, at, t, n, dst, dst_offset + off};
     if (i + 1 == pieces) s.flags = proto::kTransferLastPiece;  // the call is counted by it
-    if (signal != nullptr && i + 1 == pieces) {
+    if (signal && i + 1 == pieces) {
       // The last piece carries the event: the in-order queue signals it
       // after every earlier piece.
       s.type = proto::Type::upload_signal;
-      s.pool = signal->pool;
-      s.event = signal->event;
+      s.pool = o.pool;
+      s.event = o.event;
     } else if (o.fenced) {
       // Every piece waits for the values, as below; the last publishes.
       s.type = proto::Type::upload_fenced;
@@ -284,13 +248,13 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_i
   };
   int r = 0;
   // With a signal, the last piece goes last, after the others were sent.
-  const uint64_t parallel = signal != nullptr ? pieces - 1 : pieces;
+  const uint64_t parallel = signal ? pieces - 1 : pieces;
   if (parallel >= 4 && threads > 1) {
     r = c->stager.run(parallel, one, threads - 1);
   } else {
     for (uint64_t i = 0; i < parallel && r == 0; ++i) r = one(i);
   }
-  if (r == 0 && signal != nullptr) r = one(pieces - 1);
+  if (r == 0 && signal) r = one(pieces - 1);
   if (r != 0) return r;
   if (out != nullptr) *out = first + pieces - 1;
   return 0;

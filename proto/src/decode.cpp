@@ -14,10 +14,6 @@ size_t fixed_size(Type t) {
     case Type::alloc: return sizeof(Alloc);
     case Type::free: return sizeof(Free);
     case Type::reply: return sizeof(Reply);
-    case Type::upload:
-    case Type::download: return sizeof(Transfer);
-    case Type::completion: return sizeof(Completion);
-    case Type::ticket_failed: return sizeof(TicketFailed);
     case Type::status_request: return sizeof(StatusRequest);
     case Type::status_reply: return sizeof(StatusReply);
     case Type::shutdown: return sizeof(Shutdown);
@@ -30,11 +26,11 @@ size_t fixed_size(Type t) {
     case Type::export_reply: return sizeof(ExportReply);
     case Type::import_buffer: return sizeof(Import);
     case Type::event_pool: return sizeof(EventPool);
-    case Type::upload_signal: return sizeof(UploadSignal);
-    case Type::upload_after: return sizeof(UploadAfter);
-    case Type::upload_fenced: return sizeof(UploadFenced);
     case Type::doorbell: return sizeof(Doorbell);
     case Type::admin_request: return sizeof(AdminRequest);
+    // Ring entry kinds, and the timeline messages of protocols 1 and 2.
+    case Type::upload: case Type::download: case Type::completion: case Type::ticket_failed:
+    case Type::upload_signal: case Type::upload_after: case Type::upload_fenced: return 0;
   }
   return 0;
 }
@@ -51,7 +47,7 @@ Decoded decode(const void* data, size_t bytes) {
     d.why = why;
     return d;
   };
-  if (want == 0) return bad("unknown message type");
+  if (want == 0) return bad("not a message type of protocol 3 (transfers go through the submission ring)");
   if (d.type == Type::status_reply) {
     if (h.size < want || h.size > want + kMaxStatusJson) return bad("status reply of impossible size");
   } else if (h.size != want) {
@@ -68,7 +64,9 @@ Decoded decode(const void* data, size_t bytes) {
     static_assert(offsetof(Hello, magic) == offsetof(Welcome, magic));
     static_assert(offsetof(Hello, version) == offsetof(Welcome, version));
     if (magic != kMagic) return bad("wrong magic: not a ferry client");
-    if (version != kVersion) return bad("unsupported protocol version");
+    // A Hello of another version is decoded: the daemon answers it with
+    // the rule (an Error naming both versions) rather than a bare close.
+    if (version != kVersion && d.type == Type::welcome) return bad("unsupported protocol version");
   }
   if (d.type == Type::status_reply) {
     uint32_t json;

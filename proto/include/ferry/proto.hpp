@@ -1,7 +1,21 @@
 // SPDX-License-Identifier: MIT
-// ferry wire protocol, version 2 (staging by offset): every message between libferry and ferryd,
-// and the header of a client's staging segment. This file is the single
-// source of truth; both sides include it.
+// ferry wire protocol, version 3 (one data plane): every message between
+// libferry and ferryd, and the layout of a client's staging segment. This
+// file is the single source of truth; both sides include it.
+//
+// Two planes. The socket carries control only: Hello, buffers, grants,
+// import/export, event pools, status, admin requests, and Doorbells. Every
+// transfer (upload, download, held, signalled, fenced, committed, cancelled)
+// is an entry in the client's submission ring, and every ticket's outcome is
+// in the segment: `completed` (and the device's `device_completed`) say it is
+// done, a Result record of the ticket says it failed and why.
+//
+// Compatibility rule: a Hello carries kVersion; the daemon serves exactly
+// its own version and refuses any other with a fatal Error
+// (-EPROTONOSUPPORT) whose text names both versions, before anything else
+// is sent. The version goes up whenever a message, the segment layout or
+// the meaning of a word changes; features within one version are announced
+// by the feature bits (wanted in Hello, granted in Welcome).
 //
 // Transport: a Unix stream socket. Every message starts with a Header whose
 // `size` counts the whole message. All fields are little-endian fixed-width
@@ -11,21 +25,12 @@
 // Flow:
 //   client -> Hello                daemon -> Welcome + segment fd (SCM_RIGHTS)
 //   client -> Alloc/Free           daemon -> Reply (value = buffer id)
-//   client -> Upload (one-way)     daemon -> TicketFailed (only on failure), Completion
-//   client -> Download             daemon -> TicketFailed / Completion; bytes in the slot
 //   client -> StatusRequest        daemon -> StatusReply (JSON text follows the fixed part)
 //   client -> Grant / Revoke       daemon -> TokenReply / Reply   (sharing a buffer)
 //   client -> Open (a token)       daemon -> BufferReply          (a granted buffer, by local id)
 //   client -> Export               daemon -> ExportReply (+ the IPC handle's fd, Level Zero)
 //   client -> Import (+ fd)        daemon -> BufferReply          (the client's own allocation)
 //   client -> EventPool (+ fd)     daemon -> Reply (value = pool id)
-//   client -> UploadSignal         as Upload; the device also signals the pool's event after it
-//   client -> UploadAfter          as Upload, held by the daemon until the segment's app_value
-//                                  reaches `after` (the application's queue order)
-//   client -> UploadFenced         as Upload, into a buffer with a fence (kFeatureFences): held
-//                                  until the fence's `released` reaches `release` and/or the
-//                                  segment's app_value reaches `after`; after the copy the
-//                                  device writes `publish` into the fence's `ready` word
 //   client -> Doorbell             look at my submission ring (sent only while the segment's
 //                                  `doorbell` word asks for it: ferryd's poller sleeps)
 //   daemon -> Error                a request was refused; `fatal` closes the session
@@ -40,7 +45,7 @@
 namespace ferry::proto {
 
 inline constexpr uint32_t kMagic = 0x59524546;  // "FERY"
-inline constexpr uint16_t kVersion = 2;  // 2: staging by offset, ring_entries tickets in flight
+inline constexpr uint16_t kVersion = 3;  // 3: transfers and outcomes only in the segment
 
 // Feature bits, announced in Hello (wanted) and Welcome (granted).
 enum Feature : uint64_t {
@@ -51,18 +56,19 @@ enum Feature : uint64_t {
   // (granted only where the backend can; the word is kept by the daemon otherwise).
   kFeatureDeviceTimeline = 1u << 3,
   kFeatureUploadAfter = 1u << 4,  // UploadAfter and Segment::app_value
-  // Transfers go through the segment's submission ring (SubmitEntry), not
-  // as messages; a Doorbell only while Segment::doorbell asks for one; no
-  // Completion messages (the segment's words say it), TicketFailed still.
-  kFeatureSubmitRing = 1u << 5,
+  // 1u << 5 was the submission ring, optional before protocol 3; it is the
+  // only way a transfer goes now, and the bit is not used.
   // Every allocation has a fence in its owner's segment (Fence, at
   // Welcome::fences_offset; Reply::fence names it) and UploadFenced exists.
   kFeatureFences = 1u << 6,
 };
 inline constexpr uint64_t kFeaturesV1 = kFeatureTimelineCounter | kFeatureDownload | kFeatureStatus |
-                                        kFeatureDeviceTimeline | kFeatureUploadAfter | kFeatureSubmitRing |
-                                        kFeatureFences;
+                                        kFeatureDeviceTimeline | kFeatureUploadAfter | kFeatureFences;
 
+// Message types. The kinds of ring entry share the numbering (upload,
+// download, upload_signal, upload_after, upload_fenced: SubmitEntry::type);
+// they, completion and ticket_failed are no messages since protocol 3, and
+// a peer that sends one is refused as for any unknown type.
 enum class Type : uint16_t {
   hello = 1,
   welcome = 2,
@@ -92,7 +98,8 @@ enum class Type : uint16_t {
   admin_request = 26,
   upload_fenced = 27,
 };
-// The highest type number; every number from 1 to it is a message (tests check).
+// The highest type number; every number from 1 to it is a message or a ring
+// entry kind (tests check).
 inline constexpr Type kLastType = Type::upload_fenced;
 
 struct Header {
@@ -135,10 +142,11 @@ struct Welcome {
   uint64_t max_buffer_bytes;
   char device[kDeviceNameBytes];
   char backend[kNameBytes];
-  uint64_t ring_offset;     // byte offset of the submission ring (kFeatureSubmitRing)
+  uint64_t ring_offset;     // byte offset of the submission ring
   uint64_t fences_offset;   // byte offset of the kFences fences (kFeatureFences)
+  uint64_t results_offset;  // byte offset of the ring_entries Result records
 };
-static_assert(sizeof(Welcome) == 168);
+static_assert(sizeof(Welcome) == 176);
 static_assert(offsetof(Welcome, slot_bytes) == 40);
 static_assert(offsetof(Welcome, device) == 72);
 
@@ -165,48 +173,21 @@ struct Reply {
 };
 static_assert(sizeof(Reply) == 32);
 
-// Upload: the daemon copies `length` bytes (at most slot_bytes) from the
-// sender's staging area, at byte staging * kStagingAlign, to `buffer` at
-// `offset`. Download: the reverse, into the staging area. Tickets are
-// numbered by the client from 1, one per transfer; at most ring_entries of
-// them are in flight (ticket t only once every ticket up to t - ring_entries
-// completed). Where in the staging area a transfer lies is the client's
-// choice (libferry: a FIFO of byte ranges, so small transfers share what
-// one slot would hold); the daemon checks only that it lies inside.
-// Transfer::flags: this piece is the last of one ferry_upload call (the
+// Tickets are numbered by the client from 1, one per transfer; at most
+// ring_entries of them are in flight (ticket t only once every ticket up to
+// t - ring_entries completed). Where in the staging area a transfer lies is
+// the client's choice (libferry: a FIFO of byte ranges, so small transfers
+// share what one slot would hold); the daemon checks that it lies inside,
+// and that a transfer of a quarter slot or more has at most slot_count such
+// transfers in flight before it.
+// SubmitEntry flags: this piece is the last of one ferry_upload call (the
 // daemon counts calls by it; pieces are counted apart).
 constexpr uint32_t kTransferLastPiece = 1;
 inline constexpr uint64_t kStagingAlign = 64;
-// An Upload to buffer 0 copies nothing: its ticket completes, with no error
-// (a reservation given up, ferry_upload_cancel). Buffer ids start at 1.
+// An upload to buffer 0 copies nothing: its ticket completes, with no error
+// (a reservation given up, ferry_upload_cancel), inside the window as every
+// other ticket. Buffer ids start at 1.
 inline constexpr uint64_t kNoBuffer = 0;
-struct Transfer {
-  Header h;
-  uint64_t ticket;
-  uint32_t staging;  // in units of kStagingAlign from the staging area's start
-  uint32_t flags;    // kTransferLastPiece
-  uint64_t length;
-  uint64_t buffer;
-  uint64_t offset;
-};
-static_assert(sizeof(Transfer) == 48);
-static_assert(offsetof(Transfer, length) == 24);
-
-// Every ticket <= `completed` of this client is done (succeeded, or failed
-// with a TicketFailed sent before this message).
-struct Completion {
-  Header h;
-  uint64_t completed;
-};
-static_assert(sizeof(Completion) == 16);
-
-struct TicketFailed {
-  Header h;
-  uint64_t ticket;
-  int32_t error;            // negative errno
-  uint32_t reserved;
-};
-static_assert(sizeof(TicketFailed) == 24);
 
 inline constexpr uint16_t kErrorFatal = 1;  // Header.flags of Error: the session closes
 inline constexpr size_t kErrorTextBytes = 112;
@@ -357,42 +338,6 @@ struct EventPool {
 };
 static_assert(sizeof(EventPool) == 88);
 
-// An Upload after which the device signals event `event` of pool `pool`.
-struct UploadSignal {
-  Transfer t;               // t.h.type is upload_signal
-  uint64_t pool;
-  uint32_t event;
-  uint32_t reserved;
-};
-static_assert(sizeof(UploadSignal) == 64);
-
-// An Upload the daemon holds until the client's Segment::app_value >= after:
-// the copy then never starts before the application's queue got there (its
-// kernels that read the old bytes are done). The hold is kept on the host,
-// per client: this client's later transfers wait behind it, nobody else's.
-struct UploadAfter {
-  Transfer t;               // t.h.type is upload_after
-  uint64_t after;
-  uint64_t reserved;
-};
-static_assert(sizeof(UploadAfter) == 64);
-
-// An Upload into a buffer with a fence (a buffer of the sender's own, or one
-// opened through a grant). Held by the daemon, on the host, until the
-// fence's `released` >= release (0: no such wait) and the sender's app_value
-// >= after (0: none); after the copy, when publish != 0, the device writes
-// `publish` into the fence's `ready` word. A transfer that fails writes it
-// too (so a queue waiting on it never waits for ever), after `failed`. A
-// buffer without a fence fails the ticket (-ENOTSUP).
-struct UploadFenced {
-  Transfer t;               // t.h.type is upload_fenced
-  uint64_t after;
-  uint64_t release;
-  uint64_t publish;
-  uint64_t reserved;
-};
-static_assert(sizeof(UploadFenced) == 80);
-
 // "Look at my submission ring": ferryd's poller was asleep when the client
 // published an entry (Segment::doorbell was set). Carries nothing else.
 struct Doorbell {
@@ -402,8 +347,8 @@ struct Doorbell {
 static_assert(sizeof(Doorbell) == 16);
 
 // ---------------------------------------------------------------- submission ring
-// With kFeatureSubmitRing, a transfer is not a message: the client describes
-// it in the ring entry of its ticket (ticket t: entry (t - 1) % ring_entries,
+// A transfer is not a message: the client describes it in the ring entry of
+// its ticket (ticket t: entry (t - 1) % ring_entries,
 // at Welcome::ring_offset) and stores `ticket` last, with release. ferryd takes
 // tickets strictly in order: it reads entry (next - 1) % ring_entries, copies
 // every word out of shared memory, and uses the copy only if its `ticket` is
@@ -411,17 +356,41 @@ static_assert(sizeof(Doorbell) == 16);
 // copy as it would a message, and a bad one closes only that session.
 struct SubmitEntry {
   std::atomic<uint64_t> ticket;   // stored last: the entry describes this ticket
-  // Type (upload, download, upload_signal, upload_after) | Transfer::flags << 16
-  // | Transfer::staging << 32
+  // kind (Type: upload, download, upload_signal, upload_after,
+  // upload_fenced) | flags (kTransferLastPiece) << 16 | staging << 32, the
+  // transfer's first byte in the staging area in units of kStagingAlign
   std::atomic<uint64_t> type;
-  std::atomic<uint64_t> length;   // as Transfer
-  std::atomic<uint64_t> buffer;
-  std::atomic<uint64_t> offset;
-  std::atomic<uint64_t> after;    // upload_after, upload_fenced: UploadAfter::after
-  std::atomic<uint64_t> pool;     // upload_signal: UploadSignal::pool; upload_fenced: UploadFenced::release
-  std::atomic<uint64_t> event;    // upload_signal: UploadSignal::event; upload_fenced: UploadFenced::publish
+  std::atomic<uint64_t> length;   // bytes, 1 to slot_bytes
+  std::atomic<uint64_t> buffer;   // the buffer's id (kNoBuffer: nothing to copy, an upload only)
+  std::atomic<uint64_t> offset;   // in the buffer
+  // upload_after: held until the segment's app_value >= after (the
+  // application's queue got there); upload_fenced: the same, 0 for no wait.
+  std::atomic<uint64_t> after;
+  // upload_signal: the event pool's id; upload_fenced: held until the
+  // destination's fence `released` >= this (0: no wait).
+  std::atomic<uint64_t> pool;
+  // upload_signal: the event's index, signalled after the copy;
+  // upload_fenced: the value the device writes into the destination's fence
+  // `ready` after the copy (0: none; a failed copy writes it too, after
+  // `failed`). A destination without a fence fails the ticket (-ENOTSUP).
+  std::atomic<uint64_t> event;
 };
 static_assert(sizeof(SubmitEntry) == 64);
+
+// ---------------------------------------------------------------- outcomes
+// The outcome of a failed ticket, written by ferryd alone into the record
+// of its ring entry's index ((ticket - 1) % ring_entries, at
+// Welcome::results_offset): `error` (a negative errno) first, then `ticket`
+// with release, then Segment::failures, all before either timeline word
+// passes the ticket. A ticket that succeeds writes no record. The record of
+// ticket t is overwritten only by a failure of ticket t + ring_entries,
+// which the client sends only once t completed: it reads the records up to
+// `completed` whenever `failures` moved, before it sends beyond the window.
+struct Result {
+  std::atomic<uint64_t> ticket;  // the ticket this record is of (stored last)
+  std::atomic<int64_t> error;    // negative errno
+};
+static_assert(sizeof(Result) == 16);
 
 // ---------------------------------------------------------------- fences
 // Ordering across processes, on the device: each allocation has a fence,
@@ -447,17 +416,20 @@ inline constexpr uint32_t kFences = 1024;  // per client: its allocations at onc
 
 // ---------------------------------------------------------------- segment
 // The staging segment: this header, the submission ring (ring_entries
-// entries), the fences (kFences of them, kFeatureFences), then the staging
+// entries), the results (ring_entries records), the fences (kFences of
+// them, kFeatureFences), then the staging
 // area of slot_count * slot_bytes at slots_offset. The daemon creates it (memfd), maps it, and hands the fd to
 // exactly one client.
 //
-// Ownership: the daemon alone writes `completed` and `failures`, and bumps
-// `wake` (so may the client, for its own threads); the
-// device (or, where it cannot, the daemon) alone writes `device_completed`;
-// the client (or its application's queue) alone writes the slots, `app_value`
-// and `sleepers`, and reads a slot used by a Download only after that ticket
-// completed. The daemon never reads back what it wrote, and what it reads
-// (`app_value`, `sleepers`) only decides for this client.
+// Ownership: the daemon alone writes `completed`, `failures`, the Result
+// records and `doorbell`, and bumps `wake` (so may the client, for its own
+// threads); the device (or, where it cannot, the daemon) alone writes
+// `device_completed`; the client (or its application's queue) alone writes
+// the ring, the slots, `app_value`, `sleepers` and `wake_at`, and reads a
+// slot used by a download only after that ticket completed. The daemon
+// never reads back what it wrote, and what it reads (ring entries, checked
+// as they are copied out; `app_value`, `sleepers`, `wake_at`, fences'
+// `released`) only decides for this client.
 struct alignas(64) Segment {
   uint32_t magic;
   uint16_t version;
@@ -469,11 +441,12 @@ struct alignas(64) Segment {
   uint64_t segment_bytes;
   uint64_t reserved2[3];
   // Every ticket <= completed is done. Stored with release after the
-  // Completion's failures are counted; a client may spin on it.
+  // failures among them are recorded (Result, `failures`); a client may spin
+  // on it.
   alignas(64) std::atomic<uint64_t> completed;
-  // TicketFailed messages sent so far; raised before `completed` passes the
-  // failed ticket, so a client that sees `completed` move and holds fewer
-  // failure messages than this must read its socket before reporting success.
+  // Result records written so far; raised after the record and before
+  // either timeline word passes the failed ticket: a client that sees this
+  // unchanged knows no ticket it sees done failed since it last looked.
   alignas(64) std::atomic<uint64_t> failures;
   // 1 while the daemon serves this client, 2 once it is stopping.
   alignas(64) std::atomic<uint32_t> daemon_state;
@@ -526,12 +499,17 @@ inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // the ring starts on the
 // them rather than once per 12).
 inline constexpr uint32_t ring_entries(uint32_t slot_count) { return slot_count * 4; }
 // Where the ring and the staging area lie in a segment of `slot_count` slots:
-// the ring right after the header page, the staging area on the page after it.
+// the ring right after the header page, then the results, each on pages of
+// its own.
 inline constexpr uint64_t ring_offset() { return kSegmentHeaderBytes; }
-// The fences on the page after the ring: a page-aligned range a consumer
-// registers with its own context alone, not the whole segment.
+inline constexpr uint64_t page_up(uint64_t n) { return (n + 4095) / 4096 * 4096; }
+inline constexpr uint64_t results_offset(uint32_t slot_count) {
+  return kSegmentHeaderBytes + page_up(uint64_t{ring_entries(slot_count)} * sizeof(SubmitEntry));
+}
+// The fences on the pages after the results: a page-aligned range a
+// consumer registers with its own context alone, not the whole segment.
 inline constexpr uint64_t fences_offset(uint32_t slot_count) {
-  return kSegmentHeaderBytes + (uint64_t{ring_entries(slot_count)} * sizeof(SubmitEntry) + 4095) / 4096 * 4096;
+  return results_offset(slot_count) + page_up(uint64_t{ring_entries(slot_count)} * sizeof(Result));
 }
 inline constexpr uint64_t kFencesBytes = uint64_t{kFences} * sizeof(Fence);
 inline constexpr uint64_t slots_offset(uint32_t slot_count) { return fences_offset(slot_count) + kFencesBytes; }
