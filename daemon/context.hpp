@@ -14,9 +14,10 @@ namespace ferry::ferryd {
 struct Context {
   TransferEngine& engine;
   const Options& options;
-  ServerStats stats;
-  bool stopping = false;  // no new clients; copies drain, then the sessions end
-  std::function<void()> request_stop;  // an orderly stop, as SIGTERM (ferryctl drain)
+  ServerStats stats{};
+  bool stopping = false;
+  size_t hellos_pending = 0;  // Hellos waiting for their segment (they count as clients)  // no new clients; copies drain, then the sessions end
+  std::function<void()> request_stop{};  // an orderly stop, as SIGTERM (ferryctl drain)
 };
 
 }  // namespace ferry::ferryd

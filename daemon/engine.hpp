@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,12 @@ class TransferEngine {
   // device where the backend can. Its resources go back when the last
   // reference goes (its session, or a copy in flight).
   int add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* out);
+  // The same without making a segment on this thread: `done` is called at
+  // once when one is ready (or there is no pool), else on this thread once
+  // the pool's thread made one (-ECANCELED, no client, when `cancelled` was
+  // set first).
+  using ClientDone = std::function<void(int, ClientRef)>;
+  void add_client(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled, ClientDone done);
   // Every client whose resources still exist, by id.
   const std::map<uint64_t, ClientState*>& clients() const { return clients_; }
   size_t connected_clients() const;
@@ -186,6 +193,7 @@ class TransferEngine {
   void retire(const std::vector<Done>& batch);
   void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
   BufferRef lend(void* ptr, uint64_t bytes, bool imported);
+  ClientRef new_client(StagingSegment seg, bool registered);
   void release(ClientState* c);
   // Finished copies, without waiting: those the retire thread handed over and
   // those the device reports done now.

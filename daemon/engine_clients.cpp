@@ -6,11 +6,13 @@
 
 #include <algorithm>
 
+#include <boost/asio/post.hpp>
+
 #include "engine.hpp"
 
 namespace ferry::ferryd {
 
-int TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* out) {
+ClientRef TransferEngine::new_client(StagingSegment seg, bool registered) {
   auto* raw = new ClientState(++next_client_);
   // The deleter gives everything back: the last reference may be the
   // session's, or a copy that finishes after the client left.
@@ -20,25 +22,61 @@ int TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* o
   });
   clients_[raw->id()] = raw;
   ++holdings_.clients;
+  c->adopt_segment(std::move(seg));
+  c->registered = registered;
+  return c;
+}
+
+int TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* out) {
   // Made ahead by the pool's thread where it can: a segment costs milliseconds.
   // Registered once, for the client's whole life: copies from it then skip
   // the per-call import a pageable source costs. The pool's segments come
   // registered (that takes milliseconds on CUDA too).
-  StagingSegment ready;
+  StagingSegment seg;
   bool registered = false;
-  if (pool_ != nullptr && pool_->take(slots, slot_bytes, &ready, &registered)) {
-    c->adopt_segment(std::move(ready));
-    c->registered = registered;
+  if (pool_ != nullptr && pool_->take(slots, slot_bytes, &seg, &registered)) {
     ++stats_.segments_pooled;
-  } else if (int r = c->create_segment(slots, slot_bytes); r != 0) {
+  } else if (int r = seg.create(slots, slot_bytes); r != 0) {
     return r;
   } else {
     ++stats_.segments_made;
     // The whole segment, header included: the device writes the timeline there.
-    c->registered = backend_->register_host(c->segment().header(), c->segment().bytes()) == 0;
+    registered = backend_->register_host(seg.header(), seg.bytes()) == 0;
   }
-  *out = std::move(c);
+  *out = new_client(std::move(seg), registered);
   return 0;
+}
+
+void TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled,
+                                ClientDone done) {
+  StagingSegment seg;
+  bool registered = false;
+  if (pool_ == nullptr || pool_->take(slots, slot_bytes, &seg, &registered)) {
+    ClientRef c;
+    if (pool_ == nullptr) {
+      const int r = add_client(slots, slot_bytes, &c);
+      return done(r, std::move(c));
+    }
+    ++stats_.segments_pooled;
+    return done(0, new_client(std::move(seg), registered));
+  }
+  // None ready: the pool's thread makes this one, and the io thread goes on
+  // serving everyone else meanwhile; the Hello is answered when it is made.
+  auto shared = std::make_shared<ClientDone>(std::move(done));
+  const int r = pool_->order(slots, slot_bytes, cancelled,
+                             [this, cancelled, shared](int r, StagingSegment s, bool reg) {
+                               auto made = std::make_shared<StagingSegment>(std::move(s));
+                               boost::asio::post(io_, [this, cancelled, shared, r, made, reg] {
+                                 if (r == 0 && cancelled->load()) {
+                                   pool_->discard(std::move(*made), reg);
+                                   return (*shared)(-ECANCELED, nullptr);
+                                 }
+                                 if (r != 0) return (*shared)(r, nullptr);
+                                 ++stats_.segments_made;
+                                 (*shared)(0, new_client(std::move(*made), reg));
+                               });
+                             });
+  if (r != 0) (*shared)(r, nullptr);
 }
 
 void TransferEngine::release(ClientState* c) {

@@ -88,13 +88,26 @@ void Requests::on_hello(const proto::Hello& m) {
   if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
-  if (engine.connected_clients() >= o.max_clients) return peer_.fatal(-EUSERS, "too many clients (--max-clients)");
+  if (engine.connected_clients() + ctx_.hellos_pending >= o.max_clients)
+    return peer_.fatal(-EUSERS, "too many clients (--max-clients)");
   // The Welcome is the first thing this session sends: it carries the segment.
   if (!peer_.untouched()) return peer_.fatal(-EPROTO, "Hello after other requests");
   const uint32_t slots = m.slots_wanted == 0 ? o.slots : std::min(m.slots_wanted, o.slots);
-  ClientRef c;
-  if (int r = engine.add_client(slots, o.slot_bytes, &c); r != 0)
-    return peer_.fatal(r, "cannot create the staging segment");
+  // Nothing else of this session is handled until the Welcome is out; a
+  // segment that is not ready is made off the io thread meanwhile.
+  peer_.pause();
+  ++ctx_.hellos_pending;
+  engine.add_client(slots, o.slot_bytes, peer_.cancelled(),
+                    [this, keep = peer_.keep_alive(), m](int r, ClientRef c) { welcome(m, r, std::move(c)); });
+}
+
+void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
+  --ctx_.hellos_pending;
+  if (r == -ECANCELED) return;  // the connection went meanwhile
+  if (r != 0) return peer_.fatal(r, "cannot create the staging segment");
+  if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
+  const Options& o = ctx_.options;
+  TransferEngine& engine = ctx_.engine;
   c->pid = peer_.pid;
   c->uid = peer_.uid;
   c->name = printable(proto::get_text(m.name));
@@ -126,8 +139,9 @@ void Requests::on_hello(const proto::Hello& m) {
   ++ctx_.stats.clients;
   engine.publish_clients();
   FERRY_LOG(info, "client %llu connected: pid %d uid %u \"%s\", %u slots of %llu bytes",
-            static_cast<unsigned long long>(client_->id()), peer_.pid, peer_.uid, client_->name.c_str(), slots,
-            static_cast<unsigned long long>(o.slot_bytes));
+            static_cast<unsigned long long>(client_->id()), peer_.pid, peer_.uid, client_->name.c_str(),
+            client_->slot_count(), static_cast<unsigned long long>(o.slot_bytes));
+  peer_.resume();
 }
 
 void Requests::on_alloc(const proto::Alloc& m) {

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -32,6 +33,13 @@ class Peer {
   virtual size_t unread_bytes() const = 0;
   // Where the engine reports a broken ring.
   virtual std::weak_ptr<ProgressSink> sink() = 0;
+  // Handles no further message until resume() (a Hello being answered).
+  virtual void pause() = 0;
+  virtual void resume() = 0;
+  // Set once the peer is gone: work done for it later is dropped.
+  virtual std::shared_ptr<std::atomic<bool>> cancelled() = 0;
+  // Keeps the peer's object alive while a callback for it is pending.
+  virtual std::shared_ptr<void> keep_alive() = 0;
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
@@ -50,6 +58,8 @@ class Requests {
   const ClientRef& client() const { return client_; }
 
   void on_hello(const proto::Hello& m);
+  // The rest of a Hello once its client exists (r == 0) or could not be made.
+  void welcome(const proto::Hello& m, int r, ClientRef c);
   void on_alloc(const proto::Alloc& m);
   void on_free(const proto::Free& m);
   void on_status(const proto::StatusRequest& m);

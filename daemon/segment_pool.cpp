@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include <cerrno>
 #include <chrono>
 
 namespace ferry::ferryd {
@@ -35,6 +36,24 @@ bool SegmentPool::take(uint32_t slots, uint64_t slot_bytes, StagingSegment* out,
   return true;
 }
 
+int SegmentPool::order(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled, Done done) {
+  {
+    std::lock_guard lock(mu_);
+    if (orders_.size() >= kMaxOrders) return -EAGAIN;
+    orders_.push_back({slots, slot_bytes, std::move(cancelled), std::move(done)});
+  }
+  cv_.notify_one();
+  return 0;
+}
+
+SegmentPool::Entry SegmentPool::make(uint32_t slots, uint64_t slot_bytes, int* r) {
+  Entry e;
+  *r = e.seg.create(slots, slot_bytes);
+  // The whole segment, header included: the device writes the timeline there.
+  if (*r == 0 && backend_ != nullptr) e.registered = backend_->register_host(e.seg.header(), e.seg.bytes()) == 0;
+  return e;
+}
+
 void SegmentPool::discard(StagingSegment seg, bool registered) {
   {
     std::lock_guard lock(mu_);
@@ -63,15 +82,38 @@ void SegmentPool::run() {
       lock.lock();
       continue;
     }
+    if (!orders_.empty()) {
+      Order o = std::move(orders_.front());
+      orders_.pop_front();
+      lock.unlock();
+      if (o.cancelled->load()) {
+        o.done(-ECANCELED, StagingSegment{}, false);
+      } else {
+        int r = 0;
+        // One of the pool's own, if it has one of this geometry by now.
+        Entry e;
+        bool pooled = false;
+        if (o.slots == slots_ && o.slot_bytes == slot_bytes_) {
+          std::lock_guard l(mu_);
+          if (!ready_.empty()) {
+            e = std::move(ready_.front());
+            ready_.pop_front();
+            pooled = true;
+          }
+        }
+        if (!pooled) e = make(o.slots, o.slot_bytes, &r);
+        o.done(r, std::move(e.seg), e.registered);
+      }
+      lock.lock();
+      continue;
+    }
     if (ready_.size() >= target_) {
       cv_.wait(lock);
       continue;
     }
     lock.unlock();
-    Entry e;
-    const int r = e.seg.create(slots_, slot_bytes_);
-    // The whole segment, header included: the device writes the timeline there.
-    if (r == 0 && backend_ != nullptr) e.registered = backend_->register_host(e.seg.header(), e.seg.bytes()) == 0;
+    int r = 0;
+    Entry e = make(slots_, slot_bytes_, &r);
     lock.lock();
     if (r == 0) {
       ready_.push_back(std::move(e));

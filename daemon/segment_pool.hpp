@@ -8,9 +8,12 @@
 // clients that left.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -34,6 +37,13 @@ class SegmentPool {
   // client that asked for fewer slots; the caller then makes one itself.
   // *registered says whether the device took the segment.
   bool take(uint32_t slots, uint64_t slot_bytes, StagingSegment* out, bool* registered);
+  // A segment made on the pool's thread, of any geometry, for a Hello that
+  // found none ready: `done` is called there, with 0 or -errno (-ECANCELED,
+  // and nothing made, when `cancelled` was set first: the connection went). Orders come
+  // before refilling the pool; at most kMaxOrders wait, past that -EAGAIN at once.
+  using Done = std::function<void(int, StagingSegment, bool registered)>;
+  static constexpr size_t kMaxOrders = 64;
+  int order(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled, Done done);
   // A segment no one uses any more: unregistered (if `registered`), unmapped
   // and closed on the pool's thread (giving back its pages takes milliseconds too).
   void discard(StagingSegment seg, bool registered);
@@ -43,6 +53,14 @@ class SegmentPool {
     StagingSegment seg;
     bool registered = false;
   };
+  struct Order {
+    uint32_t slots;
+    uint64_t slot_bytes;
+    std::shared_ptr<std::atomic<bool>> cancelled;
+    Done done;
+  };
+  // A segment of this geometry, registered where the device takes it.
+  Entry make(uint32_t slots, uint64_t slot_bytes, int* r);
   void run();
   void drop(std::deque<Entry>& dead);
 
@@ -54,6 +72,7 @@ class SegmentPool {
   Backend* const backend_;
   std::deque<Entry> ready_;
   std::deque<Entry> dead_;
+  std::deque<Order> orders_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -41,7 +41,7 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
     : io_(io),
       opts_(opts),
       engine_(io, std::move(backend)),
-      ctx_{engine_, opts_, {}, false, {}},
+      ctx_{.engine = engine_, .options = opts_},
       acceptor_(io),
       signals_(io, SIGTERM, SIGINT, SIGHUP),
       timer_(io),

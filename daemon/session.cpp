@@ -59,6 +59,7 @@ void Session::arm_hello_deadline() {
 void Session::close() {
   if (closed_) return;
   closed_ = true;
+  cancelled_->store(true);
   hello_deadline_.cancel();
   close_fds();
   outbox_.drop();
@@ -85,9 +86,15 @@ void Session::shut_down() {
 }
 
 void Session::read() {
+  if (reading_ || closed_) return;
+  // While a Hello is being answered, bytes are kept unhandled, up to a chunk:
+  // reading goes on only to see the peer go (a connect, Hello and close).
+  if (paused_ && in_used_ >= kReadChunk) return;
   if (in_.size() - in_used_ < kReadChunk / 2) in_.resize(in_used_ + kReadChunk);
+  reading_ = true;
   // recvmsg rather than read_some: Import and EventPool come with a file descriptor.
   socket_.async_wait(socket_type::wait_read, [this, self = shared_from_this()](const boost::system::error_code& ec) {
+    reading_ = false;
     if (closed_) return;
     if (ec) return close();
     ssize_t n = proto::recv_fds(socket_.native_handle(), in_.data() + in_used_, in_.size() - in_used_, MSG_DONTWAIT,
@@ -96,27 +103,45 @@ void Session::read() {
     // The client went away (or its socket failed): it frees what it held.
     if (n <= 0) return close();
     in_used_ += static_cast<size_t>(n);
-    size_t off = 0;
-    while (!closed_ && !outbox_.closing()) {
-      proto::Decoded d = proto::decode(in_.data() + off, in_used_ - off);
-      if (d.result == proto::Decode::need_more) {
-        // Refused from its header alone: never buffered up to the size it claims.
-        if (in_used_ - off >= sizeof(proto::Header) && !Requests::client_may_send(d.type))
-          return fatal(-EPROTO, "message type a client may not send");
-        break;
-      }
-      if (d.result == proto::Decode::bad) return fatal(-EPROTO, d.why);
-      requests_.handle(d.type, in_.data() + off);
-      off += d.consumed;
-    }
-    if (closed_ || outbox_.closing()) return;
-    std::memmove(in_.data(), in_.data() + off, in_used_ - off);
-    in_used_ -= off;
-    // Descriptors no message claimed were not expected: they are not kept.
-    // (One that came with a message still arriving waits for it.)
-    if (in_used_ == 0 || fds_in_.size() > 2) close_fds();
+    consume();
     read();
   });
+}
+
+void Session::consume() {
+  consuming_ = true;
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{consuming_};
+  size_t off = 0;
+  while (!closed_ && !outbox_.closing() && !paused_) {
+    proto::Decoded d = proto::decode(in_.data() + off, in_used_ - off);
+    if (d.result == proto::Decode::need_more) {
+      // Refused from its header alone: never buffered up to the size it claims.
+      if (in_used_ - off >= sizeof(proto::Header) && !Requests::client_may_send(d.type))
+        return fatal(-EPROTO, "message type a client may not send");
+      break;
+    }
+    if (d.result == proto::Decode::bad) return fatal(-EPROTO, d.why);
+    requests_.handle(d.type, in_.data() + off);
+    off += d.consumed;
+  }
+  if (closed_ || outbox_.closing()) return;
+  std::memmove(in_.data(), in_.data() + off, in_used_ - off);
+  in_used_ -= off;
+  // Descriptors no message claimed were not expected: they are not kept.
+  // (One that came with a message still arriving waits for it.)
+  if (!paused_ && (in_used_ == 0 || fds_in_.size() > 2)) close_fds();
+}
+
+void Session::resume() {
+  if (!paused_) return;
+  paused_ = false;
+  // Answered at once, inside consume(): it goes on with the next message itself.
+  if (closed_ || consuming_) return;
+  consume();
+  read();
 }
 
 size_t Session::unread_bytes() const {

@@ -8,6 +8,7 @@
 
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -46,12 +47,18 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   size_t queued_fds() const override { return outbox_.queued_fds(); }
   size_t unread_bytes() const override;
   std::weak_ptr<ProgressSink> sink() override { return std::static_pointer_cast<ProgressSink>(shared_from_this()); }
+  void pause() override { paused_ = true; }
+  void resume() override;
+  std::shared_ptr<std::atomic<bool>> cancelled() override { return cancelled_; }
+  std::shared_ptr<void> keep_alive() override { return shared_from_this(); }
 
   // ProgressSink
   void broken(const char* why) override { fatal(-EPROTO, why); }
 
  private:
   void read();
+  // Handles the whole messages read so far (until paused).
+  void consume();
   void close_fds();
   // Closes a connection that sent no Hello within --hello-timeout.
   void arm_hello_deadline();
@@ -66,6 +73,10 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   std::deque<int> fds_in_;  // received, not yet claimed by a message
   boost::asio::steady_timer hello_deadline_;
   bool closed_ = false;
+  bool reading_ = false;  // a read is armed
+  bool paused_ = false;   // a Hello is being answered: messages wait
+  bool consuming_ = false;  // consume() is on the stack
+  std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace ferry::ferryd

@@ -520,6 +520,46 @@ TEST_CASE("connection churn costs the io thread next to nothing: segments are ma
   CHECK(t.get<uint64_t>("poller.segments_pooled") >= n / 2);
 }
 
+TEST_CASE("a Hello that finds no segment ready is answered once the pool's thread made one; what came after it waits",
+          "[faults][churn]") {
+  Daemon d;
+  Witness w(d.socket);
+  // Two slots: not the pool's geometry, so made on its thread for this Hello.
+  RawClient r(d.socket);
+  auto h = proto::make<proto::Hello>(proto::Type::hello);
+  h.magic = proto::kMagic;
+  h.version = proto::kVersion;
+  h.slots_wanted = 2;
+  auto a = proto::make<proto::Alloc>(proto::Type::alloc);
+  a.request = 5;
+  a.bytes = 4096;
+  // Hello and Alloc in one write: the Alloc is handled after the Welcome.
+  std::vector<uint8_t> both(sizeof h + sizeof a);
+  std::memcpy(both.data(), &h, sizeof h);
+  std::memcpy(both.data() + sizeof h, &a, sizeof a);
+  r.send_bytes(both.data(), both.size());
+  std::vector<uint8_t> msg;
+  std::vector<int> fds;
+  REQUIRE(proto::read_message(r.fd, msg, &fds) == 0);
+  REQUIRE(proto::type_of(msg) == proto::Type::welcome);
+  REQUIRE(proto::as(msg, &r.welcome));
+  CHECK(r.welcome.slot_count == 2);
+  REQUIRE(fds.size() == 1);
+  ::close(fds[0]);
+  proto::Reply rep{};
+  REQUIRE(r.expect(proto::Type::reply, &rep));
+  CHECK(rep.request == 5);
+  CHECK(rep.status == 0);
+  // Connect, Hello of that geometry, close at once, many times: each order
+  // is dropped or its client released; nothing is left held.
+  for (int i = 0; i < 50; ++i) {
+    RawClient gone(d.socket);
+    gone.send(h);
+  }
+  CHECK(w.finish() >= 3);
+  REQUIRE(eventually([&] { return status(d.socket).get<uint64_t>("held.clients") == 2; }));  // r and the witness
+}
+
 namespace {
 size_t fd_count(pid_t pid) {
   size_t n = 0;

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: MIT
+// flood_bench: does socket traffic from another local user slow a ring
+// client down, and what does a hold that is never answered cost ferryd?
+//
+// A victim client uploads 4 KiB and waits for it, over and over, and checks
+// the bytes on the device at the end of each phase:
+//   idle      nothing else runs
+//   connect   2 threads connect, send Hello and close, as fast as they can
+//   doorbell  2 threads send Doorbell messages on a connection of their own
+// Then a client makes one ferry_upload_after whose value never comes, and
+// ferryd's CPU time over the next seconds is read from /proc.
+//
+//   flood_bench --socket S --daemon-pid P [--ops N] [--hold-seconds S]
+// Prints Markdown to stdout.
+#include <ferry/ferry.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ferry/proto.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace proto = ferry::proto;
+
+[[noreturn]] void die(const char* what, int r) {
+  std::fprintf(stderr, "flood_bench: %s: %s (%s)\n", what, ferry_strerror(r), ferry_last_error());
+  std::exit(1);
+}
+
+int dial(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+proto::Hello hello() {
+  auto h = proto::make<proto::Hello>(proto::Type::hello);
+  h.magic = proto::kMagic;
+  h.version = proto::kVersion;
+  h.features = proto::kFeaturesV1;
+  proto::set_text(h.name, "flood");
+  return h;
+}
+
+// Seconds of CPU (user + system) process `pid` has used.
+double cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close = s.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> fields;
+  size_t at = close + 2;
+  while (at < s.size()) {
+    const size_t sp = s.find(' ', at);
+    fields.push_back(s.substr(at, sp - at));
+    if (sp == std::string::npos) break;
+    at = sp + 1;
+  }
+  // Fields 14 and 15 (utime, stime) counted from 1; the list starts at field 3.
+  if (fields.size() < 13) return 0;
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return (std::stod(fields[11]) + std::stod(fields[12])) / tick;
+}
+
+struct Phase {
+  std::string name;
+  double p50 = 0, p99 = 0;
+  size_t ops = 0;
+  size_t flood = 0;  // messages or connections the flood got through
+  bool verified = false;
+};
+
+// The victim: `ops` uploads of 4 KiB, each waited for; then the last one read back.
+Phase victim(const std::string& name, ferry_client* c, ferry_buffer b, size_t ops, uint8_t seed) {
+  std::vector<uint8_t> src(4096), back(4096);
+  std::vector<double> us;
+  us.reserve(ops);
+  for (size_t i = 0; i < ops; ++i) {
+    for (size_t k = 0; k < src.size(); k += 64) src[k] = static_cast<uint8_t>(seed + i + k);
+    const auto t0 = Clock::now();
+    ferry_ticket t = 0;
+    if (int r = ferry_upload(c, b, 0, src.data(), src.size(), &t); r != 0) die("upload", r);
+    if (int r = ferry_wait(c, t, -1); r != 0) die("wait", r);
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  if (int r = ferry_download(c, b, 0, back.data(), back.size()); r != 0) die("download", r);
+  std::sort(us.begin(), us.end());
+  Phase p;
+  p.name = name;
+  p.p50 = us[us.size() / 2];
+  p.p99 = us[us.size() * 99 / 100];
+  p.ops = ops;
+  p.verified = back == src;
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket;
+  pid_t daemon = 0;
+  size_t ops = 5000;
+  double hold_seconds = 3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--socket" && i + 1 < argc) socket = argv[++i];
+    else if (a == "--daemon-pid" && i + 1 < argc) daemon = static_cast<pid_t>(std::atoi(argv[++i]));
+    else if (a == "--ops" && i + 1 < argc) ops = static_cast<size_t>(std::atol(argv[++i]));
+    else if (a == "--hold-seconds" && i + 1 < argc) hold_seconds = std::atof(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: flood_bench --socket PATH --daemon-pid PID [--ops N] [--hold-seconds S]\n");
+      return 2;
+    }
+  }
+  if (socket.empty() || daemon <= 0) {
+    std::fprintf(stderr, "flood_bench: --socket and --daemon-pid are needed\n");
+    return 2;
+  }
+  ferry_client* c = nullptr;
+  if (int r = ferry_connect(socket.c_str(), &c); r != 0) die("connect", r);
+  ferry_buffer b = 0;
+  if (int r = ferry_buffer_alloc(c, 4096, &b); r != 0) die("alloc", r);
+  victim("warm-up", c, b, ops / 10 + 1, 1);
+
+  std::vector<Phase> phases;
+  phases.push_back(victim("idle", c, b, ops, 2));
+
+  auto flooded = [&](const std::string& name, auto flood) {
+    std::atomic<bool> stop{false};
+    std::atomic<size_t> count{0};
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 2; ++k) threads.emplace_back([&] { flood(stop, count); });
+    // The flood is running before the victim starts.
+    while (count.load() < 16) std::this_thread::yield();
+    Phase p = victim(name, c, b, ops, static_cast<uint8_t>(3 + phases.size()));
+    stop = true;
+    for (auto& t : threads) t.join();
+    p.flood = count.load();
+    phases.push_back(p);
+  };
+  flooded("connect+Hello+close, 2 threads", [&](std::atomic<bool>& stop, std::atomic<size_t>& n) {
+    const proto::Hello h = hello();
+    while (!stop) {
+      const int fd = dial(socket);
+      if (fd < 0) continue;
+      (void)::send(fd, &h, sizeof h, MSG_NOSIGNAL);
+      ::close(fd);
+      ++n;
+    }
+  });
+  flooded("Doorbell flood, 2 threads", [&](std::atomic<bool>& stop, std::atomic<size_t>& n) {
+    const int fd = dial(socket);
+    if (fd < 0) return;
+    const proto::Hello h = hello();
+    (void)::send(fd, &h, sizeof h, MSG_NOSIGNAL);
+    std::vector<proto::Doorbell> bells(64, proto::make<proto::Doorbell>(proto::Type::doorbell));
+    // The Welcome (and its segment) is never read: only the messages matter.
+    while (!stop) {
+      if (::send(fd, bells.data(), bells.size() * sizeof bells[0], MSG_NOSIGNAL) <= 0) break;
+      n += bells.size();
+    }
+    ::close(fd);
+  });
+
+  // A hold that is never answered: ferryd's CPU while nothing else happens.
+  ferry_client* h = nullptr;
+  if (int r = ferry_connect(socket.c_str(), &h); r != 0) die("connect", r);
+  ferry_buffer hb = 0;
+  if (int r = ferry_buffer_alloc(h, 4096, &hb); r != 0) die("alloc", r);
+  uint8_t byte = 1;
+  ferry_ticket ht = 0;
+  // Idle first, as the baseline.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double idle0 = cpu_seconds(daemon);
+  const auto i0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(hold_seconds));
+  const double idle_share = (cpu_seconds(daemon) - idle0) / std::chrono::duration<double>(Clock::now() - i0).count();
+  if (int r = ferry_upload_after(h, hb, 0, &byte, 1, UINT64_MAX, &ht); r != 0) die("upload_after", r);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double cpu0 = cpu_seconds(daemon);
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(hold_seconds));
+  const double share = (cpu_seconds(daemon) - cpu0) / std::chrono::duration<double>(Clock::now() - t0).count();
+  ferry_disconnect(h);
+
+  std::printf("| phase | victim 4 KiB upload+wait p50 (us) | p99 (us) | p99 / idle p99 | flood got through | bytes checked |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (const Phase& p : phases)
+    std::printf("| %s | %.1f | %.1f | %.2f | %zu | %s |\n", p.name.c_str(), p.p50, p.p99, p.p99 / phases[0].p99, p.flood,
+                p.verified ? "yes" : "WRONG");
+  std::printf("\nferryd CPU, share of one core: idle %.4f; with one unanswered hold %.4f (%.0f s each)\n", idle_share,
+              share, hold_seconds);
+  ferry_disconnect(c);
+  for (const Phase& p : phases)
+    if (!p.verified) return 1;
+  return 0;
+}
