@@ -17,8 +17,8 @@ constexpr auto kIoEvery = std::chrono::microseconds(10);
 // many ready handlers, and none started after kIoBudget. However much
 // socket traffic arrives (connects, Hellos, Doorbells, status requests, from
 // any user), the rings and the device's completions are served in between.
-constexpr int kIoBatch = 16;
-constexpr auto kIoBudget = std::chrono::microseconds(100);
+constexpr int kIoBatch = 8;
+constexpr auto kIoBudget = std::chrono::microseconds(25);
 // With this many copies queued on the device and nothing new in the rings,
 // the poller naps instead of spinning: the device has work for longer than
 // the nap, so nothing waits for us, and one wake-up then retires a batch.

@@ -60,9 +60,14 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
   if (type == T::admin_request) return call(this, msg, &Requests::on_admin);
   // Everything else works on the client's own resources.
   if (!client_) return peer_.fatal(-EPROTO, "request before Hello");
+  if (type == T::doorbell) {
+    ctx_.engine.count_doorbell();
+    rung_ = true;
+    return;
+  }
   // Entries published before this message come first (a Free after an
   // upload, say).
-  if (type == T::doorbell) ctx_.engine.count_doorbell();
+  rung_ = false;
   ctx_.engine.drain_ring(client_);
   switch (type) {
     case T::alloc: return call(this, msg, &Requests::on_alloc);
@@ -73,8 +78,14 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
     case T::export_buffer: return call(this, msg, &Requests::on_export);
     case T::import_buffer: return call(this, msg, &Requests::on_import);
     case T::event_pool: return call(this, msg, &Requests::on_event_pool);
-    default: return;  // a Doorbell: the ring was looked at above
+    default: return;
   }
+}
+
+void Requests::end_of_batch() {
+  if (!rung_ || !client_) return;
+  rung_ = false;
+  ctx_.engine.drain_ring(client_);
 }
 
 void Requests::on_hello(const proto::Hello& m) {

@@ -54,6 +54,9 @@ class Requests {
   static bool client_may_send(proto::Type type);
   // Handles one decoded message of `type` (its bytes at `msg`, unaligned).
   void handle(proto::Type type, const uint8_t* msg);
+  // After the messages of one read: the ring, if a Doorbell asked for it
+  // (Doorbells in a row cost one look).
+  void end_of_batch();
   // Set once Hello succeeded.
   const ClientRef& client() const { return client_; }
 
@@ -80,6 +83,7 @@ class Requests {
   Context& ctx_;
   Peer& peer_;
   ClientRef client_;
+  bool rung_ = false;  // a Doorbell came since the ring was last looked at
 };
 
 }  // namespace ferry::ferryd

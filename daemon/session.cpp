@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <boost/asio/post.hpp>
+
 #include "ferry/fdpass.hpp"
 #include "log.hpp"
 
@@ -17,6 +19,10 @@ namespace ferry::ferryd {
 namespace {
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxPending = 1 << 20;  // bytes queued for a client before it is dropped
+// Messages handled per turn of the io thread; the rest wait for the next
+// turn (a post), so one connection's burst delays the rings and the other
+// sessions by a bounded amount.
+constexpr int kMessagesPerTurn = 64;
 }  // namespace
 
 Session::Session(socket_type socket, Context& ctx, std::function<void(const std::shared_ptr<Session>&)> closed)
@@ -103,36 +109,54 @@ void Session::read() {
     // The client went away (or its socket failed): it frees what it held.
     if (n <= 0) return close();
     in_used_ += static_cast<size_t>(n);
-    consume();
+    if (!consume()) return;  // more to handle: the next turn reads on
     read();
   });
 }
 
-void Session::consume() {
+bool Session::consume() {
   consuming_ = true;
   struct Done {
     bool& flag;
     ~Done() { flag = false; }
   } done{consuming_};
   size_t off = 0;
-  while (!closed_ && !outbox_.closing() && !paused_) {
+  bool more = false;
+  for (int handled = 0; !closed_ && !outbox_.closing() && !paused_; ++handled) {
+    if (handled == kMessagesPerTurn) {
+      more = true;
+      break;
+    }
     proto::Decoded d = proto::decode(in_.data() + off, in_used_ - off);
     if (d.result == proto::Decode::need_more) {
       // Refused from its header alone: never buffered up to the size it claims.
-      if (in_used_ - off >= sizeof(proto::Header) && !Requests::client_may_send(d.type))
-        return fatal(-EPROTO, "message type a client may not send");
+      if (in_used_ - off >= sizeof(proto::Header) && !Requests::client_may_send(d.type)) {
+        fatal(-EPROTO, "message type a client may not send");
+        return false;
+      }
       break;
     }
-    if (d.result == proto::Decode::bad) return fatal(-EPROTO, d.why);
+    if (d.result == proto::Decode::bad) {
+      fatal(-EPROTO, d.why);
+      return false;
+    }
     requests_.handle(d.type, in_.data() + off);
     off += d.consumed;
   }
-  if (closed_ || outbox_.closing()) return;
+  requests_.end_of_batch();
+  if (closed_ || outbox_.closing()) return false;
   std::memmove(in_.data(), in_.data() + off, in_used_ - off);
   in_used_ -= off;
   // Descriptors no message claimed were not expected: they are not kept.
   // (One that came with a message still arriving waits for it.)
   if (!paused_ && (in_used_ == 0 || fds_in_.size() > 2)) close_fds();
+  if (more) {
+    boost::asio::post(socket_.get_executor(), [this, self = shared_from_this()] {
+      if (!closed_ && consume()) read();
+    });
+    return false;
+  }
+  return true;
 }
 
 void Session::resume() {
@@ -140,8 +164,7 @@ void Session::resume() {
   paused_ = false;
   // Answered at once, inside consume(): it goes on with the next message itself.
   if (closed_ || consuming_) return;
-  consume();
-  read();
+  if (consume()) read();
 }
 
 size_t Session::unread_bytes() const {

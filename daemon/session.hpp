@@ -57,8 +57,10 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
 
  private:
   void read();
-  // Handles the whole messages read so far (until paused).
-  void consume();
+  // Handles the whole messages read so far (until paused), at most
+  // kMessagesPerTurn of them: true when done, false when the session closed
+  // or the rest waits for a turn of its own (which then reads on).
+  bool consume();
   void close_fds();
   // Closes a connection that sent no Hello within --hello-timeout.
   void arm_hello_deadline();
