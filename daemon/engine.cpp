@@ -29,7 +29,7 @@ namespace {
 // soon is seen within a few per cent of its wait, and one that is never
 // answered costs ferryd a wake-up per kHoldPollMax, not a core.
 constexpr auto kHoldPollMin = std::chrono::microseconds(20);
-constexpr auto kHoldPollMax = std::chrono::milliseconds(2);
+constexpr auto kHoldPollMax = std::chrono::milliseconds(8);
 }  // namespace
 
 TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend)

@@ -87,6 +87,9 @@ class TransferEngine {
   void publish_clients();
   // A client that moved no transfer for this long counts as idle.
   static constexpr auto kIdleCheck = std::chrono::milliseconds(500);
+  // A hold is usually answered within the kernels its application queued:
+  // for this long after one came or moved the poller does not sleep.
+  static constexpr auto kHoldAwake = std::chrono::milliseconds(1);
   // Slot waits as clients published them: the gone ones and the live ones.
   Histogram slot_waits() const;
 
@@ -148,9 +151,14 @@ class TransferEngine {
   // Whether the last wake-up of a sleeping poller only looked at holds and
   // released none (the poller then goes back to sleep at once); clears it.
   bool take_idle_wake() { return std::exchange(idle_wake_, false); }
+  // A hold came or moved within kHoldAwake: the value it waits for is likely near.
+  bool hold_near() const {
+    return !holders_.empty() && std::chrono::steady_clock::now() - holds_since_ < kHoldAwake;
+  }
   // The poller goes to sleep: every ring asks for a Doorbell, the rings are
-  // looked at once more (false, and still awake, if that found work), and
-  // the retire thread waits on the device meanwhile.
+  // looked at once more (false, and still awake, if that found work, or a
+  // hold came or moved within kHoldAwake), and the retire thread waits on
+  // the device meanwhile.
   bool sleep_begin();
   // The poller woke up: no more Doorbells, the retire thread parks.
   void sleep_end();

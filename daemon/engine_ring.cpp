@@ -118,6 +118,10 @@ size_t TransferEngine::reap_now() {
 }
 
 bool TransferEngine::sleep_begin() {
+  // A hold that came or moved lately is likely answered soon (the
+  // application's queue is running the kernels it waits for): the poller
+  // stays awake for it rather than leaving it to a timer and a wake-up.
+  if (hold_near()) return false;
   asleep_ = true;
   for (const ClientRef& c : rings_) c->segment().header()->doorbell.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -131,6 +135,9 @@ bool TransferEngine::sleep_begin() {
     retire_wanted_ = true;
   }
   retire_cv_.notify_one();
+  // Held transfers are looked at by a timer while the poller sleeps.
+  idle_wake_ = false;
+  arm_holds();
   ++stats_.poller_sleeps;
   return true;
 }
