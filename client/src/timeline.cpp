@@ -124,6 +124,7 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
   const auto t0 = Clock::now();
   const uint64_t window = t > entries_ ? t - entries_ : 0;  // the daemon's window
   uint64_t need = window;  // the ticket that last used these bytes
+  uint64_t large = 0;      // a large transfer: the one slot_count before it
   {
     std::unique_lock lock(place_mu_);
     // Bytes are handed out in ticket order; the thread placing t - 1 (a
@@ -147,7 +148,7 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
     // Large transfers (a quarter slot and up) stay one per slot in flight
     // (ferryd holds back any more in the ring): a deeper queue of large
     // copies only adds to every client's wait on a shared device.
-    if (length * 4 >= slot_bytes_ && t > slots_) need = std::max(need, t - slots_);
+    if (length * 4 >= slot_bytes_ && t > slots_) large = t - slots_;
     start_[(t - 1) % entries_] = p;
     head_ = end;
     placed_ = t;
@@ -158,8 +159,10 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
   // ticket beyond it until the copies before it retired. The bytes by
   // either word: the device has read them once it ran the copy. A download
   // that still reads bytes of a ticket <= need holds them.
+  // The large transfers' bound by the daemon's word as well: ferryd
+  // counts them in flight until it retires them.
   auto ready = [&] {
-    return seg_->completed.load(std::memory_order_acquire) >= window && completed() >= need &&
+    return seg_->completed.load(std::memory_order_acquire) >= std::max(window, large) && completed() >= need &&
            oldest_hold_.load(std::memory_order_acquire) > need;
   };
   // Asleep, it waits for three quarters of what is in flight before it, not
@@ -169,6 +172,7 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
   // machine with 16 tickets in flight, 200,000 uploads of 1 KiB: one ticket
   // 0.14 sleeps per upload, 1/2 0.078, 3/4 0.063; at 7/8 the device ran dry
   // and ferryd's CPU rose.
+  need = std::max(need, large);
   const uint64_t target = need + (t - 1 - need) * 3 / 4;
   int r;
   for (uint64_t seen = seg_->completed.load(std::memory_order_acquire);;) {
