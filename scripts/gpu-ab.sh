@@ -17,7 +17,7 @@ nvidia-smi -L >"$OUT/gpu.txt"
 nproc >>"$OUT/gpu.txt"
 if [[ ${TESTS:-1} == 1 ]]; then
   for t in upload_tests ordering_tests fence_tests cpp_api_tests; do
-    FERRY_TEST_BACKEND=cuda timeout 240 "$B/tests/$t" "~[simonly]" >"$OUT/$t.log" 2>&1
+    LD_LIBRARY_PATH=$B/lib FERRY_TEST_BACKEND=cuda timeout 240 "$B/tests/$t" "~[simonly]" >"$OUT/$t.log" 2>&1
     echo "$t exit: $?" | tee -a "$OUT/tests.txt"
   done
 fi
@@ -45,3 +45,5 @@ for r in $(seq "$ROUNDS"); do
     run "$B" "$s" "$r"
   done
 done
+# One file back: the device tool returns a bounded number of files.
+tar -C "$OUT" -czf "$OUT.tgz" . && mv "$OUT.tgz" "$OUT/all.tgz"
