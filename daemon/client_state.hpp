@@ -200,6 +200,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   bool connected = true;  // false once its session closed (copies may still drain)
   bool registered = false;  // the segment is registered with the device
   bool host_timeline = false;  // the device could not write device_completed: the retire path does
+  bool holder = false;      // in the engine's list of clients with held transfers
   bool lone_write = false;  // a timeline write without a copy is queued on the device (one at a time)
   bool ring_waits = false;  // the ring's next entry waits for a large transfer to retire
   bool draining = false;    // drain_ring is on the stack (a settle inside it drains no further)

@@ -21,16 +21,6 @@ uint64_t now_ns() {
 }
 }  // namespace
 
-namespace {
-// Held transfers wait for a value the application's queue writes, and
-// nothing tells ferryd: the poller looks at them on every round while it is
-// awake. Asleep, a timer looks, every sixteenth of the time since a hold
-// last moved (at least kHoldPollMin, at most kHoldPollMax): a hold released
-// soon is seen within a few per cent of its wait, and one that is never
-// answered costs ferryd a wake-up per kHoldPollMax, not a core.
-constexpr auto kHoldPollMin = std::chrono::microseconds(20);
-constexpr auto kHoldPollMax = std::chrono::milliseconds(8);
-}  // namespace
 
 TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend)
     : io_(io),
@@ -81,10 +71,11 @@ const char* TransferEngine::transfer(const ClientRef& c, const Entry& e) {
   // Behind an earlier hold, or before its own values: kept here, on the
   // host, never as a wait in the device's queue that every client shares.
   if (!c->held().empty() || !c->hold_over(h)) {
-    if (c->held().empty()) {
+    if (!c->holder) {
+      c->holder = true;
       holders_.push_back(c);  // kept until its holds are gone, connected or not
-      if (holders_.size() == 1) holds_since_ = std::chrono::steady_clock::now();
     }
+    holds_since_ = std::chrono::steady_clock::now();  // a hold came
     c->hold(h);
     if (asleep_) arm_holds();  // awake, the poller looks on every round
     return nullptr;
@@ -122,60 +113,6 @@ void TransferEngine::issue(const ClientRef& c, const Entry& e) {
                        : submit(c, e.ticket, false, dev, slot, e.length, buf, e.signal() ? &signal : nullptr,
                                 e.last_piece(), fp);
   if (r != 0) fail(c, e.ticket, r, fp);
-}
-
-void TransferEngine::arm_holds() {
-  if (hold_timer_armed_ || holders_.empty()) return;
-  hold_timer_armed_ = true;
-  const auto age = std::chrono::steady_clock::now() - holds_since_;
-  hold_timer_.expires_after(std::clamp<std::chrono::steady_clock::duration>(age / 16, kHoldPollMin, kHoldPollMax));
-  hold_timer_.async_wait([this](const boost::system::error_code& ec) {
-    hold_timer_armed_ = false;
-    if (ec) return;
-    // Nothing released: the poller may go back to sleep at once.
-    if (poll_holds() == 0) idle_wake_ = true;
-    if (asleep_) arm_holds();
-  });
-}
-
-size_t TransferEngine::poll_holds() {
-  size_t released = 0;
-  for (size_t i = 0; i < holders_.size();) {
-    const ClientRef& c = holders_[i];
-    auto& held = c->held();
-    while (!held.empty()) {
-      const ClientState::Held& h = held.front();
-      // A client that left still sends what it queued (as its copies in
-      // flight still finish): an upload waiting for a fence's release goes
-      // once the owner releases it. Its own application's value will never
-      // come: such a hold is dropped, and a fence it would have published
-      // into still moves, marked failed, so the owner's queue goes on.
-      if (!c->connected && h.e.after != 0 && c->app_value() < h.e.after) {
-        // The fence it would have published into is the destination's.
-        if (h.e.fenced() && h.e.event != 0) {
-          int err = 0;
-          if (BufferRef b = c->find(h.e.buffer, proto::kRightUpload, &err); b && b->fence != 0)
-            if (ClientRef owner = b->owner.lock()) write_fence(FenceWrite{std::move(owner), b->fence, h.e.event}, true);
-        }
-        held.pop_front();
-        ++released;
-        continue;
-      }
-      if (!c->hold_over(h)) break;
-      const Entry go = h.e;
-      held.pop_front();
-      issue(c, go);
-      ++released;
-    }
-    if (released != 0) holds_since_ = std::chrono::steady_clock::now();
-    if (held.empty()) {
-      holders_[i] = std::move(holders_.back());  // no hold keeps it any more
-      holders_.pop_back();
-    } else {
-      ++i;
-    }
-  }
-  return released;
 }
 
 int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src,

@@ -33,6 +33,10 @@ const char* take_entry(const proto::SubmitEntry& e, uint64_t ticket, Entry* out)
   out->pool = e.pool.load(std::memory_order_relaxed);
   out->event = e.event.load(std::memory_order_relaxed);
   if ((out->flags & ~proto::kTransferLastPiece) != 0) return "ring entry with unknown flags";
+  // Only the kinds that have them keep their values (a plain upload is
+  // never held by a stray `after`).
+  if (out->kind != proto::Type::upload_after && out->kind != proto::Type::upload_fenced) out->after = 0;
+  if (out->kind != proto::Type::upload_signal && out->kind != proto::Type::upload_fenced) out->pool = out->event = 0;
   switch (out->kind) {
     case proto::Type::upload: case proto::Type::download: case proto::Type::upload_fenced: return nullptr;
     case proto::Type::upload_after:

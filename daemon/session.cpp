@@ -109,6 +109,8 @@ void Session::read() {
     // The client went away (or its socket failed): it frees what it held.
     if (n <= 0) return close();
     in_used_ += static_cast<size_t>(n);
+    // Nothing may come with a descriptor before the Welcome is out.
+    if (paused_ && !fds_in_.empty()) return fatal(-EPROTO, "descriptors sent before the Welcome");
     if (!consume()) return;  // more to handle: the next turn reads on
     read();
   });

@@ -280,3 +280,30 @@ TEST_CASE("wake_at: ferryd wakes a sleeping client only once completed reaches w
   CHECK(h->wake_at.load() == UINT64_MAX);  // taken: the next sleeper sets its own
   h->sleepers.store(0);
 }
+
+TEST_CASE("ring: a held entry that fails while the ring waits for room, then the waiting entry rewritten into a hold",
+          "[ring][badinput]") {
+  // Copies take 0.3 s: two large uploads fill both slots' worth of large
+  // transfers. A poller that never polls reads the ring only when rung, or
+  // when a settled ticket lets a waiting entry go: the rewrite below is seen
+  // exactly there, inside the release of the hold.
+  Daemon d({"--slots", "2", "--slot-size", "65536", "--poll-idle-us", "0"}, {{"FERRY_SIM_LATENCY_US", "300000"}});
+  RingClient r(d.socket);
+  const uint64_t large = r.welcome.slot_bytes;
+  r.publish(1, proto::Type::upload, large, r.buffer, 0);
+  r.publish(2, proto::Type::upload, large, r.buffer, 0);
+  r.publish(3, proto::Type::upload_after, 64, 999, 0, 1);  // held (app_value 0), then fails: no such buffer
+  r.publish(4, proto::Type::upload, large, r.buffer, 0);   // waits in the ring: no room for a third large one
+  r.alloc(64);  // the ring was read before the reply
+  // Rewritten, still ticket 4: now a small hold on a value that comes late.
+  r.publish(4, proto::Type::upload_after, 64, r.buffer, 0, 1000, false);
+  r.header()->app_value.store(1);  // releases ticket 3, whose failure lets the ring go on
+  CHECK(r.outcome(3) == -ENOENT);
+  r.header()->app_value.store(1000);
+  CHECK(r.outcome(4) == 0);
+  int st = 0;
+  CHECK(waitpid(d.pid, &st, WNOHANG) == 0);  // still running
+  RingClient again(d.socket);
+  again.publish(1, proto::Type::upload, 4096, again.buffer, 0);
+  CHECK(again.outcome(1) == 0);
+}

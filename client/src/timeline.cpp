@@ -256,7 +256,11 @@ uint64_t Timeline::harvest() {
   const uint64_t count = seg_->failures.load(std::memory_order_acquire);
   if (count != failures_seen_.load(std::memory_order_relaxed)) {
     uint64_t seen = failures_seen_.load(std::memory_order_relaxed);
-    for (uint64_t t = scanned_ + 1; t <= limit; ++t) {
+    // A failure not read yet is of one of the last `entries_` tickets done:
+    // place() reads the records before it sends a ticket beyond the window,
+    // whenever `failures` moved.
+    const uint64_t from = std::max(scanned_, limit > entries_ ? limit - entries_ : 0);
+    for (uint64_t t = from + 1; t <= limit; ++t) {
       const proto::Result& r = results_[(t - 1) % entries_];
       if (r.ticket.load(std::memory_order_acquire) != t) continue;
       const auto error = r.error.load(std::memory_order_relaxed);

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT
+// Held transfers (upload_after, upload_fenced): released when their value
+// comes, looked at by the poller on every round while it is awake and by a
+// backing-off timer while it sleeps. io thread only.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
+#include "engine.hpp"
+
+namespace ferry::ferryd {
+
+namespace {
+// Held transfers wait for a value the application's queue writes, and
+// nothing tells ferryd: the poller looks at them on every round while it is
+// awake. Asleep, a timer looks, every sixteenth of the time since a hold
+// last moved (at least kHoldPollMin, at most kHoldPollMax): a hold released
+// soon is seen within a few per cent of its wait, and one that is never
+// answered costs ferryd a wake-up per kHoldPollMax, not a core.
+constexpr auto kHoldPollMin = std::chrono::microseconds(20);
+constexpr auto kHoldPollMax = std::chrono::milliseconds(8);
+}  // namespace
+
+void TransferEngine::arm_holds() {
+  if (hold_timer_armed_ || holders_.empty()) return;
+  hold_timer_armed_ = true;
+  const auto age = std::chrono::steady_clock::now() - holds_since_;
+  hold_timer_.expires_after(std::clamp<std::chrono::steady_clock::duration>(age / 16, kHoldPollMin, kHoldPollMax));
+  hold_timer_.async_wait([this](const boost::system::error_code& ec) {
+    hold_timer_armed_ = false;
+    if (ec) return;
+    // Nothing released: the poller may go back to sleep at once.
+    if (poll_holds() == 0) idle_wake_ = true;
+    if (asleep_) arm_holds();
+  });
+}
+
+size_t TransferEngine::poll_holds() {
+  size_t released = 0;
+  for (size_t i = 0; i < holders_.size();) {
+    // A copy, not a reference: issuing may settle tickets, drain the ring
+    // and add to holders_ (which moves its elements).
+    const ClientRef c = holders_[i];
+    auto& held = c->held();
+    while (!held.empty()) {
+      const ClientState::Held& h = held.front();
+      // A client that left still sends what it queued (as its copies in
+      // flight still finish): an upload waiting for a fence's release goes
+      // once the owner releases it. Its own application's value will never
+      // come: such a hold is dropped, and a fence it would have published
+      // into still moves, marked failed, so the owner's queue goes on.
+      if (!c->connected && h.e.after != 0 && c->app_value() < h.e.after) {
+        // The fence it would have published into is the destination's.
+        if (h.e.fenced() && h.e.event != 0) {
+          int err = 0;
+          if (BufferRef b = c->find(h.e.buffer, proto::kRightUpload, &err); b && b->fence != 0)
+            if (ClientRef owner = b->owner.lock()) write_fence(FenceWrite{std::move(owner), b->fence, h.e.event}, true);
+        }
+        held.pop_front();
+        ++released;
+        continue;
+      }
+      if (!c->hold_over(h)) break;
+      // Held or not, large transfers stay slot_count in flight.
+      if (c->large(h.e.length) && !c->large_room()) break;
+      const Entry go = h.e;
+      held.pop_front();
+      issue(c, go);
+      ++released;
+    }
+    if (released != 0) holds_since_ = std::chrono::steady_clock::now();
+    if (held.empty()) {
+      c->holder = false;
+      holders_[i] = std::move(holders_.back());  // no hold keeps it any more
+      holders_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return released;
+}
+
+}  // namespace ferry::ferryd
