@@ -12,6 +12,7 @@ usage: abi_check.py SOURCE_DIR LIBFERRY_SO GENERATED_INCLUDE_DIR [CC]
 """
 
 import ctypes
+import importlib.util
 import os
 import re
 import subprocess
@@ -21,9 +22,11 @@ import tempfile
 src, lib = sys.argv[1], sys.argv[2]
 generated = sys.argv[3]  # ferry/version.h
 cc = sys.argv[4] if len(sys.argv) > 4 else "cc"
-os.environ["FERRY_LIBRARY"] = os.path.abspath(lib)  # the package loads it on import
-sys.path.insert(0, os.path.join(src, "python"))
-from ferry import _lib  # noqa: E402
+# _lib.py alone, not the package (which loads libferry: a sanitizer build's
+# library cannot be loaded into an uninstrumented python).
+_spec = importlib.util.spec_from_file_location("ferry_lib", os.path.join(src, "python", "ferry", "_lib.py"))
+_lib = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_lib)
 
 header = os.path.join(src, "client", "include", "ferry", "ferry.h")
 text = open(header).read()
