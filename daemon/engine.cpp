@@ -166,52 +166,40 @@ void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status, 
   // The fence's owner reads of the failure first, then (like the frontier,
   // if it moved) the fence's value comes after the copies before it.
   if (fence != nullptr) mark_failed(*fence);
-  const bool fence_on_device = fence != nullptr && device_can_write(*fence->owner);
+  const FenceWrite* on_device = fence != nullptr && device_can_write(*fence->owner) ? fence : nullptr;
   // The device's word passes this ticket after the copies before it: with
   // the next copy's write, or one write of its own. One such write per
   // client at a time (a stream of cancelled tickets queues one, not one
   // each); the retire path sends the next if the frontier moved meanwhile.
-  if (!fence_on_device && client->lone_write) {
+  if (on_device == nullptr && client->lone_write) {
     if (fence != nullptr) write_fence(*fence, false);
     return;
   }
-  DeviceWrites w;
-  const bool own = timeline_write(*client, &w);
-  if (fence_on_device) w.add(reinterpret_cast<uint64_t*>(&fence->owner->fence_words(fence->fence)->ready), fence->value);
-  if (w.n != 0) {
-    const uint64_t cookie = next_cookie_++;
-    records_.push_back({cookie, client, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: the writes alone
-    if (fence_on_device) {
-      records_.back().fence = *fence;
-      records_.back().fence_on_device = true;
-    }
-    if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, &w) == 0) {
-      ++stats_.in_flight;
-      client->lone_write = true;
-      return;
-    }
-    records_.pop_back();
-    if (own) {
-      client->host_timeline = true;
-      client->publish(true);
-    }
-  }
-  if (fence != nullptr) write_fence(*fence, false);
+  if (!queue_lone_write(client, on_device) && fence != nullptr) write_fence(*fence, false);
 }
 
-void TransferEngine::write_frontier(const ClientRef& c) {
+bool TransferEngine::queue_lone_write(const ClientRef& c, const FenceWrite* fence) {
   DeviceWrites w;
-  if (!timeline_write(*c, &w)) return;
+  const bool own = timeline_write(*c, &w);
+  if (fence != nullptr) w.add(reinterpret_cast<uint64_t*>(&fence->owner->fence_words(fence->fence)->ready), fence->value);
+  if (w.n == 0) return false;
   const uint64_t cookie = next_cookie_++;
-  records_.push_back({cookie, c, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: the write alone
+  records_.push_back({cookie, c, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: the writes alone
+  if (fence != nullptr) {
+    records_.back().fence = *fence;
+    records_.back().fence_on_device = true;
+  }
   if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, &w) == 0) {
     ++stats_.in_flight;
     c->lone_write = true;
-    return;
+    return true;
   }
   records_.pop_back();
-  c->host_timeline = true;  // the retire path keeps the word from now on
-  c->publish(true);
+  if (own) {
+    c->host_timeline = true;  // the retire path keeps the word from now on
+    c->publish(true);
+  }
+  return false;
 }
 
 void TransferEngine::write_fence(const FenceWrite& f, bool failed) {
@@ -268,7 +256,7 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
       if (d.status != 0) device_writes_ = false;
       r.client->lone_write = false;
       // Tickets that completed without a copy while it was queued.
-      if (d.status == 0) write_frontier(r.client);
+      if (d.status == 0) queue_lone_write(r.client, nullptr);
       continue;
     }
     if (d.status == 0) {

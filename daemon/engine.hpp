@@ -187,8 +187,10 @@ class TransferEngine {
   void retire_loop();
   // Queues a checked transfer now (the buffer, range and pool are checked here).
   void issue(const ClientRef& c, const Entry& e);
-  // One device write of the client's frontier without a copy, if it moved.
-  void write_frontier(const ClientRef& c);
+  // One device write without a copy: the client's frontier, if it moved,
+  // and the fence's value, if any. Whether it was queued (false: nothing to
+  // write, or the device refused it and the host wrote the frontier).
+  bool queue_lone_write(const ClientRef& c, const FenceWrite* fence);
   // The device write of the client's new frontier, if it moved and the
   // device writes timelines; nullptr otherwise.
   bool timeline_write(ClientState& c, DeviceWrites* w);

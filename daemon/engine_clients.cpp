@@ -76,7 +76,12 @@ void TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, std::shared
                                  (*shared)(0, new_client(std::move(*made), reg));
                                });
                              });
-  if (r != 0) (*shared)(r, nullptr);
+  if (r == 0) return;
+  // Orders are bounded: past that the Hello is served as before the pool
+  // made segments on order, on this thread (slow, but never refused).
+  ClientRef c;
+  const int made = add_client(slots, slot_bytes, &c);
+  (*shared)(made, std::move(c));
 }
 
 void TransferEngine::release(ClientState* c) {

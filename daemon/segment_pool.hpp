@@ -40,7 +40,8 @@ class SegmentPool {
   // A segment made on the pool's thread, of any geometry, for a Hello that
   // found none ready: `done` is called there, with 0 or -errno (-ECANCELED,
   // and nothing made, when `cancelled` was set first: the connection went). Orders come
-  // before refilling the pool; at most kMaxOrders wait, past that -EAGAIN at once.
+  // before refilling the pool; at most kMaxOrders wait, past that -EAGAIN at once
+  // (the caller then makes the segment itself).
   using Done = std::function<void(int, StagingSegment, bool registered)>;
   static constexpr size_t kMaxOrders = 64;
   int order(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled, Done done);

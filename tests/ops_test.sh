@@ -350,22 +350,17 @@ grep -q '^<3>ferryd: command line: log-level must be' "$tmp/usage.err" || fail "
 echo "ok: no GPU: the simulated device, in the log (warning) and in ferryctl status; errors at priority err from the start"
 
 echo "== --check-config: groups that exist, file:line for every setting, a key given twice at its second line"
-printf 'socket-group = no-such-group-here\n' >"$tmp/group.conf"
-if "$build/daemon/ferryd" --config "$tmp/group.conf" --check-config 2>"$tmp/group.err"; then fail "a missing group passed"; fi
-grep -q 'group.conf:1: socket-group names a group this host does not have' "$tmp/group.err" ||
-  fail "a missing socket-group: $(cat "$tmp/group.err")"
-printf 'slots = 8\nadmin-group = no-such-group-here\n' >"$tmp/admin.conf"
-if "$build/daemon/ferryd" --config "$tmp/admin.conf" --check-config 2>"$tmp/admin.err"; then fail "a missing admin group"; fi
-grep -q 'admin.conf:2: admin-group' "$tmp/admin.err" || fail "a missing admin-group: $(cat "$tmp/admin.err")"
-printf 'slots = 8\n\nbackend = opencl\n' >"$tmp/backend.conf"
-if "$build/daemon/ferryd" --config "$tmp/backend.conf" --check-config 2>"$tmp/backend.err"; then fail "backend opencl"; fi
-grep -q 'backend.conf:3: backend must be level-zero or cuda' "$tmp/backend.err" || fail "backend: $(cat "$tmp/backend.err")"
-printf 'log-level = info\nslots = 4\nlog-level = loud\n' >"$tmp/level.conf"
-if "$build/daemon/ferryd" --config "$tmp/level.conf" --check-config 2>"$tmp/level.err"; then fail "log-level twice"; fi
-grep -q 'level.conf:3' "$tmp/level.err" || fail "a key given twice is not reported at its second line: $(cat "$tmp/level.err")"
-printf 'log-level = loud\n' >"$tmp/level1.conf"
-if "$build/daemon/ferryd" --config "$tmp/level1.conf" --check-config 2>"$tmp/level1.err"; then fail "log-level loud"; fi
-grep -q 'level1.conf:1: log-level must be' "$tmp/level1.err" || fail "log-level: $(cat "$tmp/level1.err")"
+# A configuration --check-config must refuse, its message naming file:line.
+refused() {  # name, contents, text the message must have
+  printf '%b' "$2" >"$tmp/$1.conf"
+  if "$build/daemon/ferryd" --config "$tmp/$1.conf" --check-config 2>"$tmp/$1.err"; then fail "$1.conf passed --check-config"; fi
+  grep -q "$3" "$tmp/$1.err" || fail "$1.conf: $(cat "$tmp/$1.err")"
+}
+refused group 'socket-group = no-such-group-here\n' 'group.conf:1: socket-group names a group this host does not have'
+refused admin 'slots = 8\nadmin-group = no-such-group-here\n' 'admin.conf:2: admin-group'
+refused backend 'slots = 8\n\nbackend = opencl\n' 'backend.conf:3: backend must be level-zero or cuda'
+refused level 'log-level = info\nslots = 4\nlog-level = loud\n' 'level.conf:3'  # a key given twice: its second line
+refused level1 'log-level = loud\n' 'level1.conf:1: log-level must be'
 # The shipped configuration names every setting ferryd has, with its default.
 for opt in $("$build/daemon/ferryd" --help | grep -E '^  -' | grep -oE -- '--[a-z-]+' | head -c 100000 | sed 's/^--//' |
     sort -u | grep -v -x -e help -e version -e check-config -e verbose -e quiet -e config); do

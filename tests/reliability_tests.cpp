@@ -717,3 +717,36 @@ TEST_CASE("out of descriptors, accept backs off instead of spinning, and serves 
   CHECK(ferry_buffer_alloc(c, 64, &b) == 0);
   ferry_disconnect(c);
 }
+
+TEST_CASE("socket floods from another connection do not stop a ring client's uploads", "[faults][flood]") {
+  // Protocol 2's poller served the sockets until no handler was ready: two
+  // threads connecting in a loop kept a victim's 4 KiB upload from
+  // completing for 20 s. Only that the victim's rounds keep verifying is
+  // checked here, never a time (bench/flood_bench measures the delay).
+  Daemon d;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> floods{0};
+  auto hello = proto::make<proto::Hello>(proto::Type::hello);
+  hello.magic = proto::kMagic;
+  hello.version = proto::kVersion;
+  std::vector<std::thread> flood;
+  for (int k = 0; k < 2; ++k)
+    flood.emplace_back([&, k] {
+      while (!stop) {
+        const int fd = connect_unix(d.socket);
+        if (fd < 0) continue;
+        if (k == 1) (void)::send(fd, &hello, sizeof hello, MSG_NOSIGNAL);  // one thread with Hello, one without
+        ::close(fd);
+        ++floods;
+      }
+    });
+  REQUIRE(eventually([&] { return floods.load() >= 100; }));
+  {
+    Witness w(d.socket);
+    CHECK(w.finish() >= 3);
+  }
+  stop = true;
+  for (auto& t : flood) t.join();
+  int st = 0;
+  CHECK(waitpid(d.pid, &st, WNOHANG) == 0);  // still running
+}
