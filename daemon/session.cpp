@@ -56,7 +56,8 @@ void Session::start() {
 void Session::arm_hello_deadline() {
   hello_deadline_.expires_after(std::chrono::microseconds(static_cast<int64_t>(ctx_.options.hello_seconds * 1e6)));
   hello_deadline_.async_wait([this, self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || closed_ || client()) return;
+    // A Hello that came in time and waits for its segment is not late.
+    if (ec || closed_ || client() || paused_) return;
     FERRY_LOG(debug, "closing session of pid %d: no Hello within %.1f s", pid, ctx_.options.hello_seconds);
     close();
   });
