@@ -62,11 +62,15 @@ void TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, std::shared
   }
   // None ready: the pool's thread makes this one, and the io thread goes on
   // serving everyone else meanwhile; the Hello is answered when it is made.
+  // `done` holds the session: it must be run and destroyed on this thread,
+  // so the order hands its only reference over to the posted handler (were
+  // the pool's copy the last one, the session would end on the pool's
+  // thread, inside the pool's lock).
   auto shared = std::make_shared<ClientDone>(std::move(done));
   const int r = pool_->order(slots, slot_bytes, cancelled,
-                             [this, cancelled, shared](int r, StagingSegment s, bool reg) {
+                             [this, cancelled, shared](int r, StagingSegment s, bool reg) mutable {
                                auto made = std::make_shared<StagingSegment>(std::move(s));
-                               boost::asio::post(io_, [this, cancelled, shared, r, made, reg] {
+                               boost::asio::post(io_, [this, cancelled, shared = std::move(shared), r, made, reg] {
                                  if (r == 0 && cancelled->load()) {
                                    pool_->discard(std::move(*made), reg);
                                    return (*shared)(-ECANCELED, nullptr);

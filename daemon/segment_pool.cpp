@@ -104,6 +104,8 @@ void SegmentPool::run() {
         if (!pooled) e = make(o.slots, o.slot_bytes, &r);
         o.done(r, std::move(e.seg), e.registered);
       }
+      // Whatever the order's callback still holds goes outside the lock.
+      o.done = nullptr;
       lock.lock();
       continue;
     }

@@ -9,12 +9,16 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <string>
+#include <thread>
 
 #include "backend.hpp"
 #include "engine.hpp"
 #include "mps.hpp"
+#include "segment_pool.hpp"
 
 using namespace ferry::ferryd;
 namespace proto = ferry::proto;
@@ -161,4 +165,40 @@ TEST_CASE("MPS is reported only while a control daemon answers in its pipe direc
   ::unlink(path.c_str());
   ::rmdir(dir);
   ::unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+}
+
+// What an order's callback holds (on ferryd, the session that asked) may be
+// its last reference, and ending it may call back into the pool: the pool
+// lets it go outside its own lock. (It once went inside, and the daemon
+// deadlocked the first time a session ended that way.)
+TEST_CASE("the segment pool releases what an order's callback holds outside its lock", "[engine][pool]") {
+  SegmentPool pool(2, 4096, 0, nullptr);  // keeps none ready: every Hello orders
+  std::promise<bool> reentered;
+  auto result = reentered.get_future();
+  struct CallsBack {
+    SegmentPool* pool = nullptr;
+    std::promise<bool>* out = nullptr;
+    ~CallsBack() {
+      if (pool == nullptr) return;
+      // Done on another thread with a deadline, so a pool that still holds its
+      // lock here fails the test rather than hanging it.
+      auto done = std::make_shared<std::promise<void>>();
+      auto f = done->get_future();
+      std::thread([p = pool, done] {
+        p->discard(StagingSegment{}, false);
+        done->set_value();
+      }).detach();
+      out->set_value(f.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    }
+  };
+  auto holder = std::make_shared<CallsBack>();
+  holder->pool = &pool;
+  holder->out = &reentered;
+  std::promise<int> made;
+  auto made_f = made.get_future();
+  REQUIRE(pool.order(2, 4096, std::make_shared<std::atomic<bool>>(false),
+                     [holder, &made](int r, StagingSegment, bool) { made.set_value(r); }) == 0);
+  holder.reset();  // the order's callback holds the last reference now
+  CHECK(made_f.get() == 0);
+  CHECK(result.get());
 }
