@@ -76,7 +76,7 @@ void TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, std::shared
                                    return (*shared)(-ECANCELED, nullptr);
                                  }
                                  if (r != 0) return (*shared)(r, nullptr);
-                                 ++stats_.segments_made;
+                                 ++stats_.segments_ordered;
                                  (*shared)(0, new_client(std::move(*made), reg));
                                });
                              });

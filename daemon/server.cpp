@@ -166,6 +166,7 @@ void Server::accept() {
     } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
                ec == asio::error::no_memory) {
       // Retrying at once would spin: wait for a session to end and free one.
+      ++ctx_.stats.accept_failures;
       refused("accept: out of file descriptors; pausing 100 ms");
       accept_pause_.expires_after(std::chrono::milliseconds(100));
       accept_pause_.async_wait([this](const boost::system::error_code& e) {

@@ -44,8 +44,9 @@ struct EngineStats {
   uint64_t doorbells = 0;      // Doorbell messages received
   uint64_t poller_sleeps = 0;  // times the poller went to sleep
   uint64_t poller_naps = 0;    // naps while the device had copies queued (--poll-nap-us)
-  uint64_t segments_pooled = 0;  // Hellos served a segment made ahead of time
-  uint64_t segments_made = 0;    // Hellos that made their own (pool empty, or other geometry)
+  uint64_t segments_pooled = 0;   // Hellos served a segment made ahead of time
+  uint64_t segments_ordered = 0;  // made on the pool's thread for a Hello that found none ready
+  uint64_t segments_made = 0;     // made on the io thread (no pool, or past its order bound)
 };
 
 // What the engine holds on behalf of clients right now, connected or gone
@@ -61,6 +62,7 @@ struct ServerStats {
   int64_t started_unix = 0;  // seconds
   uint64_t connections = 0;  // accepted since start, status requests (ferryctl) included
   uint64_t clients = 0;      // Hellos since start: connections of clients
+  uint64_t accept_failures = 0;  // accepts that failed for want of descriptors or memory (each then pauses)
 };
 
 }  // namespace ferry::ferryd

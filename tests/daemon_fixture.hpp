@@ -218,12 +218,14 @@ class Witness {
 
  private:
   static constexpr uint64_t kBytes = 256 * 1024;
+  // A daemon that stops answering fails the witness rather than hanging the test.
+  static constexpr int64_t kSecond = 1000000000;
   void run() {
     std::vector<uint8_t> src(kBytes), back(kBytes);
     for (uint64_t round = 1; !stop_; ++round) {
       for (uint64_t i = 0; i < kBytes; ++i) src[i] = static_cast<uint8_t>(i * 7 + round);
       ferry_ticket t = 0;
-      if (ferry_upload(c_, buf_, 0, src.data(), kBytes, &t) != 0 || ferry_wait(c_, t, -1) != 0 ||
+      if (ferry_upload(c_, buf_, 0, src.data(), kBytes, &t) != 0 || ferry_wait(c_, t, 60 * kSecond) != 0 ||
           ferry_download(c_, buf_, 0, back.data(), kBytes) != 0 || back != src) {
         failed_ = true;
         return;

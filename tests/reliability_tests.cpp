@@ -383,9 +383,7 @@ TEST_CASE("connections that never say Hello are bounded and time out", "[faults]
   Daemon d({"--max-clients", "2", "--max-connections", "4", "--hello-timeout", "0.3"});
   SECTION("a silent connection is closed after --hello-timeout") {
     RawClient silent(d.socket);
-    const auto t0 = std::chrono::steady_clock::now();
-    CHECK(silent.closed_by_peer());  // well before its 5 s receive timeout
-    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+    CHECK(silent.closed_by_peer());  // by the deadline: nothing else closes it, and not its 5 s receive timeout
   }
   SECTION("past --max-connections a new connection is closed at once; the deadline frees the places") {
     std::vector<std::unique_ptr<RawClient>> silent;
@@ -400,7 +398,10 @@ TEST_CASE("connections that never say Hello are bounded and time out", "[faults]
   // A client that said Hello stays past the deadline.
   ferry_client* c = nullptr;
   REQUIRE(eventually([&] { return ferry_connect(d.socket.c_str(), &c) == 0; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  // A silent connection made after it is closed by its deadline: the
+  // client's own deadline has passed by then.
+  RawClient later(d.socket);
+  CHECK(later.closed_by_peer());
   ferry_buffer b = 0;
   CHECK(ferry_buffer_alloc(c, 64, &b) == 0);
   ferry_disconnect(c);
@@ -468,56 +469,47 @@ TEST_CASE("a client that scribbles on its metrics page cannot poison the daemon-
 }
 
 namespace {
-// CPU seconds one thread of a process used so far (/proc/PID/task/TID/stat).
-double thread_cpu(pid_t pid, pid_t tid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream rest(s.substr(s.rfind(')') + 2));
-  std::string f;
-  unsigned long long ut = 0, st = 0;
-  for (int i = 3; i <= 15 && rest >> f; ++i) {
-    if (i == 14) ut = std::stoull(f);
-    if (i == 15) st = std::stoull(f);
-  }
-  return static_cast<double>(ut + st) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-}  // namespace
-
-namespace {
-// CPU the io thread (ferryd's main thread) spends per connect and disconnect,
-// in ms, with no other client meanwhile (the io thread polls while anyone
-// uploads, and that CPU is not the churn's).
-double io_ms_per_connect(const Daemon& d, int n) {
-  const double before = thread_cpu(d.pid, d.pid);
+// Where each connect's segment was made: ahead of time or on order on the
+// pool's thread, or on the io thread (what the pool exists to avoid: a 16 MiB
+// segment costs milliseconds to make, register and unmap). The time it costs
+// is measured in bench/flood_bench (connect+Hello+close), not here.
+struct Made {
+  uint64_t pooled, ordered, inline_;
+};
+Made churn(const Daemon& d, int n, uint32_t slots_wanted = 0) {
   for (int i = 0; i < n; ++i) {
-    ferry_client* c = nullptr;
-    REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-    ferry_disconnect(c);
-    // The pool's thread makes (and registers) the next segment meanwhile.
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    RawClient r(d.socket);
+    auto h = proto::make<proto::Hello>(proto::Type::hello);
+    h.magic = proto::kMagic;
+    h.version = proto::kVersion;
+    h.slots_wanted = slots_wanted;
+    r.send(h);
+    proto::Welcome w{};
+    REQUIRE(r.expect(proto::Type::welcome, &w));
   }
-  return (thread_cpu(d.pid, d.pid) - before) * 1000 / n;
+  const auto t = status(d.socket);
+  return {t.get<uint64_t>("poller.segments_pooled"), t.get<uint64_t>("poller.segments_ordered"),
+          t.get<uint64_t>("poller.segments_made")};
 }
 }  // namespace
 
-TEST_CASE("connection churn costs the io thread next to nothing: segments are made, registered and unmapped off it",
-          "[faults][churn]") {
+TEST_CASE("connection churn: segments are made, registered and unmapped off the io thread", "[faults][churn]") {
   const int n = 20;
-  double pooled = 0, unpooled = 0;
-  {
+  SECTION("without the pool every connect makes its own on the io thread") {
     Daemon d({"--segment-pool", "0"});
-    unpooled = io_ms_per_connect(d, n);
+    const Made m = churn(d, n);
+    CHECK(m.inline_ == n);
+    CHECK(m.pooled + m.ordered == 0);
   }
-  Daemon d;
-  pooled = io_ms_per_connect(d, n);
-  // Making a 16 MiB segment and unmapping it cost the io thread about 15 ms
-  // per connect on the 2-core machine; pooled, about 0.2 ms. On CUDA,
-  // cuMemHostRegister/Unregister add milliseconds more, also off it now.
-  WARN("io thread per connect: " << pooled << " ms with the segment pool, " << unpooled << " ms without");
-  CHECK(pooled < 5);
-  CHECK(pooled * 4 < unpooled);
-  const auto t = status(d.socket);
-  CHECK(t.get<uint64_t>("poller.segments_pooled") >= n / 2);
+  SECTION("with it none is made there, whatever the geometry asked for") {
+    Daemon d;
+    const Made m = churn(d, n);
+    CHECK(m.inline_ == 0);
+    CHECK(m.pooled + m.ordered == n);
+    const Made other = churn(d, 4, 3);  // not the pool's geometry: made on order
+    CHECK(other.inline_ == 0);
+    CHECK(other.ordered - m.ordered == 4);
+  }
 }
 
 TEST_CASE("a Hello that finds no segment ready is answered once the pool's thread made one; what came after it waits",
@@ -699,23 +691,34 @@ TEST_CASE("out of descriptors, accept backs off instead of spinning, and serves 
   // (64) is what runs out: accept then fails with EMFILE. It used to retry at
   // once: 3 s of CPU and 900,000 log lines in 3 s.
   Daemon d({"--max-connections", "1000", "--max-clients", "4", "--hello-timeout", "30"}, {}, 64);
+  // From here on it may be full: a failed accept is followed by a 100 ms
+  // pause, so at most one failure per 100 ms of this, however slow the
+  // machine (a slower daemon fails fewer times, never more).
+  const auto full_since = std::chrono::steady_clock::now();
   std::vector<int> strangers;
   for (int i = 0; i < 80; ++i) {
     const int fd = connect_unix(d.socket);
     if (fd >= 0) strangers.push_back(fd);
   }
   REQUIRE(eventually([&] { return fd_count(d.pid) >= 60; }));  // its table is full
-  const double t0 = thread_cpu(d.pid, d.pid);
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  const double busy = thread_cpu(d.pid, d.pid) - t0;
-  CHECK(busy < 0.2);  // backing off: a wake-up every 100 ms, not a spin
+  const int extra = connect_unix(d.socket);  // waits in the backlog: accept fails on it
+  const auto full_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - full_since).count();
+  };
+  while (full_ms() < 500) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   for (int fd : strangers) ::close(fd);
+  const double full = full_ms();
+  if (extra >= 0) ::close(extra);
   // The places come back: a real client gets in and works.
   ferry_client* c = nullptr;
   REQUIRE(eventually([&] { return ferry_connect(d.socket.c_str(), &c) == 0; }));
   ferry_buffer b = 0;
   CHECK(ferry_buffer_alloc(c, 64, &b) == 0);
   ferry_disconnect(c);
+  const auto failures = d.status().get<uint64_t>("totals.accept_failures");
+  INFO(failures << " failed accepts in " << full << " ms full (retrying at once used to make 900,000 in 3 s)");
+  CHECK(failures >= 1);
+  CHECK(failures <= static_cast<uint64_t>(full / 100) + 2);
 }
 
 TEST_CASE("socket floods from another connection do not stop a ring client's uploads", "[faults][flood]") {

@@ -11,10 +11,24 @@
 #include <cstdlib>
 #include <cstring>
 
-// Sanitizers see no intrinsic's loads and stores: under them, memcpy only.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__)
 #define FERRY_STREAM_STORES 1
 #include <emmintrin.h>
+#endif
+
+// Sanitizers do not see an intrinsic's loads and stores: the streaming path
+// tells them of the whole ranges first, so ASan and TSan check the hot copy
+// as they check memcpy.
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" void __asan_loadN(void* p, size_t n);
+extern "C" void __asan_storeN(void* p, size_t n);
+#define FERRY_COPY_ACCESS(dst, src, n) (__asan_loadN(const_cast<void*>(src), n), __asan_storeN(dst, n))
+#elif defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_read_range(const void* p, unsigned long n);
+extern "C" void __tsan_write_range(void* p, unsigned long n);
+#define FERRY_COPY_ACCESS(dst, src, n) (__tsan_read_range(src, n), __tsan_write_range(dst, n))
+#else
+#define FERRY_COPY_ACCESS(dst, src, n) ((void)0)
 #endif
 
 namespace ferry::client {
@@ -37,6 +51,7 @@ inline bool stream_stores_enabled() {
 inline void stage_copy(void* dst, const void* src, size_t n, bool stream) {
 #if defined(FERRY_STREAM_STORES)
   if (stream && n >= kStreamFrom && reinterpret_cast<uintptr_t>(dst) % 16 == 0 && stream_stores_enabled()) {
+    FERRY_COPY_ACCESS(dst, src, n);
     auto* d = static_cast<__m128i*>(dst);
     const auto* s = static_cast<const __m128i*>(src);
     const size_t blocks = n / 64;
