@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   setenv("ZE_ENABLE_ALT_DRIVERS", sim.c_str(), 1);
   setenv("ZE_ENABLE_VALIDATION_LAYER", "1", 1);
   setenv("ZE_ENABLE_PARAMETER_VALIDATION", "1", 1);
+  setenv("ZE_ENABLE_HANDLE_LIFETIME", "1", 1);
+  setenv("ZE_ENABLE_THREADING_VALIDATION", "1", 1);
   setenv("FERRY_SIM_DRIVER", sim.c_str(), 1);
   setenv("FERRY_SIM_LATENCY_US", "0", 0);
   setenv("FERRY_SIM_BANDWIDTH_GBPS", "0", 0);

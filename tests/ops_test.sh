@@ -211,15 +211,18 @@ ctl --all metrics --per-client --output "$tmp/textfile.prom" && promtool check m
 "$build/client/ferryctl" --socket-dir "$dir" --interval=0.2 -d 0 watch >"$tmp/watch.out" 2>&1 &
 w=$!
 pids+=($w)
-sleep 0.6
+# Each step waits for what watch printed (it flushes every frame).
+frames() { grep -c "^ferryd 0" "$tmp/watch.out" || true; }
+for _ in $(seq 200); do (($(frames) >= 2)) && break; sleep 0.05; done
 kill -TERM "$e0"
 wait "$e0" || true
-sleep 0.6
+for _ in $(seq 200); do grep -q "not answering" "$tmp/watch.out" && break; sleep 0.05; done
 "$build/daemon/ferryd" --sim --socket "$dir/ferryd-0.sock" -q &
 e0=$!
 pids+=($e0)
 wait_for_socket "$dir/ferryd-0.sock"
-sleep 0.6
+n=$(frames)
+for _ in $(seq 200); do (($(frames) > n)) && break; sleep 0.05; done
 kill -INT "$w"
 wait "$w" || fail "watch did not exit 0 on Ctrl-C"
 grep -q "not answering" "$tmp/watch.out" || fail "watch did not report the restart"

@@ -502,6 +502,7 @@ ze_result_t zeEventPoolCreate(ze_context_handle_t hc, const ze_event_pool_desc_t
 ze_result_t zeEventPoolDestroy(ze_event_pool_handle_t h) {
   EventPool* p = get<EventPool>(h);
   if (p == nullptr || p->opened_from_ipc) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (p->events.load() != 0) return ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
   delete p;
   return ZE_RESULT_SUCCESS;
 }
@@ -546,6 +547,7 @@ ze_result_t zeEventPoolOpenIpcHandle(ze_context_handle_t hc, ze_ipc_event_pool_h
 ze_result_t zeEventPoolCloseIpcHandle(ze_event_pool_handle_t h) {
   EventPool* p = get<EventPool>(h);
   if (p == nullptr || !p->opened_from_ipc) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (p->events.load() != 0) return ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE;
   delete p;
   return ZE_RESULT_SUCCESS;
 }
@@ -556,12 +558,14 @@ ze_result_t zeEventCreate(ze_event_pool_handle_t h, const ze_event_desc_t* desc,
   if (desc == nullptr || out == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
   if (desc->index >= p->count) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   *out = handle<ze_event_handle_t>(new Event(p, desc->index));
+  ++p->events;
   return ZE_RESULT_SUCCESS;
 }
 
 ze_result_t zeEventDestroy(ze_event_handle_t h) {
   Event* e = get<Event>(h);
   if (e == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  --e->pool->events;
   delete e;
   return ZE_RESULT_SUCCESS;
 }

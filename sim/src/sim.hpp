@@ -198,6 +198,9 @@ struct EventPool : Object {
   bool kernel_timestamps = false;  // ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP
   EventSlot* slots = nullptr;
   size_t mapped = 0;
+  // Events made from it and not destroyed: the spec has them destroyed
+  // before their pool, and a pool that goes first is refused (IN_USE).
+  std::atomic<uint32_t> events{0};
 };
 
 struct Event : Object {
