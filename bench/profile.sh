@@ -69,6 +69,6 @@ for side in client daemon; do
   echo
   echo "System calls per upload, all of them: $(awk -v n="$n" '$NF == "total" {print $4 / n}' "$work/$side.st" | xargs printf '%.3f')."
   echo
-  echo "System calls per upload: $(awk -v n="$n" '$NF ~ /^[a-z_0-9]+$/ && $NF != "total" && $4 ~ /^[0-9]+$/ {c[$NF]=$4} $NF ~ /^[a-z_0-9]+$/ && $4 !~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ {c[$NF]=$4} END {for (k in c) if (c[k] / n >= 0.05) printf "%s %.2f, ", k, c[k] / n}' "$work/$side.st" | sed 's/, $//')."
+  echo "System calls of one kind, 0.05 or more per upload: $(awk -v n="$n" '$NF ~ /^[a-z_0-9]+$/ && $NF != "total" && $4 ~ /^[0-9]+$/ {c[$NF]=$4} $NF ~ /^[a-z_0-9]+$/ && $4 !~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ {c[$NF]=$4} END {for (k in c) if (c[k] / n >= 0.05) printf "%s %.2f, ", k, c[k] / n}' "$work/$side.st" | sed 's/, $//' | sed 's/^$/none/')."
   echo
 done

@@ -56,8 +56,10 @@ out=$root/docs/BENCHMARKS.md
   echo
   echo "![upload bandwidth against size](bench_bandwidth.png)"
   echo
-  # The H200 run is made on another machine (scripts/h200.sh); its section is kept as is.
-  cat "$root/docs/h200/SECTION.md"
+  # What is measured by hand and written up (the before/after runs of a change,
+  # scripts/gpu-ab.sh and bench/flood.sh; the H200, scripts/h200*.sh) is kept
+  # as it is: bench/written_sections.md.
+  cat "$root/bench/written_sections.md"
 } >"$out"
 gnuplot <<GP
 set terminal pngcairo size 900,520 font ",11"

@@ -3,7 +3,7 @@
 // and read next by the device, never by this CPU, so larger pieces go with
 // non-temporal stores: no cache line is read before it is overwritten (no
 // read-for-ownership), which is what bounds a plain memcpy into fresh memory.
-// Measured on the H200 machine's host (bench/cuda_bench, scripts/h200-tune.sh).
+// Measured on the H200 machine's host with bench/cuda_bench (docs/BENCHMARKS.md).
 #pragma once
 
 #include <cstddef>

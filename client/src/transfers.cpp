@@ -23,7 +23,7 @@ namespace {
 // an event, a few µs), so pieces are at least 256 KiB: an upload up to that
 // is one piece. Four pieces, not two: with four, uploads from 1 MiB stage on
 // the thread pool, which measured 1 MiB at 7.3-8.1 GB/s against 4.7 with two
-// (H200 machine, scripts/h200-tune.sh). $FERRY_MIN_PIECES changes the count.
+// (H200 machine). $FERRY_MIN_PIECES changes the count.
 uint64_t min_piece() {
   static const uint64_t v = [] {
     const char* e = std::getenv("FERRY_MIN_PIECE");  // bytes, for measuring
@@ -51,14 +51,13 @@ uint64_t piece_bytes(uint64_t slot_bytes, uint64_t bytes) {
 // An upload the staging threads share is cut into at least two pieces per
 // thread (of at least min_piece()): with 4 MiB slots, 16 MiB in 4 slot-sized
 // pieces kept 4 of 8 threads busy (11 GB/s on the H200 machine), in 1 MiB
-// pieces all 8 (30 GB/s, scripts/h200-slots.sh). Larger uploads keep whole
+// pieces all 8 (30 GB/s). Larger uploads keep whole
 // slots, where more pieces cost more than they win.
 // Threads that stage one large upload, this one included: the pool's, unless
 // several clients of ferryd transfer at once (proto::Segment::clients; idle
 // ones do not count): then a share of the host's cores each (a quarter of the
 // cores per client), as 4 producers of 8 threads each on 32 cores reached
-// 18 GB/s together, of 2 threads each 35 GB/s (H200 machine,
-// scripts/h200-producers2.sh).
+// 18 GB/s together, of 2 threads each 35 GB/s (H200 machine).
 uint64_t staging_threads(ferry_client* c) {
   const uint64_t pool = c->stager.workers() + 1;
   const uint32_t clients = c->seg->clients.load(std::memory_order_relaxed);
@@ -96,7 +95,7 @@ constexpr uint64_t kHotBelow = 2ull << 20;
 constexpr uint64_t kStreamBelow = 128ull << 20;
 
 // Uploads at least this large stage several pieces at once (see Stager).
-// Measured on the H200 machine (scripts/h200-tune.sh): from 1 MiB the pool
+// Measured on the H200 machine: from 1 MiB the pool
 // wins (4 MiB: 4.7 -> 7.9 GB/s); at 256 KiB its wake-ups cost more than
 // the copy (4.3 -> 1.7 GB/s). $FERRY_PARALLEL_FROM (bytes) moves it.
 uint64_t parallel_from() {
@@ -190,8 +189,7 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_i
   Timeline& tl = c->timeline;
   // Alone (nothing else in flight) and small enough for the cache: one
   // thread, plain stores into the bytes the last such upload used. On the
-  // H200 machine 1 MiB so took 54-56 µs to stage against 66-78 on the pool
-  // (scripts/h200-mid.sh).
+  // H200 machine 1 MiB so took 54-56 µs to stage against 66-78 on the pool.
   const bool hot = bytes <= kHotBelow && tl.completed() >= tl.issued();
   const bool stream = bytes < kStreamBelow && !hot;
   uint64_t piece = piece_bytes(c->slot_bytes, bytes);
@@ -200,7 +198,7 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_i
   // An upload alone (hot) starts with a small piece (a quarter of a piece):
   // the device starts copying once it is staged, not a whole piece; in a
   // stream the device has earlier pieces to copy meanwhile anyway. H200
-  // machine, 256 KiB (scripts/h200-mid.sh): 64 KiB then 192 KiB 0.86-1.00x
+  // machine, 256 KiB: 64 KiB then 192 KiB 0.86-1.00x
   // pageable cudaMemcpy, one piece 0.72-0.79x; a small last piece as well
   // (64, 128, 64) 0.74-0.76x, and 32 KiB first 0.66-0.70x: each piece costs
   // ferryd a submission (copy, timeline write, event).
