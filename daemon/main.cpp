@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -112,10 +113,13 @@ class RunningMarker {
 int main(int argc, char** argv) {
   // Under systemd every line, from the first, carries its syslog priority.
   ferry::ferryd::log::priority_prefix() = std::getenv("JOURNAL_STREAM") != nullptr;
+  // Every default is Options' own: the flags show and start from it.
   ferry::ferryd::Options o;
-  std::string socket_mode = "0660";
+  char mode_text[16];
+  std::snprintf(mode_text, sizeof mode_text, "%04o", o.socket_mode);
+  std::string socket_mode = mode_text;
   std::string log_level = "info";
-  std::string client_memory = "50%";
+  std::string client_memory = std::to_string(o.client_memory_percent) + "%";
   std::string config = "/etc/ferry/ferryd.conf";
   po::options_description cli(kUsage);
   // clang-format off
@@ -131,47 +135,47 @@ int main(int argc, char** argv) {
      "a flag given here wins over the file; a missing default file is fine)");
   po::options_description desc("Settings (flags, or lines of the configuration file)");
   desc.add_options()
-    ("device,d", po::value(&o.device)->default_value(0), "device index (across the backend's drivers)")
+    ("device,d", po::value(&o.device)->default_value(o.device), "device index (across the backend's drivers)")
     ("socket,s", po::value(&o.socket), "listening socket (default $FERRY_SOCKET, else /run/ferry/ferryd-<device>.sock)")
     ("sim", po::bool_switch(&o.sim), "run on ferry's bundled simulated Level Zero device (no GPU needed)")
-    ("fallback-sim", po::value(&o.fallback_sim)->default_value(true),
+    ("fallback-sim", po::value(&o.fallback_sim)->default_value(o.fallback_sim),
      "with the level-zero backend, serve the simulated device where the host has no Level Zero GPU driver at "
      "all (said in the log and in `ferryctl status`); false: fail to start there")
-    ("sim-memory", po::value(&o.sim_memory)->default_value(0),
+    ("sim-memory", po::value(&o.sim_memory)->default_value(o.sim_memory),
      "bytes of the simulated device's memory (0: half of the host's available memory at start, at most 16 GiB; "
      "allocations past it fail with ENOMEM)")
-    ("backend,b", po::value(&o.backend)->default_value("level-zero"), "level-zero or cuda")
-    ("slot-size", po::value(&o.slot_bytes)->default_value(1u << 20), "bytes per staging slot")
-    ("slots", po::value(&o.slots)->default_value(16), "staging slots per client")
-    ("max-clients", po::value(&o.max_clients)->default_value(64), "clients served at once; more are refused")
-    ("max-connections", po::value(&o.max_connections)->default_value(0),
+    ("backend,b", po::value(&o.backend)->default_value(o.backend), "level-zero or cuda")
+    ("slot-size", po::value(&o.slot_bytes)->default_value(o.slot_bytes), "bytes per staging slot")
+    ("slots", po::value(&o.slots)->default_value(o.slots), "staging slots per client")
+    ("max-clients", po::value(&o.max_clients)->default_value(o.max_clients), "clients served at once; more are refused")
+    ("max-connections", po::value(&o.max_connections)->default_value(o.max_connections),
      "connections at once, with or without Hello (0: max-clients + 64); more are closed at once")
-    ("hello-timeout", po::value(&o.hello_seconds)->default_value(5.0),
+    ("hello-timeout", po::value(&o.hello_seconds)->default_value(o.hello_seconds),
      "seconds a connection may take to send Hello (or its status request) before it is closed")
-    ("max-grants", po::value(&o.max_grants)->default_value(1024), "grants one client may hold at once")
-    ("max-opens", po::value(&o.max_opens)->default_value(1024), "granted buffers one client may hold open")
-    ("max-imports", po::value(&o.max_imports)->default_value(256), "imported allocations one client may hold")
-    ("max-event-pools", po::value(&o.max_event_pools)->default_value(64), "IPC event pools one client may register")
-    ("max-buffers", po::value(&o.max_buffers)->default_value(1024), "device allocations one client may hold at once")
-    ("max-buffers-total", po::value(&o.max_buffers_total)->default_value(0),
+    ("max-grants", po::value(&o.max_grants)->default_value(o.max_grants), "grants one client may hold at once")
+    ("max-opens", po::value(&o.max_opens)->default_value(o.max_opens), "granted buffers one client may hold open")
+    ("max-imports", po::value(&o.max_imports)->default_value(o.max_imports), "imported allocations one client may hold")
+    ("max-event-pools", po::value(&o.max_event_pools)->default_value(o.max_event_pools), "IPC event pools one client may register")
+    ("max-buffers", po::value(&o.max_buffers)->default_value(o.max_buffers), "device allocations one client may hold at once")
+    ("max-buffers-total", po::value(&o.max_buffers_total)->default_value(o.max_buffers_total),
      "device allocations of all clients together (0: with --sim, what the descriptor limit leaves after the "
      "connections, since each simulated allocation holds a descriptor; otherwise no bound)")
-    ("client-memory", po::value(&client_memory)->default_value("50%"),
+    ("client-memory", po::value(&client_memory)->default_value(client_memory),
      "device memory one client may hold: bytes, or a share of the device's memory such as 50% (0 or 100%: no limit)")
-    ("socket-mode", po::value(&socket_mode)->default_value("0660"), "permissions of the socket file (octal)")
+    ("socket-mode", po::value(&socket_mode)->default_value(socket_mode), "permissions of the socket file (octal)")
     ("socket-group", po::value(&o.socket_group), "group that owns the socket file (with --socket-mode 0660: who may connect)")
     ("admin-group", po::value(&o.admin_group), "members see every client in `ferryctl status` (others see their own)")
-    ("drain", po::value(&o.drain_seconds)->default_value(5.0), "seconds copies in flight may take when stopping")
-    ("poll-idle-us", po::value(&o.poll_idle_us)->default_value(50),
+    ("drain", po::value(&o.drain_seconds)->default_value(o.drain_seconds), "seconds copies in flight may take when stopping")
+    ("poll-idle-us", po::value(&o.poll_idle_us)->default_value(o.poll_idle_us),
      "microseconds the poller keeps looking at clients' submission rings and the device after its last work "
      "before it sleeps (0: never poll; every upload then wakes ferryd)")
-    ("segment-pool", po::value(&o.segment_pool)->default_value(2),
+    ("segment-pool", po::value(&o.segment_pool)->default_value(o.segment_pool),
      "staging segments kept ready by a thread of their own, so a client's connect costs the others nothing "
      "(0: each Hello makes its own on the io thread)")
-    ("poll-nap-us", po::value(&o.poll_nap_us)->default_value(3),
+    ("poll-nap-us", po::value(&o.poll_nap_us)->default_value(o.poll_nap_us),
      "while the device holds 4+ copies and no ring has news, the poller naps this many microseconds per "
      "queued copy (at most 50) instead of spinning: less CPU, batches retired together (0: never nap)")
-    ("log-level", po::value(&log_level)->default_value("info"), "error, warn, info or debug");
+    ("log-level", po::value(&log_level)->default_value(log_level), "error, warn, info or debug");
   // clang-format on
   po::options_description all;
   all.add(cli).add(desc);
