@@ -598,13 +598,12 @@ TEST_CASE("device properties: the timer's resolution in both forms of the struct
   CHECK(p12.timerResolution == 1'000'000'000ull);  // ticks per second
 }
 
-
-// A real driver may crash on a handle used after it went; the simulated one
-// refuses it, and refuses a pool whose events are still alive (the spec has
-// them destroyed first), so ferryd's order of teardown is checked here.
-// (catch_main.cpp also turns on the loader's handle-lifetime and threading
-// validation for every test and every ferryd they start.)
-TEST_CASE("destroyed handles are refused, and an event pool outlives its events", "[sim][validation]") {
+// The spec has an event pool's events destroyed before the pool: a real
+// driver may crash on a pool destroyed first (its events point into it), so
+// the simulated one refuses it, and ferryd's order of teardown is checked in
+// every test. (catch_main.cpp also turns on the loader's handle-lifetime and
+// threading validation for every test and every ferryd they start.)
+TEST_CASE("an event pool with live events is not destroyed", "[sim][validation]") {
   Sim s;
   ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr, ZE_EVENT_POOL_FLAG_HOST_VISIBLE, 1};
   ze_event_pool_handle_t pool = nullptr;
@@ -614,8 +613,5 @@ TEST_CASE("destroyed handles are refused, and an event pool outlives its events"
   REQUIRE(zeEventCreate(pool, &ed, &e) == ZE_RESULT_SUCCESS);
   CHECK(zeEventPoolDestroy(pool) == ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE);
   REQUIRE(zeEventDestroy(e) == ZE_RESULT_SUCCESS);
-  CHECK(zeEventDestroy(e) != ZE_RESULT_SUCCESS);
-  REQUIRE(zeEventPoolDestroy(pool) == ZE_RESULT_SUCCESS);
-  CHECK(zeEventCreate(pool, &ed, &e) != ZE_RESULT_SUCCESS);
-  CHECK(zeEventPoolDestroy(pool) != ZE_RESULT_SUCCESS);
+  CHECK(zeEventPoolDestroy(pool) == ZE_RESULT_SUCCESS);
 }
