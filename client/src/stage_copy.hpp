@@ -33,16 +33,20 @@ extern "C" void __tsan_write_range(void* p, unsigned long n);
 
 namespace ferry::client {
 
-// Pieces at least this large are copied with streaming stores;
-// $FERRY_STAGE_NT=0 turns them off (for measuring).
+// Pieces at least this large are copied with streaming stores; in a build
+// with FERRY_TUNING_ENV, $FERRY_STAGE_NT=0 turns them off (for measuring).
 inline constexpr size_t kStreamFrom = 16 * 1024;
 
 inline bool stream_stores_enabled() {
+#if defined(FERRY_TUNING_ENV)
   static const bool on = [] {
     const char* e = std::getenv("FERRY_STAGE_NT");
     return e == nullptr || std::strcmp(e, "0") != 0;
   }();
   return on;
+#else
+  return true;
+#endif
 }
 
 // Copies n bytes to dst (16-byte aligned for the streaming path, taken when

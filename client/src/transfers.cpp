@@ -10,101 +10,17 @@
 #include "client.hpp"
 #include "gather.hpp"
 #include "stage_copy.hpp"
+#include "staging_plan.hpp"
 #include "tsan.hpp"
 
 namespace ferry::client {
 
 namespace {
 
-// How much of an upload goes in one slot. An upload of a few slots or less is
-// cut into at least min_pieces() pieces (of at least min_piece() bytes) so that
-// staging the next piece overlaps with the device copying this one. Every
-// piece costs the daemon a submission (on CUDA a copy, a timeline write and
-// an event, a few µs), so pieces are at least 256 KiB: an upload up to that
-// is one piece. Four pieces, not two: with four, uploads from 1 MiB stage on
-// the thread pool, which measured 1 MiB at 7.3-8.1 GB/s against 4.7 with two
-// (H200 machine). $FERRY_MIN_PIECES changes the count.
-uint64_t min_piece() {
-  static const uint64_t v = [] {
-    const char* e = std::getenv("FERRY_MIN_PIECE");  // bytes, for measuring
-    const unsigned long long n = e != nullptr ? std::strtoull(e, nullptr, 10) : 0;
-    return n >= 4096 ? static_cast<uint64_t>(n) : uint64_t{256 * 1024};
-  }();
-  return v;
-}
-uint64_t min_pieces() {
-  static const uint64_t v = [] {
-    const char* e = std::getenv("FERRY_MIN_PIECES");
-    const unsigned long long n = e != nullptr ? std::strtoull(e, nullptr, 10) : 0;
-    return n != 0 && n <= 64 ? static_cast<uint64_t>(n) : uint64_t{4};
-  }();
-  return v;
-}
-uint64_t piece_bytes(uint64_t slot_bytes, uint64_t bytes) {
-  const uint64_t k = min_pieces();
-  if (bytes >= k * slot_bytes) return slot_bytes;
-  uint64_t p = (bytes + k - 1) / k;
-  p = (p + 4095) / 4096 * 4096;
-  return std::min(slot_bytes, std::max(p, min_piece()));
-}
-
-// An upload the staging threads share is cut into at least two pieces per
-// thread (of at least min_piece()): with 4 MiB slots, 16 MiB in 4 slot-sized
-// pieces kept 4 of 8 threads busy (11 GB/s on the H200 machine), in 1 MiB
-// pieces all 8 (30 GB/s). Larger uploads keep whole
-// slots, where more pieces cost more than they win.
-// Threads that stage one large upload, this one included: the pool's, unless
-// several clients of ferryd transfer at once (proto::Segment::clients; idle
-// ones do not count): then a share of the host's cores each (a quarter of the
-// cores per client), as 4 producers of 8 threads each on 32 cores reached
-// 18 GB/s together, of 2 threads each 35 GB/s (H200 machine).
+// Threads that stage one large upload, this one included (thread_share).
 uint64_t staging_threads(ferry_client* c) {
-  const uint64_t pool = c->stager.workers() + 1;
-  const uint32_t clients = c->seg->clients.load(std::memory_order_relaxed);
-  if (clients <= 1) return pool;
   static const uint64_t cores = std::thread::hardware_concurrency();  // a system call: once
-  const uint64_t share = cores / (4 * uint64_t{clients});
-  return std::clamp<uint64_t>(share, 1, pool);
-}
-
-uint64_t parallel_piece(uint64_t slot_bytes, uint64_t bytes, uint64_t threads) {
-  uint64_t p = (bytes + 2 * threads - 1) / (2 * threads);
-  p = (p + 4095) / 4096 * 4096;
-  return std::min(slot_bytes, std::max(p, min_piece()));
-}
-
-// The first piece of an upload made alone: a quarter of a piece, at least
-// this ($FERRY_FIRST_PIECE bytes; 0: the first piece is as the rest).
-uint64_t first_piece_from() {
-  static const uint64_t v = [] {
-    const char* e = std::getenv("FERRY_FIRST_PIECE");
-    return e != nullptr ? static_cast<uint64_t>(std::strtoull(e, nullptr, 10)) : uint64_t{64 * 1024};
-  }();
-  return v;
-}
-
-// An upload up to this size, made while nothing else of the client's is in
-// flight, stages with plain stores: it lands at the staging area's start
-// (Timeline::place), in bytes the last such upload left in the CPU's cache,
-// where streaming stores would push them out to memory first.
-constexpr uint64_t kHotBelow = 2ull << 20;
-
-// Streaming stores (stage_copy) pay below this upload size; above it, with
-// eight staging threads, plain stores measured faster on the H200 machine
-// (1 GiB: 49 against 37 GB/s; 64 MiB: 30 against 34).
-constexpr uint64_t kStreamBelow = 128ull << 20;
-
-// Uploads at least this large stage several pieces at once (see Stager).
-// Measured on the H200 machine: from 1 MiB the pool
-// wins (4 MiB: 4.7 -> 7.9 GB/s); at 256 KiB its wake-ups cost more than
-// the copy (4.3 -> 1.7 GB/s). $FERRY_PARALLEL_FROM (bytes) moves it.
-uint64_t parallel_from() {
-  static const uint64_t v = [] {
-    const char* e = std::getenv("FERRY_PARALLEL_FROM");
-    const unsigned long long n = e != nullptr ? std::strtoull(e, nullptr, 10) : 0;
-    return n != 0 ? static_cast<uint64_t>(n) : uint64_t{1} << 20;
-  }();
-  return v;
+  return thread_share(c->stager.workers() + 1, c->seg->clients.load(std::memory_order_relaxed), cores);
 }
 
 // One transfer of ticket t, as the daemon takes it: an entry in the
@@ -187,27 +103,10 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_i
   const uint64_t bytes = from.bytes();
   if (int r = check_range(c, dst, dst_offset, bytes, fn); r != 0) return r;
   Timeline& tl = c->timeline;
-  // Alone (nothing else in flight) and small enough for the cache: one
-  // thread, plain stores into the bytes the last such upload used. On the
-  // H200 machine 1 MiB so took 54-56 µs to stage against 66-78 on the pool.
-  const bool hot = bytes <= kHotBelow && tl.completed() >= tl.issued();
-  const bool stream = bytes < kStreamBelow && !hot;
-  uint64_t piece = piece_bytes(c->slot_bytes, bytes);
-  const uint64_t threads = bytes >= parallel_from() && !hot ? staging_threads(c) : 1;
-  if (threads > 1) piece = std::min(piece, parallel_piece(c->slot_bytes, bytes, threads));
-  // An upload alone (hot) starts with a small piece (a quarter of a piece):
-  // the device starts copying once it is staged, not a whole piece; in a
-  // stream the device has earlier pieces to copy meanwhile anyway. H200
-  // machine, 256 KiB: 64 KiB then 192 KiB 0.86-1.00x
-  // pageable cudaMemcpy, one piece 0.72-0.79x; a small last piece as well
-  // (64, 128, 64) 0.74-0.76x, and 32 KiB first 0.66-0.70x: each piece costs
-  // ferryd a submission (copy, timeline write, event).
-  const uint64_t fp = first_piece_from();
-  const uint64_t small = hot && threads == 1 && fp != 0 ? std::min(piece, std::max(fp, piece / 4)) : piece;
-  const uint64_t lead = small < piece && bytes > small ? small : 0;  // 0: all pieces alike
-  const uint64_t pieces = lead == 0 ? (bytes + piece - 1) / piece : 1 + (bytes - lead + piece - 1) / piece;
-  // Where piece i starts.
-  auto offset_of = [&](uint64_t i) -> uint64_t { return lead == 0 ? i * piece : i == 0 ? 0 : lead + (i - 1) * piece; };
+  StagingInput in{bytes, c->slot_bytes, tl.completed() >= tl.issued(), 1};
+  if (wants_threads(in, tuning())) in.threads = staging_threads(c);
+  const StagingPlan plan = plan_staging(in, tuning());
+  const uint64_t pieces = plan.pieces, threads = plan.threads;
   // Every piece's ticket is taken now, in one run, so the last one is known
   // before any is sent: the upload's outcome is that of all its pieces.
   uint64_t first = 0;
@@ -216,11 +115,11 @@ int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_i
   // the device copies earlier ones; large uploads stage several at once.
   auto one = [&](uint64_t i) {
     const uint64_t t = first + i;
-    const uint64_t off = offset_of(i);
-    const uint64_t n = (i + 1 == pieces ? bytes : offset_of(i + 1)) - off;
+    const uint64_t off = plan.offset(i);
+    const uint64_t n = plan.length(i, bytes);
     uint64_t at = 0;
     if (int r = tl.place(t, n, c->conn.timeout_ms(), &at); r != 0) return r;
-    from.copy(tl.staging() + at, off, n, stream);
+    from.copy(tl.staging() + at, off, n, plan.stream);
     FERRY_SLOT_HANDED_ON(tl.staging());
     Submit s{proto::Type::upload, at, t, n, dst, dst_offset + off};
     if (i + 1 == pieces) s.flags = proto::kTransferLastPiece;  // the call is counted by it
