@@ -106,7 +106,8 @@ vanish). --running-only asks only daemons whose running marker
 (<socket>.pid) names a live process: a socket that systemd holds for a
 stopped or drained daemon is not connected to (that would start it again).
 --output writes the file atomically, for the node exporter's textfile
-collector (ferry-metrics.timer does every 15 s).
+collector (ferry-metrics.timer does every 15 s): a new file of a random name
+beside it, never opened through a link, renamed over it; its mode is kept.
 )"},
     {"ping", R"(usage: ferryctl [--socket PATH | --device N | --all] [--json] ping
 
@@ -574,22 +575,66 @@ std::string exposition(const Families& f) {
   return o;
 }
 
-// Written whole or not at all: a collector never reads half a file.
+// Written whole or not at all: a collector never reads half a file. The
+// directory may be writable by others (a textfile collector's often is), so
+// nothing in it is trusted: the bytes go to a new file of a random name,
+// created there with O_EXCL|O_NOFOLLOW (a planted link or FIFO is never
+// opened), which then replaces the target by rename (which replaces a link or
+// FIFO at the target's name, never what it points at). The target's mode is
+// kept if it is a regular file; a new one is 0644.
 int write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) {
-      std::fprintf(stderr, "ferryctl: cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
-      return kOutput;
-    }
-  }
-  ::chmod(tmp.c_str(), 0644);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::fprintf(stderr, "ferryctl: cannot rename onto %s: %s\n", path.c_str(), std::strerror(errno));
-    ::unlink(tmp.c_str());
+  auto fail = [&](const char* what, const std::string& name) {
+    std::fprintf(stderr, "ferryctl: cannot %s %s: %s\n", what, name.c_str(), std::strerror(errno));
     return kOutput;
+  };
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (base.empty() || base == "." || base == "..") {
+    errno = EISDIR;
+    return fail("write", path);
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return fail("open the directory", dir);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } dir_closer{dfd};
+  mode_t mode = 0644;
+  struct stat st{};
+  if (::fstatat(dfd, base.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
+  std::string tmp;
+  int fd = -1;
+  for (int i = 0; i < 100 && fd < 0; ++i) {
+    uint64_t r = 0;
+    if (::getentropy(&r, sizeof r) != 0) return fail("draw a name for", path);
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, ".tmp.%016llx", static_cast<unsigned long long>(r));
+    tmp = "." + base + suffix;
+    fd = ::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST) return fail("create a file in", dir);
+  }
+  if (fd < 0) return fail("create a file in", dir);
+  bool ok = true;
+  for (size_t off = 0; ok && off < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) off += static_cast<size_t>(n);
+  }
+  ok = ok && ::fchmod(fd, mode) == 0 && ::fsync(fd) == 0;
+  const int saved = errno;
+  ok = ::close(fd) == 0 && ok;
+  if (!ok) {
+    ::unlinkat(dfd, tmp.c_str(), 0);
+    errno = saved;
+    return fail("write", path);
+  }
+  if (::renameat(dfd, tmp.c_str(), dfd, base.c_str()) != 0) {
+    const int e = errno;
+    ::unlinkat(dfd, tmp.c_str(), 0);
+    errno = e;
+    return fail("rename onto", path);
   }
   return kOk;
 }

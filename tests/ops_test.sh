@@ -208,6 +208,38 @@ grep -q '^ferry_uploads_total{device="0"} 6$' "$tmp/all.prom" || fail "no device
 ! grep -q 'pid="' "$tmp/all.prom" || fail "per-connection labels without --per-client"
 ctl --all metrics --per-client --output "$tmp/textfile.prom" && promtool check metrics <"$tmp/textfile.prom" ||
   fail "--output/--per-client metrics"
+# --output into a directory another user can write: whatever is planted there
+# (links named as a temporary file of coming pids, a FIFO, a link at the
+# target's own name), no other file changes and nothing blocks.
+if [[ -n ${FERRY_TEST_USER:-} ]]; then
+  as_user() { setpriv --reuid "$FERRY_TEST_USER" --regid "$(id -g "$FERRY_TEST_USER")" --clear-groups "$@"; }
+  export_dir=$tmp/textfile
+  mkdir "$export_dir" && chown "$FERRY_TEST_USER" "$export_dir" && chmod 0755 "$export_dir"
+  chmod o+x "$tmp"
+  secret=$tmp/secret
+  echo "root only" >"$secret" && chmod 0600 "$secret"
+  # One process plants them all, for the next 2000 pids (ferryctl's among them).
+  as_user /usr/bin/python3 -c '
+import os, sys
+d, target = sys.argv[1], sys.argv[2]
+last = int(open("/proc/sys/kernel/ns_last_pid").read())
+for p in range(last + 1, last + 2001):
+    os.symlink(target, "%s/ferry.prom.tmp.%d" % (d, p))
+' "$export_dir" "$secret"
+  as_user mkfifo "$export_dir/.ferry.prom.fifo"
+  as_user ln -s "$secret" "$export_dir/ferry.prom"
+  timeout 20 "$build/client/ferryctl" --socket-dir "$dir" --all metrics --output "$export_dir/ferry.prom" ||
+    fail "--output into a planted directory: exit $?"
+  [[ $(cat "$secret") == "root only" && $(stat -c %a "$secret") == 600 ]] || fail "--output changed a file a planted link named"
+  [[ -f $export_dir/ferry.prom && ! -L $export_dir/ferry.prom ]] || fail "--output left the planted link at its name"
+  grep -q '^ferry_up' "$export_dir/ferry.prom" || fail "--output wrote no metrics"
+  [[ $(stat -c %a "$export_dir/ferry.prom") == 644 ]] || fail "a new --output file is mode $(stat -c %a "$export_dir/ferry.prom")"
+  chmod 0640 "$export_dir/ferry.prom"
+  ctl --all metrics --output "$export_dir/ferry.prom" || fail "--output over an existing file"
+  [[ $(stat -c %a "$export_dir/ferry.prom") == 640 ]] || fail "--output did not keep the target's mode"
+  ! ls -A "$export_dir" | grep -q '^\.ferry\.prom\.tmp' || fail "--output left a temporary file"
+  echo "ok: --output in a directory another user planted links and a FIFO in changed nothing else"
+fi
 "$build/client/ferryctl" --socket-dir "$dir" --interval=0.2 -d 0 watch >"$tmp/watch.out" 2>&1 &
 w=$!
 pids+=($w)
