@@ -67,7 +67,7 @@ struct Ferry {
   Ferry() { FERRY(ferry_connect(g_socket.c_str(), &c)); }
   ~Ferry() { ferry_disconnect(c); }
   ferry_buffer alloc(uint64_t n) {
-    ferry_buffer b = 0;
+    ferry_buffer b{};
     FERRY(ferry_buffer_alloc(c, n, &b));
     return b;
   }
@@ -189,7 +189,7 @@ void ordered_loop() {
   h.bytes = bytes;
   h.fd = -1;
   std::memcpy(h.data, &ipc, sizeof h.data);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   FERRY(ferry_buffer_import(f.c, &h, &b));
   const int reg = ferry_cu_register(f.c);
   int round = 0;
@@ -363,7 +363,7 @@ class OtherClient {
 
  private:
   std::unique_ptr<Ferry> other_;
-  ferry_buffer buf_ = 0;
+  ferry_buffer buf_{};
   std::atomic<bool> stop_{false};
   std::thread ticker_;
 };

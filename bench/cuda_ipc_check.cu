@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   const uint64_t bytes = 3 << 20;
   ferry_client* c = nullptr;
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   ferry_token tok{};
   if (ferry_connect(argv[1], &c) != 0 || ferry_buffer_alloc(c, bytes, &b) != 0 ||
       ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) != 0)

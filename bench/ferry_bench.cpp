@@ -176,7 +176,7 @@ struct Ferry {
   Ferry() { FERRY(ferry_connect(g_socket.c_str(), &c)); }
   ~Ferry() { ferry_disconnect(c); }
   ferry_buffer alloc(uint64_t n) {
-    ferry_buffer b = 0;
+    ferry_buffer b{};
     FERRY(ferry_buffer_alloc(c, n, &b));
     return b;
   }
@@ -245,7 +245,7 @@ void ordered_loop(Direct& d) {
   h.bytes = bytes;
   std::memcpy(h.data, zh.data, sizeof h.data);
   std::memcpy(&h.fd, zh.data, sizeof h.fd);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   FERRY(ferry_buffer_import(f.c, &h, &b));
   const bool device_waits = ferry_ze_import(f.c, d.drv) == 0;
   int round = 0;

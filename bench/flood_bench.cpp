@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
   }
   ferry_client* c = nullptr;
   if (int r = ferry_connect(socket.c_str(), &c); r != 0) die("connect", r);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   if (int r = ferry_buffer_alloc(c, 4096, &b); r != 0) die("alloc", r);
   victim("warm-up", c, b, ops / 10 + 1, 1);
 
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
     if (r != -EUSERS || tries == 500) die("connect", r);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ferry_buffer hb = 0;
+  ferry_buffer hb{};
   if (int r = ferry_buffer_alloc(h, 4096, &hb); r != 0) die("alloc", r);
   uint8_t byte = 1;
   ferry_ticket ht = 0;

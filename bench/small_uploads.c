@@ -11,7 +11,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   ferry_client *c = NULL;
-  ferry_buffer b = 0;
+  ferry_buffer b = {0};
   char src[1024] = {0};
   int r = ferry_connect(argv[1], &c);
   if (r == 0) r = ferry_buffer_alloc(c, sizeof src, &b);

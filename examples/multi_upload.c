@@ -30,7 +30,7 @@ static int worker(const char *sock, int id, int uploads, uint64_t bytes) {
     fprintf(stderr, "worker %d: ferry_connect: %s\n", id, ferry_strerror(r));
     return 1;
   }
-  ferry_buffer buf = 0;
+  ferry_buffer buf = {0};
   uint64_t total = bytes * (uint64_t)uploads;
   if ((r = ferry_buffer_alloc(c, total, &buf)) != 0) {
     fprintf(stderr, "worker %d: ferry_buffer_alloc: %s\n", id, ferry_strerror(r));

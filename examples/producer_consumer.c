@@ -78,7 +78,7 @@ static int producer_main(char **argv) {
   pool_handle.kind = FERRY_IPC_LEVEL_ZERO;
   memcpy(&pool_handle.fd, pool_handle.data, sizeof pool_handle.fd); /* inherited under the same number */
   ferry_client *c = NULL;
-  ferry_buffer b = 0;
+  ferry_buffer b = {0};
   uint64_t pool = 0;
   CHECK_FERRY(ferry_connect(sock, &c));
   CHECK_FERRY(ferry_buffer_open(c, &tok, &b, NULL));

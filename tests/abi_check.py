@@ -43,8 +43,12 @@ structs = {
     "CFence": "ferry_fence",
     "CInfo": "ferry_info",
 }
+# Handle types: a struct of one 64-bit id in C (so that handles and integers
+# do not convert into each other), passed as ctypes' integer of that size,
+# which the C calling conventions of x86-64 and AArch64 pass the same way.
+handles = {"ferry_buffer": "c_buffer"}
 declared = set(re.findall(r"typedef struct (ferry_\w+) \{", text))
-for c_name in declared - set(structs.values()):
+for c_name in declared - set(structs.values()) - set(handles):
     problems.append(f"{c_name}: a struct of ferry.h that _lib.py does not declare")
 
 lines = ['#include <stddef.h>', '#include <stdio.h>', '#include <ferry/ferry.h>', "int main(void) {"]
@@ -52,6 +56,9 @@ for py, c in structs.items():
     lines.append(f'  printf("{c} - 0 %zu\\n", sizeof({c}));')
     for field, _ in getattr(_lib, py)._fields_:
         lines.append(f'  printf("{c} {field} %zu %zu\\n", offsetof({c}, {field}), sizeof((({c} *)0)->{field}));')
+for c in handles:
+    lines.append(f'  printf("{c} - 0 %zu\\n", sizeof({c}));')
+    lines.append(f'  printf("{c} id %zu %zu\\n", offsetof({c}, id), sizeof((({c} *)0)->id));')
 lines += ["  return 0;", "}"]
 with tempfile.TemporaryDirectory() as d:
     prog = os.path.join(d, "layout")
@@ -75,6 +82,13 @@ for py, c in structs.items():
         got = (getattr(cls, field).offset, getattr(cls, field).size)
         if got != c_layout[(c, field)]:
             problems.append(f"{py}.{field}: offset, size {got}; {c}.{field} {c_layout[(c, field)]}")
+
+for c, py in handles.items():
+    n = ctypes.sizeof(getattr(_lib, py))
+    if c_layout[(c, "-")][1] != n or c_layout[(c, "id")] != (0, n):
+        problems.append(f"{py}: {n} bytes; {c} is {c_layout[(c, '-')][1]}, its id at {c_layout[(c, 'id')]}")
+    if len(re.findall(r"typedef struct " + c + r" \{([^}]*)\}", text)[0].strip().splitlines()) != 1:
+        problems.append(f"{c}: more than its one id field: _lib.py passes it as an integer")
 
 functions = set(re.findall(r"\b(ferry_\w+)\s*\(", text))
 table = re.findall(r'"(ferry_\w+)":', open(os.path.join(src, "python", "ferry", "_lib.py")).read())

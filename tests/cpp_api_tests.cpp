@@ -18,7 +18,7 @@ TEST_CASE("C++: connect, allocate, upload, wait, download", "[cpp]") {
   CHECK(info.slot_count > 0);
   CHECK(std::string(info.backend) == (std::getenv("FERRY_TEST_BACKEND") ? std::getenv("FERRY_TEST_BACKEND") : "level-zero"));
   ferry::Buffer b(c, 1 << 16);
-  CHECK(b.id() != 0);
+  CHECK(b.id().id != 0);
   CHECK(b.size() == 1u << 16);
   std::vector<uint8_t> src(1 << 16), back(1 << 16);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
@@ -63,15 +63,15 @@ TEST_CASE("C++: errors are exceptions with the errno and the call's name", "[cpp
     ferry::Client c(d.socket);
     uint8_t x[4] = {};
     try {
-      c.upload(999, 0, x, sizeof x);
+      c.upload(ferry_buffer{999}, 0, x, sizeof x);
       FAIL("uploaded to no buffer");
     } catch (const ferry::error& e) {
       CHECK(e.code().value() == ENOENT);
       CHECK(std::string(e.what()).find("ferry_upload") != std::string::npos);
     }
-    CHECK_THROWS_AS(c.download(999, 0, x, sizeof x), ferry::error);
-    CHECK_THROWS_AS(c.grant(999, FERRY_RIGHT_UPLOAD), ferry::error);
-    CHECK_THROWS_AS(c.revoke(999), ferry::error);
+    CHECK_THROWS_AS(c.download(ferry_buffer{999}, 0, x, sizeof x), ferry::error);
+    CHECK_THROWS_AS(c.grant(ferry_buffer{999}, FERRY_RIGHT_UPLOAD), ferry::error);
+    CHECK_THROWS_AS(c.revoke(ferry_buffer{999}), ferry::error);
   }
   SECTION("out of range") {
     ferry::Client c(d.socket);
@@ -95,7 +95,7 @@ TEST_CASE("C++: a Buffer is freed when it goes out of scope; a moved one only on
     ferry::Buffer a(c, 4096);
     CHECK(held() == 1);
     ferry::Buffer b(std::move(a));
-    CHECK(a.id() == 0);
+    CHECK(a.id().id == 0);
     CHECK(held() == 1);
   }
   CHECK(held() == 0);
@@ -148,7 +148,7 @@ TEST_CASE("C++: a gathered, publishing upload and the fence it moves", "[cpp][fe
   c.download(b.id(), 10, back.data(), back.size());
   CHECK(std::equal(head.begin(), head.end(), back.begin()));
   CHECK(std::equal(tail.begin(), tail.end(), back.begin() + 100));
-  CHECK_THROWS_AS(c.fence(b.id() + 9), ferry::error);
+  CHECK_THROWS_AS(c.fence(ferry_buffer{b.id().id + 9}), ferry::error);
 }
 
 TEST_CASE("C++: a Client used in a forked child throws ECHILD; the parent's goes on", "[cpp][fork]") {

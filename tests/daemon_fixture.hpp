@@ -234,7 +234,7 @@ class Witness {
     }
   }
   ferry_client* c_ = nullptr;
-  ferry_buffer buf_ = 0;
+  ferry_buffer buf_{};
   std::atomic<bool> stop_{false}, failed_{false};
   std::atomic<uint64_t> rounds_{0};
   std::thread thread_;

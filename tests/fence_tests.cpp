@@ -30,7 +30,7 @@ std::vector<uint8_t> frame(uint64_t n, uint64_t seed) {
 struct Owner {
   Consumer k;
   ferry_client* c = nullptr;
-  ferry_buffer buf = 0;
+  ferry_buffer buf{};
   ferry_token token{};
   void* mapped = nullptr;
   void* sums = nullptr;
@@ -76,7 +76,7 @@ struct Owner {
 
 struct Producer {
   ferry_client* c = nullptr;
-  ferry_buffer buf = 0;
+  ferry_buffer buf{};
   Producer(const std::string& socket, const ferry_token& token) {
     REQUIRE(ferry_connect(socket.c_str(), &c) == 0);
     REQUIRE(ferry_buffer_open(c, &token, &buf, nullptr) == 0);
@@ -171,7 +171,7 @@ TEST_CASE("a release that never comes stalls only that buffer's producers", "[fe
   Daemon d;
   ferry_client* owner = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
-  ferry_buffer x = 0, y = 0;
+  ferry_buffer x{}, y{};
   REQUIRE(ferry_buffer_alloc(owner, 4096, &x) == 0);
   REQUIRE(ferry_buffer_alloc(owner, 4096, &y) == 0);
   ferry_token tx{}, ty{};
@@ -214,7 +214,7 @@ TEST_CASE("a release that never comes stalls only that buffer's producers", "[fe
   SECTION("the owner frees the buffer: the fence is another's next, zeroed") {
     REQUIRE(ferry_buffer_free(owner, x) == 0);
     CHECK(ferry_buffer_fence(owner, x, &fx) == -ENOENT);
-    ferry_buffer z = 0;
+    ferry_buffer z{};
     REQUIRE(ferry_buffer_alloc(owner, 4096, &z) == 0);
     ferry_fence fz{};
     REQUIRE(ferry_buffer_fence(owner, z, &fz) == 0);
@@ -231,7 +231,7 @@ TEST_CASE("a publishing upload that fails still writes the fence, after marking 
   Daemon d({}, {{"FERRY_SIM_FAIL_COPY", "1"}});
   ferry_client* owner = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
-  ferry_buffer x = 0;
+  ferry_buffer x{};
   REQUIRE(ferry_buffer_alloc(owner, 4096, &x) == 0);
   ferry_token tx{};
   REQUIRE(ferry_buffer_grant(owner, x, FERRY_RIGHT_UPLOAD, &tx) == 0);
@@ -257,7 +257,7 @@ TEST_CASE("fenced uploads: misuse is refused and changes nothing", "[fence][badi
   Daemon d;
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, 4096, &b) == 0);
   std::vector<uint8_t> data(4096, 7);
   ferry_iovec one{data.data(), 100};
@@ -277,9 +277,9 @@ TEST_CASE("fenced uploads: misuse is refused and changes nothing", "[fence][badi
   flagged.flags = 1;
   CHECK(ferry_upload_gather(c, b, 0, &one, 1, &flagged, &t) == -EINVAL);
   CHECK(ferry_fence_wait(c, b, 0, 0) == -EINVAL);
-  CHECK(ferry_buffer_fence(c, b + 100, nullptr) == -EFAULT);
+  CHECK(ferry_buffer_fence(c, ferry_buffer{b.id + 100}, nullptr) == -EFAULT);
   ferry_fence f{};
-  CHECK(ferry_buffer_fence(c, b + 100, &f) == -ENOENT);
+  CHECK(ferry_buffer_fence(c, ferry_buffer{b.id + 100}, &f) == -ENOENT);
   // Nothing of that reached the daemon: the timeline is where it was.
   CHECK(ferry_flush(c, 0) == 0);
   // A gather with no options is an ordinary upload of the parts, back to back.
@@ -300,7 +300,7 @@ TEST_CASE("a producer that exits right after its upload returns still publishes 
   ferry_client* owner = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
   const uint64_t n = 1 << 20;
-  ferry_buffer x = 0;
+  ferry_buffer x{};
   REQUIRE(ferry_buffer_alloc(owner, n, &x) == 0);
   ferry_token tx{};
   REQUIRE(ferry_buffer_grant(owner, x, FERRY_RIGHT_UPLOAD, &tx) == 0);
@@ -308,7 +308,7 @@ TEST_CASE("a producer that exits right after its upload returns still publishes 
   auto upload_and_exit = [&](uint64_t release, uint64_t publish, uint64_t after, uint64_t seed) {
     return fork_child([&] {
       ferry_client* c = nullptr;
-      ferry_buffer b = 0;
+      ferry_buffer b{};
       if (ferry_connect(d.socket.c_str(), &c) != 0 || ferry_buffer_open(c, &tx, &b, nullptr) != 0) return 90;
       const auto data = frame(n, seed);
       ferry_iovec one{data.data(), n};

@@ -56,7 +56,7 @@ TEST_CASE("a client used after fork fails with -ECHILD in the child and stays wh
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
   const uint64_t n = 200'000;  // several pieces: the ring and the staging area both in use
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, n, &b) == 0);
   ferry_timeline tl{};
   REQUIRE(ferry_get_timeline(c, &tl) == 0);
@@ -83,7 +83,7 @@ TEST_CASE("a client used after fork fails with -ECHILD in the child and stays wh
     }
     uint8_t byte = 0;
     uint64_t size = 0, pool = 0;
-    ferry_buffer nb = 0;
+    ferry_buffer nb{};
     ferry_ticket t = 0;
     ferry_reservation r{};
     ferry_token tok{};
@@ -129,7 +129,7 @@ TEST_CASE("a client used after fork fails with -ECHILD in the child and stays wh
     // A client of its own works.
     ferry_client* mine = nullptr;
     if (ferry_connect(d.socket.c_str(), &mine) != 0) return 90;
-    ferry_buffer mb = 0;
+    ferry_buffer mb{};
     if (ferry_buffer_alloc(mine, 70'000, &mb) != 0) return 91;
     if (round_trips(mine, mb, 70'000, 5, 7) != 0) return 92;
     ferry_disconnect(mine);
@@ -162,7 +162,7 @@ TEST_CASE("workers forked from a process without a client each connect their own
     kids.push_back(fork_child([&] {
       ferry_client* c = nullptr;
       if (ferry_connect(d.socket.c_str(), &c) != 0) return 90;
-      ferry_buffer b = 0;
+      ferry_buffer b{};
       if (ferry_buffer_alloc(c, 100'000, &b) != 0) return 91;
       const int wrong = round_trips(c, b, 100'000, 20, 100 * static_cast<uint64_t>(k));
       ferry_disconnect(c);

@@ -59,7 +59,7 @@ TEST_CASE("another user can neither open my staging segment nor name my buffers"
   Daemon d({"--socket-mode", "0666"});
   ferry_client* mine = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &mine) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(mine, 4096, &b) == 0);
   std::vector<uint8_t> secret(4096, 0x5e);
   ferry_ticket t = 0;
@@ -98,7 +98,7 @@ TEST_CASE("status: other users see only their own clients; peer credentials are 
   ferry_client* mine = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &mine) == 0);
   // Activity of root's client: the other user must not see it in any count.
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(mine, 4096, &b) == 0);
   std::vector<char> bytes(4096, 1);
   for (int i = 0; i < 5; ++i) REQUIRE(ferry_upload(mine, b, 0, bytes.data(), bytes.size(), nullptr) == 0);
@@ -196,7 +196,7 @@ TEST_CASE("only the daemon's admins may disconnect a client", "[isolation][uid][
   // Another user: refused, and the client keeps its session; nor may it stop the daemon.
   CHECK(as_other([&] { return disconnect(info.client_id) == -EPERM ? 0 : 1; }) == 0);
   CHECK(as_other([&] { return admin(ferry::proto::kAdminDrain, 0) == -EPERM ? 0 : 1; }) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   CHECK(ferry_buffer_alloc(mine, 4096, &b) == 0);
   // Root (an admin): no such client, then this one.
   CHECK(disconnect(info.client_id + 1000) == -ENOENT);

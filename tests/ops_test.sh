@@ -306,7 +306,8 @@ if [[ -n ${FERRY_TEST_USER:-} ]]; then
   ctl --all --running-only metrics | grep -q 'reason="not running"' || fail "a planted marker was believed"
   rm -f "$dir/ferryd-0.pid" && cp "$tmp/real.pid" "$dir/ferryd-0.pid"
 fi
-ctl --all --running-only metrics | grep -q '^ferry_up{device="0"} 1$' || fail "--running-only skips a running daemon"
+out=$(ctl --all --running-only metrics) || true
+grep -q '^ferry_up{device="0"} 1$' <<<"$out" || fail "--running-only skips a running daemon: $(grep '^ferry_up' <<<"$out")"
 # Users by name; per-command help; refusals that name the fix; exit 3 when nothing answers.
 python3 - "$dir/ferryd-0.sock" "$build" <<'PY' &
 import ctypes, sys, time

@@ -30,7 +30,7 @@ struct App {
   ferry_client* c = nullptr;
   void* region = nullptr;
   uint64_t bytes;
-  ferry_buffer buf = 0;
+  ferry_buffer buf{};
   ze_event_pool_handle_t pool = nullptr;
   ze_event_handle_t done = nullptr;
   App(const std::string& socket, uint64_t n) : bytes(n) {
@@ -77,7 +77,7 @@ TEST_CASE("the device writes each client's timeline after its copies", "[order][
   CHECK(tl.device_written == 1);
   CHECK(tl.segment != nullptr);
   CHECK(d.status().get<std::string>("device.timeline") == "device");
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, 1 << 20, &b) == 0);
   std::vector<uint8_t> src(300000, 7);
   ferry_ticket t = 0;
@@ -86,13 +86,13 @@ TEST_CASE("the device writes each client's timeline after its copies", "[order][
   CHECK(eventually([&] { return *tl.completed >= t; }));
   // A refused ticket passes the device's word too, and still fails its wait.
   REQUIRE(ferry_buffer_free(c, b) == 0);
-  ferry_buffer b2 = 0;
+  ferry_buffer b2{};
   REQUIRE(ferry_buffer_alloc(c, 4096, &b2) == 0);
   ferry_token tok{};
   REQUIRE(ferry_buffer_grant(c, b2, FERRY_RIGHT_UPLOAD, &tok) == 0);
   ferry_client* other = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &other) == 0);
-  ferry_buffer ob = 0;
+  ferry_buffer ob{};
   REQUIRE(ferry_buffer_open(other, &tok, &ob, nullptr) == 0);
   REQUIRE(ferry_buffer_revoke(c, b2, &tok) == 0);
   ferry_ticket ot = 0;
@@ -175,7 +175,7 @@ TEST_CASE("a held upload waits for its value and stalls only its own client", "[
   Daemon d;
   ferry_client* held = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &held) == 0);
-  ferry_buffer hb = 0;
+  ferry_buffer hb{};
   REQUIRE(ferry_buffer_alloc(held, 4096, &hb) == 0);
   std::vector<uint8_t> old(4096, 0x11), neu(4096, 0x22), back(4096);
   ferry_ticket t0 = 0, t1 = 0, t2 = 0;
@@ -189,7 +189,7 @@ TEST_CASE("a held upload waits for its value and stalls only its own client", "[
   // ...but nobody else's: another client streams and verifies meanwhile.
   ferry_client* other = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &other) == 0);
-  ferry_buffer ob = 0;
+  ferry_buffer ob{};
   REQUIRE(ferry_buffer_alloc(other, 1 << 16, &ob) == 0);
   for (int i = 0; i < 200; ++i) {
     auto v = bytes_for(static_cast<uint64_t>(i), 1 << 16);

@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
   uint8_t *frame = malloc(bytes);
   for (uint64_t i = 0; i < bytes; ++i) frame[i] = (uint8_t)(i * 131 + seed);
   ferry_client *c = NULL;
-  ferry_buffer b = 0;
+  ferry_buffer b = {0};
   ferry_ticket t = 0;
   int r = ferry_connect(argv[1], &c);
   if (r == 0) r = ferry_buffer_open(c, &token, &b, NULL);

@@ -258,7 +258,7 @@ TEST_CASE("a lost device fails the tickets, says so, and refuses new work", "[fa
   Daemon d({}, {{"FERRY_SIM_FAIL_COPY", "3"}, {"FERRY_SIM_FAIL_MODE", "lost"}, {"FERRY_SIM_FAST", "1"}});
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, 4096, &b) == 0);
   uint8_t v = 1;
   std::vector<ferry_ticket> ts(4);
@@ -271,7 +271,7 @@ TEST_CASE("a lost device fails the tickets, says so, and refuses new work", "[fa
   ferry_ticket t = 0;
   REQUIRE(ferry_upload(c, b, 0, &v, 1, &t) == 0);
   CHECK(ferry_wait(c, t, -1) == -ENODEV);
-  ferry_buffer b2 = 0;
+  ferry_buffer b2{};
   CHECK(ferry_buffer_alloc(c, 16, &b2) == -ENODEV);
   CHECK(d.status().get<std::string>("device.lost") == "true");
   ferry_disconnect(c);
@@ -284,7 +284,7 @@ TEST_CASE("quotas: device memory per client, slots per client", "[limits]") {
   ferry_info info{};
   REQUIRE(ferry_get_info(c, &info) == 0);
   CHECK(info.slot_count == 4);
-  ferry_buffer a = 0, b = 0;
+  ferry_buffer a{}, b{};
   REQUIRE(ferry_buffer_alloc(c, 768 * 1024, &a) == 0);
   CHECK(ferry_buffer_alloc(c, 512 * 1024, &b) == -EDQUOT);
   REQUIRE(ferry_buffer_free(c, a) == 0);
@@ -323,7 +323,7 @@ TEST_CASE("SIGTERM with a client that never reads and copies queued past --drain
   Daemon d({"--drain", "0.1"}, {{"FERRY_SIM_LATENCY_US", "100000"}, {"FERRY_SIM_BANDWIDTH_GBPS", "0"}});
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, 4096, &b) == 0);
   uint8_t x[64] = {};
   for (int i = 0; i < 8; ++i) REQUIRE(ferry_upload(c, b, 0, x, sizeof x, nullptr) == 0);  // 0.8 s of copies
@@ -402,7 +402,7 @@ TEST_CASE("connections that never say Hello are bounded and time out", "[faults]
   // client's own deadline has passed by then.
   RawClient later(d.socket);
   CHECK(later.closed_by_peer());
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   CHECK(ferry_buffer_alloc(c, 64, &b) == 0);
   ferry_disconnect(c);
 }
@@ -412,7 +412,7 @@ TEST_CASE("a stalled daemon turns every blocking call into -ETIMEDOUT, never a h
   ::setenv("FERRY_TIMEOUT_MS", "300", 1);  // read by each client when it connects
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, 1 << 16, &b) == 0);
   REQUIRE(::kill(d.pid, SIGSTOP) == 0);
   auto bounded = [](auto call) {
@@ -421,7 +421,7 @@ TEST_CASE("a stalled daemon turns every blocking call into -ETIMEDOUT, never a h
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
     return r;
   };
-  ferry_buffer b2 = 0;
+  ferry_buffer b2{};
   CHECK(bounded([&] { return ferry_buffer_alloc(c, 64, &b2); }) == -ETIMEDOUT);
   std::vector<uint8_t> src(4 * 4096, 1);
   // Two slots: the third piece waits for a slot the stopped daemon never frees.
@@ -573,7 +573,7 @@ TEST_CASE("allocations are bounded per client and in all; the descriptor table n
   REQUIRE(ferry_connect(d.socket.c_str(), &a) == 0);
   REQUIRE(ferry_connect(d.socket.c_str(), &b) == 0);
   std::vector<ferry_buffer> mine;
-  ferry_buffer x = 0;
+  ferry_buffer x{};
   int r = 0;
   while ((r = ferry_buffer_alloc(a, 64, &x)) == 0) mine.push_back(x);
   CHECK(r == -EDQUOT);
@@ -712,7 +712,7 @@ TEST_CASE("out of descriptors, accept backs off instead of spinning, and serves 
   // The places come back: a real client gets in and works.
   ferry_client* c = nullptr;
   REQUIRE(eventually([&] { return ferry_connect(d.socket.c_str(), &c) == 0; }));
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   CHECK(ferry_buffer_alloc(c, 64, &b) == 0);
   ferry_disconnect(c);
   const auto failures = d.status().get<uint64_t>("totals.accept_failures");
@@ -729,7 +729,7 @@ TEST_CASE("socket floods from another connection do not stop a ring client's upl
   Daemon d;
   ferry_client* victim = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &victim) == 0);
-  ferry_buffer vb = 0;
+  ferry_buffer vb{};
   REQUIRE(ferry_buffer_alloc(victim, 4096, &vb) == 0);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> floods{0};

@@ -64,7 +64,7 @@ TEST_CASE("grant, use, revoke: a producer uploads into the owner's buffer only w
   Daemon d;
   ferry_client* owner = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(owner, 65536, &b) == 0);
   ferry_token tok{};
   REQUIRE(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
@@ -79,7 +79,7 @@ TEST_CASE("grant, use, revoke: a producer uploads into the owner's buffer only w
   CHECK(producer(d.socket, tok, 60000, 10000, 1) == ERANGE);
   ferry_client* p = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &p) == 0);
-  ferry_buffer pb = 0;
+  ferry_buffer pb{};
   uint64_t size = 0;
   REQUIRE(ferry_buffer_open(p, &tok, &pb, &size) == 0);
   CHECK(size == 65536);
@@ -100,7 +100,7 @@ TEST_CASE("grant, use, revoke: a producer uploads into the owner's buffer only w
   // Freeing the buffer ends every grant on it.
   ferry_token t2{};
   REQUIRE(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD | FERRY_RIGHT_DOWNLOAD, &t2) == 0);
-  ferry_buffer pb2 = 0;
+  ferry_buffer pb2{};
   REQUIRE(ferry_buffer_open(p, &t2, &pb2, nullptr) == 0);
   REQUIRE(ferry_download(p, pb2, 1000, x, sizeof x) == 0);  // download granted this time
   REQUIRE(ferry_buffer_free(owner, b) == 0);
@@ -116,13 +116,13 @@ TEST_CASE("a forged token opens nothing", "[sharing][grant]") {
   Daemon d;
   ferry_client* owner = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(owner, 4096, &b) == 0);
   ferry_token tok{};
   REQUIRE(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
   ferry_client* p = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &p) == 0);
-  ferry_buffer pb = 0;
+  ferry_buffer pb{};
   std::mt19937_64 rng(1);
   for (int i = 0; i < 200; ++i) {
     ferry_token f = tok;
@@ -147,7 +147,7 @@ TEST_CASE("export: the consumer opens a daemon buffer in its own context and che
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
   const uint64_t bytes = 1 << 20;
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, bytes, &b) == 0);
   ferry_token tok{};
   REQUIRE(ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
@@ -184,7 +184,7 @@ TEST_CASE("export: the consumer opens a daemon buffer in its own context and che
   expect.insert(expect.end(), second.begin(), second.end());
   CHECK(k.read_u64(sum, rd) == ferry_sim_checksum(expect.data(), expect.size()));
 
-  CHECK(ferry_buffer_export(c, b + 1000, &h) == -ENOENT);
+  CHECK(ferry_buffer_export(c, ferry_buffer{b.id + 1000}, &h) == -ENOENT);
   ZE_OK(zeMemCloseIpcHandle(k.ctx, p));
   zeEventDestroy(done);
   zeEventDestroy(rd);
@@ -202,7 +202,7 @@ TEST_CASE("import: uploads through ferry land in an allocation of the consumer's
 
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_import(c, &h, &b) == 0);
   // It can be granted like any buffer this client owns... not: only allocations are granted.
   ferry_token tok{};
@@ -224,7 +224,7 @@ TEST_CASE("import: uploads through ferry land in an allocation of the consumer's
   CHECK(back == src);
   // A claim larger than the allocation is refused.
   h.bytes = bytes * 2;
-  ferry_buffer big = 0;
+  ferry_buffer big{};
   CHECK(ferry_buffer_import(c, &h, &big) == -EINVAL);
   CHECK(ferry_upload(c, b, bytes - 10, src.data(), 11, &t) == -ERANGE);
   REQUIRE(ferry_buffer_free(c, b) == 0);
@@ -243,7 +243,7 @@ TEST_CASE("device-side ordering: the consumer's kernel waits for the upload's ev
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
   const uint64_t bytes = 4 << 20;
   const int frames = 3;
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, bytes * frames, &b) == 0);
   ferry_token tok{};
   REQUIRE(ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
@@ -305,7 +305,7 @@ TEST_CASE("a producer or the consumer killed at random leaves nothing held", "[s
   for (int round = 0; round < 20; ++round) {
     ferry_client* owner = nullptr;
     REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
-    ferry_buffer b = 0;
+    ferry_buffer b{};
     REQUIRE(ferry_buffer_alloc(owner, 1 << 20, &b) == 0);
     ferry_token tok{};
     REQUIRE(ferry_buffer_grant(owner, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
@@ -410,7 +410,7 @@ ferry_ipc_handle forged_handle(int fd, uint64_t bytes, uint32_t third) {
 void still_serves(const std::string& socket) {
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(socket.c_str(), &c) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, 4096, &b) == 0);
   std::vector<uint8_t> src(4096, 0x3d), back(4096);
   ferry_ticket t = 0;
@@ -427,7 +427,7 @@ TEST_CASE("memory a client can shrink is never mapped by the daemon (no SIGBUS)"
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
   SECTION("an exported buffer cannot be shrunk under the daemon") {
-    ferry_buffer b = 0;
+    ferry_buffer b{};
     REQUIRE(ferry_buffer_alloc(c, 1 << 16, &b) == 0);
     ferry_ipc_handle h{};
     REQUIRE(ferry_buffer_export(c, b, &h) == 0);
@@ -443,19 +443,19 @@ TEST_CASE("memory a client can shrink is never mapped by the daemon (no SIGBUS)"
     int fd = ::memfd_create("closed", MFD_CLOEXEC);
     ferry_ipc_handle h = forged_handle(fd, 4096, 4096);
     ::close(fd);
-    ferry_buffer b = 0;
+    ferry_buffer b{};
     CHECK(ferry_buffer_import(c, &h, &b) == -EBADF);
     CHECK_THAT(ferry_last_error(), Catch::Contains("is not open"));
     uint64_t pool = 0;
     CHECK(ferry_event_pool_register(c, &h, 1, &pool) == -EBADF);
-    ferry_buffer ok = 0;
+    ferry_buffer ok{};
     CHECK(ferry_buffer_alloc(c, 4096, &ok) == 0);  // still connected
   }
   SECTION("an import of memory the client could shrink is refused") {
     int fd = ::memfd_create("hostile", MFD_CLOEXEC);  // no seals
     REQUIRE(::ftruncate(fd, 1 << 20) == 0);
     ferry_ipc_handle h = forged_handle(fd, 1 << 20, 1 << 20);
-    ferry_buffer b = 0;
+    ferry_buffer b{};
     CHECK(ferry_buffer_import(c, &h, &b) == -EINVAL);
     ::ftruncate(fd, 0);  // had it been mapped, the next upload would fault the daemon
     ::close(fd);
@@ -487,7 +487,7 @@ TEST_CASE("grants and opened buffers are bounded per client", "[sharing][limits]
   REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
   REQUIRE(ferry_connect(d.socket.c_str(), &user) == 0);
   REQUIRE(ferry_connect(d.socket.c_str(), &other) == 0);
-  ferry_buffer b = 0, ob = 0;
+  ferry_buffer b{}, ob{};
   REQUIRE(ferry_buffer_alloc(owner, 4096, &b) == 0);
   REQUIRE(ferry_buffer_alloc(other, 4096, &ob) == 0);
   ferry_token t[4]{};
@@ -517,7 +517,7 @@ TEST_CASE("imports and event pools are bounded per client", "[sharing][limits][s
   void* m1 = k.device_alloc(4096);
   void* m2 = k.device_alloc(4096);
   ferry_ipc_handle h1 = k.ipc_handle(m1, 4096), h2 = k.ipc_handle(m2, 4096);
-  ferry_buffer b1 = 0, b2 = 0;
+  ferry_buffer b1{}, b2{};
   REQUIRE(ferry_buffer_import(c, &h1, &b1) == 0);
   CHECK(ferry_buffer_import(c, &h2, &b2) == -EDQUOT);
   REQUIRE(ferry_buffer_free(c, b1) == 0);
@@ -547,7 +547,7 @@ TEST_CASE("the device-memory quota counts what exported buffers may keep alive",
   Daemon d({"--client-memory", "65536"});
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, 65536, &b) == 0);
   ferry_ipc_handle h{};
   REQUIRE(ferry_buffer_export(c, b, &h) == 0);

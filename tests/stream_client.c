@@ -15,7 +15,7 @@
 int main(int argc, char **argv) {
   if (argc != 2 && argc != 3) return 2;
   ferry_client *c = NULL;
-  ferry_buffer b = 0;
+  ferry_buffer b = {0};
   if (ferry_connect(argv[1], &c) != 0 || ferry_buffer_alloc(c, 1 << 20, &b) != 0) return 1;
   char msg[1 + 64 + 1] = "r";
   if (argc == 3 && strcmp(argv[2], "grant") == 0) {

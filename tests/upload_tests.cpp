@@ -24,7 +24,7 @@ struct Conn {
   explicit Conn(const std::string& socket) { REQUIRE(ferry_connect(socket.c_str(), &c) == 0); }
   ~Conn() { ferry_disconnect(c); }
   ferry_buffer alloc(uint64_t n) {
-    ferry_buffer b = 0;
+    ferry_buffer b{};
     REQUIRE(ferry_buffer_alloc(c, n, &b) == 0);
     return b;
   }
@@ -125,7 +125,7 @@ TEST_CASE("uploads written in place (reserve, commit) and ordinary ones share th
   // and in its ticket, and the client goes on.
   REQUIRE(ferry_upload_reserve(k.c, 16, &r) == 0);
   ferry_ticket bad = 0;
-  CHECK(ferry_upload_commit(k.c, &r, 999, 0, &bad) == -ENOENT);
+  CHECK(ferry_upload_commit(k.c, &r, ferry_buffer{999}, 0, &bad) == -ENOENT);
   CHECK(ferry_wait(k.c, bad, -1) == -ENOENT);
   REQUIRE(ferry_upload_reserve(k.c, 16, &r) == 0);
   CHECK(ferry_upload_commit(k.c, &r, b, 60 * region - 16, &bad) == 0);
@@ -186,7 +186,7 @@ TEST_CASE("8 processes x 2000 uploads, each verified by checksum: nothing lost o
     kids.push_back(fork_child([&, p] {
       ferry_client* c = nullptr;
       if (ferry_connect(d.socket.c_str(), &c) != 0) return 10;
-      ferry_buffer b = 0;
+      ferry_buffer b{};
       if (ferry_buffer_alloc(c, rec * uploads, &b) != 0) return 11;
       std::vector<uint8_t> all = pattern(rec * uploads, 1000 + p);
       std::vector<uint8_t> src(rec);
@@ -214,7 +214,7 @@ TEST_CASE("status counts upload calls, their pieces apart, and clients, not stat
   Daemon d({"--slot-size", "16384", "--slots", "4"});
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b = 0;
+  ferry_buffer b{};
   const uint64_t n = 100'000;  // seven pieces of a 16 KiB slot
   REQUIRE(ferry_buffer_alloc(c, n, &b) == 0);
   std::vector<uint8_t> src = pattern(n, 7);
@@ -310,7 +310,7 @@ TEST_CASE("a client that exits without freeing leaves nothing held", "[upload][c
       if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;
       std::vector<uint8_t> src(1 << 20, 3);
       for (int i = 0; i < 3; ++i) {
-        ferry_buffer b = 0;
+        ferry_buffer b{};
         if (ferry_buffer_alloc(c, 1 << 20, &b) != 0) return 2;
         if (ferry_upload(c, b, 0, src.data(), src.size(), nullptr) != 0) return 3;
       }
@@ -343,13 +343,13 @@ TEST_CASE("a client cannot name another client's buffer", "[upload][isolation]")
   RawClient raw(d.socket);
   raw.hello();
   std::memset(raw.slot(0), 0xAA, 16);
-  raw.publish(1, proto::Type::upload, 16, mine, 0);
+  raw.publish(1, proto::Type::upload, 16, mine.id, 0);
   CHECK(raw.outcome(1) == -ENOENT);
-  raw.publish(2, proto::Type::download, 16, mine, 0);
+  raw.publish(2, proto::Type::download, 16, mine.id, 0);
   CHECK(raw.outcome(2) == -ENOENT);
   auto fr = proto::make<proto::Free>(proto::Type::free);
   fr.request = 5;
-  fr.buffer = mine;
+  fr.buffer = mine.id;
   raw.send(fr);
   proto::Reply r{};
   REQUIRE(raw.expect(proto::Type::reply, &r));
@@ -377,7 +377,7 @@ TEST_CASE("uploads past a buffer's end are refused and change nothing", "[upload
   CHECK(ferry_upload(k.c, b, 0, nullptr, 8, nullptr) == -EFAULT);
   CHECK_THAT(ferry_last_error(), Catch::Contains("ferry_upload: the source is NULL"));
   CHECK(ferry_upload(nullptr, b, 0, junk.data(), 8, nullptr) == -EBADF);
-  CHECK(ferry_upload(k.c, b + 1000, 0, junk.data(), 8, nullptr) == -ENOENT);
+  CHECK(ferry_upload(k.c, ferry_buffer{b.id + 1000}, 0, junk.data(), 8, nullptr) == -ENOENT);
   CHECK_THAT(ferry_last_error(), Catch::Contains("is not one of this client's"));
   CHECK(ferry_download(k.c, b, 999, junk.data(), 2) == -ERANGE);
   CHECK(ferry_download(k.c, b, 0, nullptr, 2) == -EFAULT);
@@ -483,7 +483,7 @@ TEST_CASE("a killed daemon: blocked calls return the connection's end, not a tim
   // A restarted daemon serves new connections.
   Daemon again;
   Conn k2(again.socket);
-  CHECK(k2.alloc(16) != 0);
+  CHECK(k2.alloc(16).id != 0);
 }
 
 TEST_CASE("an outside C program using only ferry.h and -lferry does every operation", "[upload][example]") {
@@ -521,7 +521,7 @@ TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as 
   const std::string ctl = std::string(FERRYCTL_PATH) + " --socket " + d.socket;
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b1 = 0, b2 = 0;
+  ferry_buffer b1{}, b2{};
   REQUIRE(ferry_buffer_alloc(c, 4096, &b1) == 0);
   REQUIRE(ferry_buffer_alloc(c, 8192, &b2) == 0);
   uint8_t byte = 1;
@@ -648,7 +648,7 @@ TEST_CASE("each segment says how many clients transfer now (libferry shares the 
     }
     return seg->clients.load() == n;
   };
-  ferry_buffer ba = 0, bb = 0;
+  ferry_buffer ba{}, bb{};
   REQUIRE(ferry_buffer_alloc(a, 4096, &ba) == 0);
   REQUIRE(ferry_buffer_alloc(b, 4096, &bb) == 0);
   const uint8_t byte = 1;
@@ -670,7 +670,7 @@ TEST_CASE("each segment says how many clients transfer now (libferry shares the 
   ferry_disconnect(b);
   CHECK(becomes(1));
   // A large upload still stages and lands whole with the pool shared out.
-  ferry_buffer buf = 0;
+  ferry_buffer buf{};
   const uint64_t n = 8u << 20;
   REQUIRE(ferry_buffer_alloc(a, n, &buf) == 0);
   std::vector<uint8_t> src = pattern(n, 3), back(n);

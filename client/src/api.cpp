@@ -207,7 +207,7 @@ int ferry_upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const v
                  ferry_ticket* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
   const ferry_iovec one{src, bytes};
-  return fc::upload(c, dst, dst_offset, &one, 1, {}, out);
+  return fc::upload(c, dst.id, dst_offset, &one, 1, {}, out);
 }
 
 int ferry_upload_gather(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_iovec* src,
@@ -228,7 +228,7 @@ int ferry_upload_gather(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, 
     if (o.fenced && c->fence_words == nullptr)
       return fc::misuse(-ENOTSUP, "ferry_upload_gather", "this daemon has no fences (an older ferryd): no after_release or publish");
   }
-  return fc::upload(c, dst, dst_offset, src, count, o, out);
+  return fc::upload(c, dst.id, dst_offset, src, count, o, out);
 }
 
 int ferry_upload_reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
@@ -239,7 +239,7 @@ int ferry_upload_reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) 
 int ferry_upload_commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst_offset,
                         ferry_ticket* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  return fc::commit(c, r, dst, dst_offset, out);
+  return fc::commit(c, r, dst.id, dst_offset, out);
 }
 
 int ferry_upload_cancel(ferry_client* c, ferry_reservation* r) {
@@ -253,7 +253,7 @@ int ferry_upload_after(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, c
   const ferry_iovec one{src, bytes};
   fc::UploadOptions o;
   o.after = after;
-  return fc::upload(c, dst, dst_offset, &one, 1, o, out);
+  return fc::upload(c, dst.id, dst_offset, &one, 1, o, out);
 }
 
 int ferry_signal(ferry_client* c, uint64_t value) {
@@ -285,12 +285,12 @@ int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, 
   o.signal = true;
   o.pool = pool;
   o.event = event;
-  return fc::upload(c, dst, dst_offset, &one, 1, o, out);
+  return fc::upload(c, dst.id, dst_offset, &one, 1, o, out);
 }
 
 int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  return fc::download(c, src, src_offset, dst, bytes);
+  return fc::download(c, src.id, src_offset, dst, bytes);
 }
 
 int ferry_wait(ferry_client* c, ferry_ticket t, int64_t timeout_ns) {

@@ -19,7 +19,7 @@ namespace {
 
 // The daemon refused `fn` with `status` (a negative errno): said in
 // ferry_last_error, as a misuse is.
-int refused(int status, const char* fn, ferry_buffer buf) {
+int refused(int status, const char* fn, uint64_t buf) {
   const std::string b = "buffer " + std::to_string(buf);
   switch (status) {
     case -ENOENT: return fc::misuse(status, fn, b + " is not one of this client's (freed, or never allocated or opened)");
@@ -52,11 +52,12 @@ int ferry_buffer_alloc(ferry_client* c, uint64_t bytes, ferry_buffer* out) {
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
   if (r.status != 0) return refused(r.status, "ferry_buffer_alloc", 0);
   fc::remember_buffer(c, r.value, bytes, c->fence_words != nullptr && r.fence <= proto::kFences ? r.fence : 0);
-  *out = r.value;
+  out->id = r.value;
   return 0;
 }
 
-int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
+int ferry_buffer_free(ferry_client* c, ferry_buffer buffer) {
+  const uint64_t buf = buffer.id;
   if (int e = fc::owner_check(c); e != 0) return e;
   auto m = proto::make<proto::Free>(proto::Type::free);
   m.buffer = buf;
@@ -67,7 +68,8 @@ int ferry_buffer_free(ferry_client* c, ferry_buffer buf) {
   return 0;
 }
 
-int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
+int ferry_buffer_size(ferry_client* c, ferry_buffer buffer, uint64_t* bytes) {
+  const uint64_t buf = buffer.id;
   if (int e = fc::owner_check(c); e != 0) return e;
   if (bytes == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_size", "bytes is NULL");
   std::lock_guard lock(c->buffers_mu);
@@ -78,7 +80,8 @@ int ferry_buffer_size(ferry_client* c, ferry_buffer buf, uint64_t* bytes) {
   return 0;
 }
 
-int ferry_buffer_fence(ferry_client* c, ferry_buffer buf, ferry_fence* out) {
+int ferry_buffer_fence(ferry_client* c, ferry_buffer buffer, ferry_fence* out) {
+  const uint64_t buf = buffer.id;
   if (int e = fc::owner_check(c); e != 0) return e;
   if (out == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_fence", "out is NULL");
   if (c->fence_words == nullptr) return fc::misuse(-ENOTSUP, "ferry_buffer_fence", "this daemon has no fences (an older ferryd)");
@@ -98,11 +101,11 @@ int ferry_buffer_fence(ferry_client* c, ferry_buffer buf, ferry_fence* out) {
   return 0;
 }
 
-int ferry_fence_wait(ferry_client* c, ferry_buffer buf, uint64_t value, int64_t timeout_ns) {
+int ferry_fence_wait(ferry_client* c, ferry_buffer buffer, uint64_t value, int64_t timeout_ns) {
   if (int e = fc::owner_check(c); e != 0) return e;
   if (value == 0) return fc::misuse(-EINVAL, "ferry_fence_wait", "value 0 (publish values start at 1)");
   ferry_fence f{};
-  if (int e = ferry_buffer_fence(c, buf, &f); e != 0) return e;
+  if (int e = ferry_buffer_fence(c, buffer, &f); e != 0) return e;
   const auto& w = *reinterpret_cast<const proto::Fence*>(const_cast<const uint64_t*>(f.ready));  // ready leads
   if (int e = c->timeline.wait_word(w.ready, value, timeout_ns); e != 0) return e;
   // That upload, or a later one into the buffer, failed (its producer's
@@ -110,7 +113,8 @@ int ferry_fence_wait(ferry_client* c, ferry_buffer buf, uint64_t value, int64_t 
   return w.failed.load(std::memory_order_acquire) >= value ? -EIO : 0;
 }
 
-int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry_token* out) {
+int ferry_buffer_grant(ferry_client* c, ferry_buffer buffer, uint32_t rights, ferry_token* out) {
+  const uint64_t buf = buffer.id;
   if (int e = fc::owner_check(c); e != 0) return e;
   if (out == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_grant", "out is NULL");
   auto m = proto::make<proto::Grant>(proto::Type::grant);
@@ -123,7 +127,8 @@ int ferry_buffer_grant(ferry_client* c, ferry_buffer buf, uint32_t rights, ferry
   return 0;
 }
 
-int ferry_buffer_revoke(ferry_client* c, ferry_buffer buf, const ferry_token* token) {
+int ferry_buffer_revoke(ferry_client* c, ferry_buffer buffer, const ferry_token* token) {
+  const uint64_t buf = buffer.id;
   if (int e = fc::owner_check(c); e != 0) return e;
   auto m = proto::make<proto::Revoke>(proto::Type::revoke);
   m.buffer = buf;
@@ -143,12 +148,13 @@ int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* o
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
   if (r.status != 0) return refused(r.status, "ferry_buffer_open", 0);
   fc::remember_buffer(c, r.buffer, r.bytes);
-  *out = r.buffer;
+  out->id = r.buffer;
   if (bytes != nullptr) *bytes = r.bytes;
   return 0;
 }
 
-int ferry_buffer_export(ferry_client* c, ferry_buffer buf, ferry_ipc_handle* out) {
+int ferry_buffer_export(ferry_client* c, ferry_buffer buffer, ferry_ipc_handle* out) {
+  const uint64_t buf = buffer.id;
   if (int e = fc::owner_check(c); e != 0) return e;
   if (out == nullptr) return fc::misuse(-EFAULT, "ferry_buffer_export", "out is NULL");
   auto m = proto::make<proto::Export>(proto::Type::export_buffer);
@@ -191,7 +197,7 @@ int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r, fd); e != 0) return e;
   if (r.status != 0) return refused(r.status, "ferry_buffer_import", 0);
   fc::remember_buffer(c, r.buffer, r.bytes);
-  *out = r.buffer;
+  out->id = r.buffer;
   return 0;
 }
 

@@ -69,13 +69,13 @@ int misuse(int err, const char* fn, const std::string& what);
 // Checks [offset, offset + bytes) against a buffer this client knows: 0, or
 // -EINVAL (0 bytes), -ENOENT (not its buffer), -ERANGE (past the end), with
 // ferry_last_error naming fn.
-int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t bytes, const char* fn);
-void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes, uint32_t fence = 0);
-void forget_buffer(ferry_client* c, ferry_buffer buf);
+int check_range(ferry_client* c, uint64_t buf, uint64_t offset, uint64_t bytes, const char* fn);
+void remember_buffer(ferry_client* c, uint64_t buf, uint64_t bytes, uint32_t fence = 0);
+void forget_buffer(ferry_client* c, uint64_t buf);
 // The fence of an allocation of this client (index + 1), or 0. A buffer
 // opened through a grant has its owner's fence, which this client cannot
 // see: 0 here, and the daemon checks it.
-uint32_t fence_of(ferry_client* c, ferry_buffer buf);
+uint32_t fence_of(ferry_client* c, uint64_t buf);
 
 // What an upload asks besides its bytes. `signal`: the last piece has the
 // device signal event `event` of pool `pool` after it. `after` > 0: every
@@ -95,12 +95,12 @@ struct UploadOptions {
 
 // The transfer paths (transfers.cpp). An upload gathers `count` source
 // ranges, back to back, into dst from dst_offset.
-int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
+int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
            const UploadOptions& o, ferry_ticket* out);
-int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes);
+int download(ferry_client* c, uint64_t src, uint64_t src_offset, void* dst, uint64_t bytes);
 // ferry_upload_reserve / ferry_upload_commit: one upload written in place.
 int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r);
-int commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst_offset, ferry_ticket* out);
+int commit(ferry_client* c, ferry_reservation* r, uint64_t dst, uint64_t dst_offset, ferry_ticket* out);
 int cancel(ferry_client* c, ferry_reservation* r);
 
 }  // namespace ferry::client

@@ -57,7 +57,7 @@ int submit(ferry_client* c, const Submit& s) {
 
 }  // namespace
 
-int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t bytes, const char* fn) {
+int check_range(ferry_client* c, uint64_t buf, uint64_t offset, uint64_t bytes, const char* fn) {
   if (bytes == 0) return misuse(-EINVAL, fn, "0 bytes (nothing to copy)");
   std::lock_guard lock(c->buffers_mu);
   auto it = c->buffer_sizes.find(buf);
@@ -71,25 +71,25 @@ int check_range(ferry_client* c, ferry_buffer buf, uint64_t offset, uint64_t byt
   return 0;
 }
 
-void remember_buffer(ferry_client* c, ferry_buffer buf, uint64_t bytes, uint32_t fence) {
+void remember_buffer(ferry_client* c, uint64_t buf, uint64_t bytes, uint32_t fence) {
   std::lock_guard lock(c->buffers_mu);
   c->buffer_sizes[buf] = bytes;
   if (fence != 0) c->fences[buf] = fence;
 }
 
-void forget_buffer(ferry_client* c, ferry_buffer buf) {
+void forget_buffer(ferry_client* c, uint64_t buf) {
   std::lock_guard lock(c->buffers_mu);
   c->buffer_sizes.erase(buf);
   c->fences.erase(buf);
 }
 
-uint32_t fence_of(ferry_client* c, ferry_buffer buf) {
+uint32_t fence_of(ferry_client* c, uint64_t buf) {
   std::lock_guard lock(c->buffers_mu);
   auto it = c->fences.find(buf);
   return it == c->fences.end() ? 0 : it->second;
 }
 
-int upload(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
+int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
            const UploadOptions& o, ferry_ticket* out) {
   const bool signal = o.signal;
   const uint64_t after = o.after;
@@ -182,7 +182,7 @@ int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
   return 0;
 }
 
-int commit(ferry_client* c, ferry_reservation* r, ferry_buffer dst, uint64_t dst_offset, ferry_ticket* out) {
+int commit(ferry_client* c, ferry_reservation* r, uint64_t dst, uint64_t dst_offset, ferry_ticket* out) {
   if (r == nullptr) return misuse(-EFAULT, "ferry_upload_commit", "the reservation is NULL");
   if (r->ticket == 0)
     return misuse(-EINVAL, "ferry_upload_commit", "the reservation was used already (committed or cancelled)");
@@ -216,7 +216,7 @@ int cancel(ferry_client* c, ferry_reservation* r) {
   return submit(c, s);
 }
 
-int download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {
+int download(ferry_client* c, uint64_t src, uint64_t src_offset, void* dst, uint64_t bytes) {
   if (dst == nullptr) return misuse(-EFAULT, "ferry_download", "the destination is NULL");
   if (int r = check_range(c, src, src_offset, bytes, "ferry_download"); r != 0) return r;
   Timeline& tl = c->timeline;

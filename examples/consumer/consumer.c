@@ -9,7 +9,7 @@
 
 int main(int argc, char **argv) {
   ferry_client *c = NULL;
-  ferry_buffer b = 0;
+  ferry_buffer b = {0};
   ferry_ticket t = 0;
   enum { N = 1 << 20 };
   unsigned char *src = malloc(N), *back = malloc(N);

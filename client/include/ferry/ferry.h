@@ -44,7 +44,13 @@ extern "C" {
 #endif
 
 typedef struct ferry_client ferry_client;
-typedef uint64_t ferry_buffer; /* a device buffer, named per client; 0 is never valid */
+/* A device buffer, named per client; id 0 is never valid. A struct, so that
+ * it and a ticket (or any integer) do not convert into each other: swapped
+ * arguments do not compile. It is passed and returned as one 64-bit integer
+ * would be, so the ABI is that of a uint64_t. */
+typedef struct ferry_buffer {
+  uint64_t id;
+} ferry_buffer;
 typedef uint64_t ferry_ticket; /* an upload; numbered per client from 1, completed in order */
 
 /* Connects to ferryd and receives this client's staging segment.

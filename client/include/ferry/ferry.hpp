@@ -103,7 +103,7 @@ class Client {
   }
   // Opens a granted buffer: its id for this client, and its size.
   std::pair<ferry_buffer, uint64_t> open(const ferry_token& token) {
-    ferry_buffer b = 0;
+    ferry_buffer b{};
     uint64_t bytes = 0;
     check(ferry_buffer_open(c_, &token, &b, &bytes), "ferry_buffer_open");
     return {b, bytes};
@@ -116,7 +116,7 @@ class Client {
     return h;
   }
   ferry_buffer import_buffer(const ferry_ipc_handle& h) {
-    ferry_buffer b = 0;
+    ferry_buffer b{};
     check(ferry_buffer_import(c_, &h, &b), "ferry_buffer_import");
     return b;
   }
@@ -148,19 +148,19 @@ class Buffer {
   Buffer(Client& c, uint64_t bytes) : c_(c.get()), bytes_(bytes) {
     check(ferry_buffer_alloc(c_, bytes, &id_), "ferry_buffer_alloc");
   }
-  Buffer(Buffer&& o) noexcept : c_(o.c_), id_(std::exchange(o.id_, 0)), bytes_(o.bytes_) {}
+  Buffer(Buffer&& o) noexcept : c_(o.c_), id_(std::exchange(o.id_, ferry_buffer{})), bytes_(o.bytes_) {}
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   Buffer& operator=(Buffer&&) = delete;
   ~Buffer() {
-    if (id_ != 0) ferry_buffer_free(c_, id_);
+    if (id_.id != 0) ferry_buffer_free(c_, id_);
   }
   ferry_buffer id() const { return id_; }
   uint64_t size() const { return bytes_; }
 
  private:
   ferry_client* c_;
-  ferry_buffer id_ = 0;
+  ferry_buffer id_{};
   uint64_t bytes_;
 };
 
