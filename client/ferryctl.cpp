@@ -107,7 +107,8 @@ vanish). --running-only asks only daemons whose running marker
 stopped or drained daemon is not connected to (that would start it again).
 --output writes the file atomically, for the node exporter's textfile
 collector (ferry-metrics.timer does every 15 s): a new file of a random name
-beside it, never opened through a link, renamed over it; its mode is kept.
+beside it, never opened through a link, renamed over it; the mode and group of
+a target of yours are kept.
 )"},
     {"ping", R"(usage: ferryctl [--socket PATH | --device N | --all] [--json] ping
 
@@ -580,8 +581,9 @@ std::string exposition(const Families& f) {
 // nothing in it is trusted: the bytes go to a new file of a random name,
 // created there with O_EXCL|O_NOFOLLOW (a planted link or FIFO is never
 // opened), which then replaces the target by rename (which replaces a link or
-// FIFO at the target's name, never what it points at). The target's mode is
-// kept if it is a regular file; a new one is 0644.
+// FIFO at the target's name, never what it points at). A regular file of
+// ours at the target's name keeps its mode (read and write bits only) and
+// group; anything else there (another user's) is replaced by a 0644 file.
 int write_atomically(const std::string& path, const std::string& text) {
   auto fail = [&](const char* what, const std::string& name) {
     std::fprintf(stderr, "ferryctl: cannot %s %s: %s\n", what, name.c_str(), std::strerror(errno));
@@ -601,8 +603,12 @@ int write_atomically(const std::string& path, const std::string& text) {
     ~Closer() { ::close(fd); }
   } dir_closer{dfd};
   mode_t mode = 0644;
+  gid_t group = static_cast<gid_t>(-1);
   struct stat st{};
-  if (::fstatat(dfd, base.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
+  if (::fstatat(dfd, base.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) {
+    mode = st.st_mode & 0666;
+    group = st.st_gid;
+  }
   std::string tmp;
   int fd = -1;
   for (int i = 0; i < 100 && fd < 0; ++i) {
@@ -619,12 +625,17 @@ int write_atomically(const std::string& path, const std::string& text) {
   for (size_t off = 0; ok && off < text.size();) {
     const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = EIO;
     ok = n > 0;
     if (ok) off += static_cast<size_t>(n);
   }
+  if (ok && group != static_cast<gid_t>(-1)) (void)::fchown(fd, static_cast<uid_t>(-1), group);  // kept where we may
   ok = ok && ::fchmod(fd, mode) == 0 && ::fsync(fd) == 0;
-  const int saved = errno;
-  ok = ::close(fd) == 0 && ok;
+  int saved = ok ? 0 : errno;
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    saved = errno;
+  }
   if (!ok) {
     ::unlinkat(dfd, tmp.c_str(), 0);
     errno = saved;

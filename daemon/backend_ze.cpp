@@ -34,7 +34,8 @@ class LevelZero final : public Backend {
       }
     }
     for (auto* e : all_events_) ze_.zeEventDestroy(e);
-    for (auto* p : pools_) ze_.zeEventPoolDestroy(p);
+    for (auto* p : pools_)
+      if (ze_.zeEventPoolDestroy(p) != ZE_RESULT_SUCCESS) FERRY_LOG(error, "the driver refused to destroy an event pool");
     if (list_ != nullptr) ze_.zeCommandListDestroy(list_);
     if (ctx_ != nullptr) ze_.zeContextDestroy(ctx_);
     // The loader stays loaded: unloading it while driver threads may still
@@ -190,7 +191,8 @@ class LevelZero final : public Backend {
     if (it == client_pools_.end()) return;
     for (auto* e : it->second.events)
       if (e != nullptr) ze_.zeEventDestroy(e);
-    ze_.zeEventPoolCloseIpcHandle(it->second.pool);
+    if (ze_.zeEventPoolCloseIpcHandle(it->second.pool) != ZE_RESULT_SUCCESS)
+      FERRY_LOG(error, "the driver refused to close client event pool %llu", static_cast<unsigned long long>(id));
     client_pools_.erase(it);
   }
 

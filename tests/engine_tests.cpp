@@ -196,9 +196,9 @@ TEST_CASE("the segment pool releases what an order's callback holds outside its 
   holder->out = &reentered;
   std::promise<int> made;
   auto made_f = made.get_future();
+  // The order's callback holds the only reference.
   REQUIRE(pool.order(2, 4096, std::make_shared<std::atomic<bool>>(false),
-                     [holder, &made](int r, StagingSegment, bool) { made.set_value(r); }) == 0);
-  holder.reset();  // the order's callback holds the last reference now
+                     [h = std::move(holder), &made](int r, StagingSegment, bool) { made.set_value(r); }) == 0);
   CHECK(made_f.get() == 0);
   CHECK(result.get());
 }

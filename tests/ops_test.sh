@@ -226,7 +226,6 @@ last = int(open("/proc/sys/kernel/ns_last_pid").read())
 for p in range(last + 1, last + 2001):
     os.symlink(target, "%s/ferry.prom.tmp.%d" % (d, p))
 ' "$export_dir" "$secret"
-  as_user mkfifo "$export_dir/.ferry.prom.fifo"
   as_user ln -s "$secret" "$export_dir/ferry.prom"
   timeout 20 "$build/client/ferryctl" --socket-dir "$dir" --all metrics --output "$export_dir/ferry.prom" ||
     fail "--output into a planted directory: exit $?"
@@ -237,6 +236,17 @@ for p in range(last + 1, last + 2001):
   chmod 0640 "$export_dir/ferry.prom"
   ctl --all metrics --output "$export_dir/ferry.prom" || fail "--output over an existing file"
   [[ $(stat -c %a "$export_dir/ferry.prom") == 640 ]] || fail "--output did not keep the target's mode"
+  # Another user's file at the name, setuid and world-writable: its mode is not taken.
+  rm "$export_dir/ferry.prom"
+  as_user sh -c "echo x >'$export_dir/ferry.prom' && chmod 6777 '$export_dir/ferry.prom'"
+  ctl --all metrics --output "$export_dir/ferry.prom" || fail "--output over another user's file"
+  [[ $(stat -c %a:%u "$export_dir/ferry.prom") == 644:0 ]] || fail "--output took another user's mode: $(stat -c %a:%u "$export_dir/ferry.prom")"
+  # A FIFO at the target's own name is replaced, not opened (which would block).
+  rm "$export_dir/ferry.prom"
+  as_user mkfifo "$export_dir/ferry.prom"
+  timeout 20 "$build/client/ferryctl" --socket-dir "$dir" --all metrics --output "$export_dir/ferry.prom" ||
+    fail "--output onto a FIFO: exit $?"
+  [[ -f $export_dir/ferry.prom && ! -p $export_dir/ferry.prom ]] || fail "--output left the FIFO at its name"
   ! ls -A "$export_dir" | grep -q '^\.ferry\.prom\.tmp' || fail "--output left a temporary file"
   echo "ok: --output in a directory another user planted links and a FIFO in changed nothing else"
 fi

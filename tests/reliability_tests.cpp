@@ -493,7 +493,7 @@ Made churn(const Daemon& d, int n, uint32_t slots_wanted = 0) {
 }
 }  // namespace
 
-TEST_CASE("connection churn: segments are made, registered and unmapped off the io thread", "[faults][churn]") {
+TEST_CASE("connection churn: segments are made and registered off the io thread", "[faults][churn]") {
   const int n = 20;
   SECTION("without the pool every connect makes its own on the io thread") {
     Daemon d({"--segment-pool", "0"});
@@ -707,11 +707,11 @@ TEST_CASE("out of descriptors, accept backs off instead of spinning, and serves 
   };
   while (full_ms() < 500) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   for (int fd : strangers) ::close(fd);
-  const double full = full_ms();
   if (extra >= 0) ::close(extra);
   // The places come back: a real client gets in and works.
   ferry_client* c = nullptr;
   REQUIRE(eventually([&] { return ferry_connect(d.socket.c_str(), &c) == 0; }));
+  const double full = full_ms();  // accepts may fail until the daemon saw the strangers go
   ferry_buffer b{};
   CHECK(ferry_buffer_alloc(c, 64, &b) == 0);
   ferry_disconnect(c);

@@ -600,9 +600,9 @@ TEST_CASE("device properties: the timer's resolution in both forms of the struct
 
 // The spec has an event pool's events destroyed before the pool: a real
 // driver may crash on a pool destroyed first (its events point into it), so
-// the simulated one refuses it, and ferryd's order of teardown is checked in
-// every test. (catch_main.cpp also turns on the loader's handle-lifetime and
-// threading validation for every test and every ferryd they start.)
+// the simulated one refuses it (and ferryd logs an error if a pool of its is
+// refused). catch_main.cpp also turns on the loader's handle-lifetime and
+// threading validation for every test and every ferryd they start.
 TEST_CASE("an event pool with live events is not destroyed", "[sim][validation]") {
   Sim s;
   ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr, ZE_EVENT_POOL_FLAG_HOST_VISIBLE, 1};

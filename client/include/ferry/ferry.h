@@ -46,8 +46,8 @@ extern "C" {
 typedef struct ferry_client ferry_client;
 /* A device buffer, named per client; id 0 is never valid. A struct, so that
  * it and a ticket (or any integer) do not convert into each other: swapped
- * arguments do not compile. It is passed and returned as one 64-bit integer
- * would be, so the ABI is that of a uint64_t. */
+ * arguments do not compile. It is passed as one 64-bit integer would be
+ * (x86-64, AArch64), so the ABI of the calls taking it is unchanged. */
 typedef struct ferry_buffer {
   uint64_t id;
 } ferry_buffer;
