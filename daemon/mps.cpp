@@ -10,6 +10,7 @@
 #include <dirent.h>
 
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -30,13 +31,25 @@ namespace ferry::ferryd {
 // daemon (seen on the H200 after `quit`), so it must answer: a socket that
 // accepts a connection, or a FIFO with a reader. ferryd may not see other
 // users' processes (ProtectProc=invisible), so this is what it can check.
+// Any user may create /tmp/nvidia-mps: the directory and the file count only
+// when root or ferryd's own user owns them (never through a link), and the
+// check never blocks (a listener with a full backlog is retried for at most
+// a second). Otherwise ferryd reports time slicing, with a warning.
 bool mps_control_present() {
-  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
-  const std::string path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp/nvidia-mps") + "/control";
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) return false;
+  const char* env = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string dir = env != nullptr && *env != '\0' ? env : "/tmp/nvidia-mps";
+  const std::string path = dir + "/control";
+  const uid_t self = ::geteuid();
+  auto trusted = [&](const struct stat& st) { return st.st_uid == 0 || st.st_uid == self; };
+  struct stat ds{}, st{};
+  if (::lstat(path.c_str(), &st) != 0) return false;
+  if (::lstat(dir.c_str(), &ds) != 0 || !S_ISDIR(ds.st_mode) || !trusted(ds) || !trusted(st)) {
+    FERRY_LOG(warn, "MPS: %s is not root's or ferryd's own (uid %u), or is reached through a link: ignored, as "
+              "any user could have made it; reporting time slicing", path.c_str(), static_cast<unsigned>(self));
+    return false;
+  }
   if (S_ISFIFO(st.st_mode)) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);  // ENXIO: nobody reads it
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);  // ENXIO: nobody reads it
     if (fd < 0) return false;
     ::close(fd);
     return true;
@@ -46,16 +59,27 @@ bool mps_control_present() {
   a.sun_family = AF_UNIX;
   std::memcpy(a.sun_path, path.c_str(), path.size());
   // A SOCK_SEQPACKET socket on the H200 machine (CUDA 13); a stream socket
-  // is tried too. Refused: nobody listens.
+  // is tried too. Refused: nobody listens. Non-blocking: a full backlog is
+  // EAGAIN at once, not a wait.
+  bool busy = false;
   for (int type : {SOCK_SEQPACKET, SOCK_STREAM}) {
-    const int fd = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    const int r = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    const int err = errno;
-    ::close(fd);
-    if (r == 0) return true;
-    if (err != EPROTOTYPE) return false;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const int fd = ::socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (fd < 0) break;
+      const int r = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      const int err = errno;
+      ::close(fd);
+      if (r == 0) return true;
+      if (err == EAGAIN) {
+        busy = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      if (err == EPROTOTYPE) break;
+      return false;
+    }
   }
+  if (busy) FERRY_LOG(warn, "MPS: %s does not accept a connection within a second: reporting time slicing", path.c_str());
   return false;
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The slot lifecycle and the transfer engine, on the real Level Zero backend
 // over the simulated device.
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend.hpp"
 #include "engine.hpp"
@@ -160,8 +162,56 @@ TEST_CASE("MPS is reported only while a control daemon answers in its pipe direc
   REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
   REQUIRE(::listen(fd, 4) == 0);
   CHECK(ferry::ferryd::mps_control_present());
-  ::close(fd);  // the daemon quit; its socket file stays
-  CHECK_FALSE(ferry::ferryd::mps_control_present());
+  // A listener whose backlog is full: no answer within a second, never a wait.
+  {
+    const int busy = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    ::unlink(path.c_str());
+    ::close(fd);
+    sockaddr_un b{};
+    b.sun_family = AF_UNIX;
+    std::strncpy(b.sun_path, path.c_str(), sizeof b.sun_path - 1);
+    REQUIRE(::bind(busy, reinterpret_cast<sockaddr*>(&b), sizeof b) == 0);
+    REQUIRE(::listen(busy, 0) == 0);
+    std::vector<int> queued;
+    for (int i = 0; i < 64; ++i) {
+      const int q = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
+      if (::connect(q, reinterpret_cast<sockaddr*>(&b), sizeof b) != 0) {
+        ::close(q);
+        break;
+      }
+      queued.push_back(q);
+    }
+    CHECK_FALSE(ferry::ferryd::mps_control_present());  // returns: it used to block here for good
+    for (int q : queued) ::close(q);
+    // The listener takes what waited: room again, and it answers.
+    ::fcntl(busy, F_SETFL, O_NONBLOCK);
+    auto take_all = [&] {  // each answered check leaves one more connection waiting
+      for (int q; (q = ::accept(busy, nullptr, nullptr)) >= 0;) ::close(q);
+    };
+    take_all();
+    CHECK(ferry::ferryd::mps_control_present());
+    // Any user may make the directory or the file: only root's or our own count.
+    if (::geteuid() == 0) {
+      const uid_t other = 54321;
+      REQUIRE(::chown(path.c_str(), other, other) == 0);
+      CHECK_FALSE(ferry::ferryd::mps_control_present());
+      REQUIRE(::chown(path.c_str(), 0, 0) == 0);
+      REQUIRE(::chown(dir, other, other) == 0);
+      CHECK_FALSE(ferry::ferryd::mps_control_present());
+      REQUIRE(::chown(dir, 0, 0) == 0);
+      take_all();
+      CHECK(ferry::ferryd::mps_control_present());
+      // Nor through a link to a directory of ours.
+      const std::string link = std::string(dir) + "-link";
+      REQUIRE(::symlink(dir, link.c_str()) == 0);
+      ::setenv("CUDA_MPS_PIPE_DIRECTORY", link.c_str(), 1);
+      CHECK_FALSE(ferry::ferryd::mps_control_present());
+      ::setenv("CUDA_MPS_PIPE_DIRECTORY", dir, 1);
+      ::unlink(link.c_str());
+    }
+    ::close(busy);
+  }
+  CHECK_FALSE(ferry::ferryd::mps_control_present());  // the daemon quit; its socket file stays
   ::unlink(path.c_str());
   ::rmdir(dir);
   ::unsetenv("CUDA_MPS_PIPE_DIRECTORY");
