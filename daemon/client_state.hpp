@@ -37,7 +37,11 @@ using Failed = std::vector<std::pair<uint64_t, int>>;
 class ProgressSink {
  public:
   virtual ~ProgressSink() = default;
+  // The client broke the protocol (its ring): its session ends.
   virtual void broken(const char* why) = 0;
+  // Its session ends for `why`, told to the client as `code` (an admin's
+  // disconnect): at once, whether or not it reads its socket.
+  virtual void end(int code, const char* why) = 0;
 };
 
 // One transfer as ferryd took it from the ring: every word copied out of

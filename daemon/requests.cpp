@@ -271,7 +271,7 @@ void Requests::on_admin(const proto::AdminRequest& m) {
   if (!sink) return reply(m.request, -ENOENT, 0);
   FERRY_LOG(info, "client %llu (pid %d) disconnected by uid %u (ferryctl disconnect)", ull(m.client),
             it->second->pid, peer_.uid);
-  sink->broken("disconnected by an administrator (ferryctl disconnect)");
+  sink->end(-ECONNABORTED, "disconnected by an administrator (ferryctl disconnect)");
   reply(m.request, 0, m.client);
 }
 

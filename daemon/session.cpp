@@ -37,7 +37,8 @@ Session::Session(socket_type socket, Context& ctx, std::function<void(const std:
                },
                [this] { close(); }}),
       requests_(ctx, *this),
-      hello_deadline_(socket_.get_executor()) {
+      hello_deadline_(socket_.get_executor()),
+      close_deadline_(socket_.get_executor()) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
@@ -68,6 +69,7 @@ void Session::close() {
   closed_ = true;
   cancelled_->store(true);
   hello_deadline_.cancel();
+  close_deadline_.cancel();
   close_fds();
   outbox_.drop();
   boost::system::error_code ec;
@@ -89,7 +91,7 @@ void Session::shut_down() {
   auto m = proto::make<proto::Shutdown>(proto::Type::shutdown);
   m.reason = -ESHUTDOWN;
   outbox_.queue(&m, sizeof m);
-  outbox_.close_after_write();
+  close_soon();
 }
 
 void Session::read() {
@@ -195,12 +197,27 @@ void Session::send(const void* data, size_t bytes, int fd) {
 
 void Session::fatal(int code, const char* why) {
   FERRY_LOG(warn, "closing session of pid %d: %s", pid, why);
+  // Its ring is not read again: nothing more of it reaches the device.
+  if (const ClientRef& c = client()) c->ring_broken = true;
   auto e = proto::make<proto::Error>(proto::Type::error);
   e.h.flags = proto::kErrorFatal;
   e.code = code;
   proto::set_text(e.text, why);
   outbox_.queue(&e, sizeof e);
+  close_soon();
+}
+
+void Session::close_soon() {
+  if (closed_ || outbox_.closing()) return;
   outbox_.close_after_write();
+  if (closed_) return;
+  close_deadline_.expires_after(kCloseWithin);
+  close_deadline_.async_wait([this, self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || closed_) return;
+    FERRY_LOG(debug, "session of pid %d: its last messages were not read within %lld s; closed", pid,
+              static_cast<long long>(kCloseWithin.count()));
+    close();
+  });
 }
 
 }  // namespace ferry::ferryd

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -54,6 +55,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
 
   // ProgressSink
   void broken(const char* why) override { fatal(-EPROTO, why); }
+  void end(int code, const char* why) override { fatal(code, why); }
 
  private:
   void read();
@@ -64,6 +66,11 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   void close_fds();
   // Closes a connection that sent no Hello within --hello-timeout.
   void arm_hello_deadline();
+  // A session that is to close once its last message is written closes by
+  // kCloseWithin whether or not the peer reads it: a client that leaves its
+  // socket full cannot keep its session (and what it holds) alive.
+  void close_soon();
+  static constexpr auto kCloseWithin = std::chrono::seconds(1);
 
   socket_type socket_;
   Context& ctx_;
@@ -74,6 +81,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   size_t in_used_ = 0;
   std::deque<int> fds_in_;  // received, not yet claimed by a message
   boost::asio::steady_timer hello_deadline_;
+  boost::asio::steady_timer close_deadline_;
   bool closed_ = false;
   bool reading_ = false;  // a read is armed
   bool paused_ = false;   // a Hello is being answered: messages wait

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -326,6 +327,11 @@ class RawClient {
         return true;
       }
     }
+  }
+  // Bytes that came and were not read yet.
+  size_t unread() const {
+    int n = 0;
+    return ::ioctl(fd, FIONREAD, &n) == 0 && n > 0 ? static_cast<size_t>(n) : 0;
   }
   bool closed_by_peer() {
     char c;

@@ -236,6 +236,59 @@ TEST_CASE("bad input on raw sockets: each gets an error or its session closed; t
   ferry_disconnect(c);
 }
 
+namespace {
+// An admin's (this test's user runs the daemon: an admin) disconnect of client `id`.
+int32_t admin_disconnect(const Daemon& d, uint64_t id) {
+  RawClient admin(d.socket);
+  auto m = proto::make<proto::AdminRequest>(proto::Type::admin_request);
+  m.request = 1;
+  m.action = proto::kAdminDisconnect;
+  m.client = id;
+  admin.send(m);
+  proto::Reply rep{};
+  REQUIRE(admin.expect(proto::Type::reply, &rep));
+  return rep.status;
+}
+bool listed(const Daemon& d, uint64_t id) {
+  const auto t = d.status();
+  for (const auto& [k, c] : t.get_child("clients"))
+    if (c.get<uint64_t>("id") == id) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("an admin's disconnect ends the session at once, read or not, and the client is told why",
+          "[faults][admin]") {
+  Daemon d;
+  SECTION("a client that leaves its socket full") {
+    RawClient r(d.socket);
+    r.hello();
+    // 300 status replies it never reads: more than its socket holds, so the
+    // daemon's writes to it wait.
+    auto q = proto::make<proto::StatusRequest>(proto::Type::status_request);
+    for (int i = 0; i < 300; ++i) r.send(q);
+    REQUIRE(eventually([&] { return r.unread() > 0; }));
+    CHECK(admin_disconnect(d, r.welcome.client_id) == 0);
+    // Gone, and everything it held with it (it used to stay, its ring served).
+    CHECK(eventually([&] { return !listed(d, r.welcome.client_id); }));
+    CHECK(d.holds_nothing());
+  }
+  SECTION("a libferry client learns it from its errno") {
+    ferry_client* c = nullptr;
+    REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+    ferry_info info{};
+    REQUIRE(ferry_get_info(c, &info) == 0);
+    CHECK(admin_disconnect(d, info.client_id) == 0);
+    ferry_buffer b{};
+    int rc = 0;
+    CHECK(eventually([&] { return (rc = ferry_buffer_alloc(c, 64, &b)) != 0; }));
+    CHECK(rc == -ECONNABORTED);
+    CHECK(std::string(ferry_strerror(rc)).find("administrator") != std::string::npos);
+    ferry_disconnect(c);
+    CHECK(d.holds_nothing());
+  }
+}
+
 TEST_CASE("a client that never reads, or floods, cannot stall the others", "[faults][flood]") {
   Daemon d;
   Witness w(d.socket);

@@ -331,6 +331,7 @@ const char* ferry_strerror(int err) {
     case -ECONNREFUSED: return "no daemon accepts on that socket (stale socket file?)";
     case -ECONNRESET: return "the daemon closed the connection";
     case -ESHUTDOWN: return "the daemon is shutting down";
+    case -ECONNABORTED: return "disconnected by an administrator of the daemon (ferryctl disconnect): connect again";
     case -EUSERS: return "the daemon serves its maximum number of clients";
     case -EPROTO: return "protocol error: client and daemon do not agree";
     case -EDQUOT: return "over this client's device-memory quota";
