@@ -196,7 +196,7 @@ void Session::send(const void* data, size_t bytes, int fd) {
 }
 
 void Session::fatal(int code, const char* why) {
-  FERRY_LOG(warn, "closing session of pid %d: %s", pid, why);
+  if (ctx_.session_log.take(&ctx_.stats.log_lines_left_out)) FERRY_LOG(warn, "closing session of pid %d: %s", pid, why);
   // Its ring is not read again: nothing more of it reaches the device.
   if (const ClientRef& c = client()) c->ring_broken = true;
   auto e = proto::make<proto::Error>(proto::Type::error);

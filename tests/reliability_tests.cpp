@@ -10,6 +10,7 @@
 #include <iterator>
 #include <sstream>
 #include <cerrno>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -287,6 +288,25 @@ TEST_CASE("an admin's disconnect ends the session at once, read or not, and the 
     ferry_disconnect(c);
     CHECK(d.holds_nothing());
   }
+}
+
+TEST_CASE("lines about bad connections are rate-limited: one user cannot flood the log", "[faults][badinput]") {
+  Daemon d;
+  const int n = 200;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) {
+    RawClient r(d.socket);
+    auto h = proto::make<proto::Hello>(proto::Type::hello);
+    h.magic = 0xbad;
+    r.send(h);
+    REQUIRE(r.closed_by_peer());  // closed for bad input: one line each, were they not limited
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // At most 10 lines in each second it took (and one window begun before).
+  const auto left_out = d.status().get<uint64_t>("totals.log_lines_left_out");
+  INFO(left_out << " of " << n << " lines left out in " << seconds << " s");
+  CHECK(left_out >= static_cast<uint64_t>(std::max(0.0, n - 10 * (std::ceil(seconds) + 1))));
+  CHECK(left_out < static_cast<uint64_t>(n));
 }
 
 TEST_CASE("a client that never reads, or floods, cannot stall the others", "[faults][flood]") {
