@@ -49,13 +49,16 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
   const DeviceInfo& info = engine.device();
   const EngineStats& st = engine.stats();
   const bool all = is_admin(opts, viewer, viewer_gid);
-  uint64_t entries_total = 0, busy = 0;
+  // The ring's counts, as everything below, are of the clients the viewer
+  // may see: another user's traffic is theirs.
+  uint64_t entries_total = 0, busy = 0, bytes_busy = 0;
   json::array clients;
   for (const auto& [id, c] : engine.clients()) {
     if (!c->connected) continue;
+    if (!all && c->uid != viewer) continue;
     entries_total += c->ring_entries();
     busy += c->in_flight();
-    if (!all && c->uid != viewer) continue;
+    bytes_busy += c->in_flight_bytes();
     const ClientStats& cs = c->stats();
     clients.push_back(json::object{{"id", c->id()},
                                    {"pid", c->pid},
@@ -129,7 +132,7 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
         {"entries_total", entries_total},
         {"transfers_in_flight", busy},
         {"entries_free", entries_total - busy},
-        {"bytes_in_flight", st.in_flight_bytes}}},
+        {"bytes_in_flight", all ? st.in_flight_bytes : bytes_busy}}},
       // uploads: ferry_upload calls done; upload_pieces: the copies they took.
       // connections: clients (Hellos), not status requests such as ferryctl's.
       {"totals",

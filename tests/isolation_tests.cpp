@@ -128,6 +128,9 @@ TEST_CASE("status: other users see only their own clients; peer credentials are 
     if (t.get<uint64_t>("totals.uploads") != 0 || t.get<uint64_t>("totals.upload_bytes") != 0) return 4;
     if (t.get<uint64_t>("held.buffers") != 0 || t.get<uint64_t>("held.clients") != 1) return 5;
     if (t.get<uint64_t>("histograms.upload_latency.count", 0) != 0) return 6;
+    // The ring's counts too: its one client's entries, not root's client's as well.
+    if (t.get<uint64_t>("ring.entries_total") != t.get<uint64_t>("ring.entries_per_client")) return 8;
+    if (t.get<uint64_t>("ring.transfers_in_flight") != 0 || t.get<uint64_t>("ring.bytes_in_flight") != 0) return 9;
     return t.get<std::string>("scope") == "own clients" ? 0 : 7;
   });
   CHECK(rc == 0);
