@@ -86,7 +86,13 @@ int Connection::exchange(void* msg, size_t n, uint64_t* request_field, int fd, A
     id = next_request_++;
   }
   *request_field = id;
-  if (int r = send(msg, n, fd); r != 0) return r;
+  if (int r = send(msg, n, fd); r != 0) {
+    // The daemon closed the connection: the receiver reads why (a fatal Error
+    // comes before the end), and the caller hears that, not just a reset.
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms()), [&] { return dead_ != 0; });
+    return dead_ != 0 ? dead_ : r;
+  }
   std::unique_lock lock(mu_);
   const bool came = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms()),
                                  [&] { return answers_.count(id) != 0 || dead_ != 0; });

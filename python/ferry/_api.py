@@ -6,6 +6,7 @@ import ctypes
 import errno as _errno
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 
 from . import _lib
@@ -177,6 +178,13 @@ class Client:
         self._c = _lib.c_client_p()
         self._closers = []  # called before the disconnect (registrations of the segment, say)
         self._pid = os.getpid()
+        # Calls in flight, so that close() in one thread never frees the
+        # connection under a call of another: it waits for them, and calls
+        # after it raise.
+        self._gate = threading.Condition()
+        self._active = 0
+        self._reservations = weakref.WeakSet()
+        self._closing = None  # (thread, handle) while close() runs the closers
         path = None if socket is None else os.fsencode(socket)
         r = _c.ferry_connect(path, ctypes.byref(self._c))
         if r != 0:
@@ -186,18 +194,37 @@ class Client:
     # ---- lifetime
     def close(self):
         """Disconnects; the daemon frees every buffer this client still holds.
-        In a forked child this only lets go of the child's copy of the
-        connection (it belongs to the parent)."""
-        if self._c:
-            if os.getpid() == self._pid:
-                for f in reversed(self._closers):
-                    try:
-                        f()
-                    except Exception:  # noqa: BLE001 - closing anyway
-                        pass
-            self._closers = []
-            _c.ferry_disconnect(self._c)
-            self._c = _lib.c_client_p()
+        Safe while other threads use the client: it waits for their calls in
+        flight to return, and later calls raise ferry.Error (ENOTCONN). The
+        views of reservations not yet used are released (writing one raises);
+        an array made on such a view would point at memory that is gone, so
+        release those first. In a forked child this only lets go of the
+        child's copy of the connection (it belongs to the parent)."""
+        if os.getpid() != self._pid:
+            # A forked child: only its copy of the socket goes (no lock: it
+            # may have been copied held).
+            h, self._c = self._c, _lib.c_client_p()
+            if h:
+                _c.ferry_disconnect(h)
+            return
+        with self._gate:
+            if not self._c:
+                return
+            h = self._c
+            self._c = _lib.c_client_p()  # no new call starts, but the closers' own
+            self._closing = (threading.get_ident(), h)
+            while self._active:
+                self._gate.wait()
+        for f in reversed(self._closers):
+            try:
+                f()
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+        self._closers = []
+        self._closing = None
+        for r in list(self._reservations):
+            r._drop_view()
+        _c.ferry_disconnect(h)
 
     def __enter__(self):
         return self
@@ -211,24 +238,43 @@ class Client:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
-    def _h(self):
-        if not self._c:
-            raise Error(-_errno.ENOTCONN, "ferry client")
-        return self._c
+    def _call(self, fn, *args):
+        """fn(handle, *args), with the handle kept alive until it returns."""
+        closing = self._closing
+        if closing is not None and closing[0] == threading.get_ident():
+            return fn(closing[1], *args)  # a closer, run by close() itself
+        if os.getpid() != self._pid:
+            # A forked child: the lock may have been copied held; libferry
+            # refuses the call itself (ECHILD).
+            if not self._c:
+                raise Error(-_errno.ENOTCONN, "ferry client (closed)")
+            return fn(self._c, *args)
+        with self._gate:
+            if not self._c:
+                raise Error(-_errno.ENOTCONN, "ferry client (closed)")
+            h = self._c
+            self._active += 1
+        try:
+            return fn(h, *args)
+        finally:
+            with self._gate:
+                self._active -= 1
+                if self._active == 0:
+                    self._gate.notify_all()
 
     # ---- buffers
     def alloc(self, nbytes):
         """A device buffer of nbytes; a Buffer (a context manager that frees it)."""
         out = _lib.c_buffer()
         n = _u64(nbytes, "nbytes")
-        _check(_c.ferry_buffer_alloc(self._h(), n, ctypes.byref(out)), f"alloc {nbytes} bytes")
+        _check(self._call(_c.ferry_buffer_alloc, n, ctypes.byref(out)), f"alloc {nbytes} bytes")
         return Buffer(self, out.value, n, owned=True)
 
     def open(self, token):
         """Opens a buffer another client granted (token: 32 bytes from Buffer.grant)."""
         t = _token(token)
         out, size = _lib.c_buffer(), ctypes.c_uint64()
-        _check(_c.ferry_buffer_open(self._h(), ctypes.byref(t), ctypes.byref(out), ctypes.byref(size)), "open")
+        _check(self._call(_c.ferry_buffer_open, ctypes.byref(t), ctypes.byref(out), ctypes.byref(size)), "open")
         return Buffer(self, out.value, size.value, owned=False)
 
     # ---- transfers
@@ -273,7 +319,7 @@ class Client:
             o.publish = _u64(publish or 0, "publish")
             opts = ctypes.byref(o)
         ticket = _lib.c_ticket()
-        r = _c.ferry_upload_gather(self._h(), bid, _u64(offset, "offset"), iov, len(spans), opts, ctypes.byref(ticket))
+        r = self._call(_c.ferry_upload_gather, bid, _u64(offset, "offset"), iov, len(spans), opts, ctypes.byref(ticket))
         _check(r, f"upload of {total} bytes to buffer {bid} at {offset}")
         return ticket.value
 
@@ -286,8 +332,10 @@ class Client:
         behind it. As a context manager, leaving the block without a commit
         gives it up (nothing is written)."""
         r = _lib.CReservation()
-        _check(_c.ferry_upload_reserve(self._h(), _u64(nbytes, "nbytes"), ctypes.byref(r)), f"reserve {nbytes} bytes")
-        return Reservation(self, r)
+        _check(self._call(_c.ferry_upload_reserve, _u64(nbytes, "nbytes"), ctypes.byref(r)), f"reserve {nbytes} bytes")
+        res = Reservation(self, r)
+        self._reservations.add(res)
+        return res
 
     def download(self, buffer, out=None, offset=0, nbytes=None):
         """Copies device bytes back: into `out` (a writable C-contiguous
@@ -308,33 +356,33 @@ class Client:
 
     def _download_to(self, bid, offset, address, nbytes):
         """download into raw memory the caller owns (address, nbytes)."""
-        _check(_c.ferry_download(self._h(), bid, _u64(offset, "offset"), address, _u64(nbytes, "nbytes")),
+        _check(self._call(_c.ferry_download, bid, _u64(offset, "offset"), address, _u64(nbytes, "nbytes")),
                f"download of {nbytes} bytes")
 
     def wait(self, ticket, timeout=None):
         """Until the upload with this ticket is on the device (timeout: seconds,
         None for ever); raises its error if it failed."""
-        _check(_c.ferry_wait(self._h(), int(ticket), _timeout_ns(timeout)), f"wait for ticket {ticket}")
+        _check(self._call(_c.ferry_wait, int(ticket), _timeout_ns(timeout)), f"wait for ticket {ticket}")
 
     def flush(self, timeout=None):
         """Until every upload so far is on the device; raises the oldest failure."""
-        _check(_c.ferry_flush(self._h(), _timeout_ns(timeout)), "flush")
+        _check(self._call(_c.ferry_flush, _timeout_ns(timeout)), "flush")
 
     @property
     def completed(self):
         """The highest ticket such that it and every earlier one are done (no wait)."""
-        return _c.ferry_completed(self._h())
+        return self._call(_c.ferry_completed)
 
     # ---- queue order
     def signal(self, value):
         """Raises this client's application value (never lowers it): uploads
         made with after=v start once it reaches v."""
-        _check(_c.ferry_signal(self._h(), int(value)), f"signal {value}")
+        _check(self._call(_c.ferry_signal, int(value)), f"signal {value}")
 
     def timeline(self):
         """Where this client's timeline words lie in its segment (a Timeline)."""
         t = _lib.CTimeline()
-        _check(_c.ferry_get_timeline(self._h(), ctypes.byref(t)), "timeline")
+        _check(self._call(_c.ferry_get_timeline, ctypes.byref(t)), "timeline")
         return Timeline(
             t.segment or 0,
             t.segment_bytes,
@@ -346,7 +394,7 @@ class Client:
     def info(self):
         """This client's geometry and device (an Info)."""
         i = _lib.CInfo()
-        _check(_c.ferry_get_info(self._h(), ctypes.byref(i)), "info")
+        _check(self._call(_c.ferry_get_info, ctypes.byref(i)), "info")
         return Info(i.client_id, i.slot_bytes, i.slot_count, i.device.decode(errors="replace"),
                     i.backend.decode(errors="replace"))
 
@@ -370,15 +418,15 @@ class Reservation:
         """Uploads the written bytes to `buffer` at `offset`; returns the ticket."""
         bid = _buffer_id(buffer)
         ticket = _lib.c_ticket()
-        r = _c.ferry_upload_commit(self.client._h(), ctypes.byref(self._r), bid, _u64(offset, "offset"),
-                                   ctypes.byref(ticket))
+        r = self.client._call(_c.ferry_upload_commit, ctypes.byref(self._r), bid, _u64(offset, "offset"),
+                              ctypes.byref(ticket))
         self._drop_view()
         _check(r, f"commit of {self.nbytes} bytes to buffer {bid} at {offset}")
         return ticket.value
 
     def cancel(self):
         """Gives the reservation up: nothing is written anywhere."""
-        r = _c.ferry_upload_cancel(self.client._h(), ctypes.byref(self._r))
+        r = self.client._call(_c.ferry_upload_cancel, ctypes.byref(self._r))
         self._drop_view()
         _check(r, "cancel of a reservation")
 
@@ -446,7 +494,7 @@ class Fence:
         """Until an upload published `value` (or more) into this fence, on the
         host; raises ferry.Error (EIO) if that upload failed, or on timeout."""
         b = self.buffer
-        _check(_c.ferry_fence_wait(b.client._h(), b.id, _u64(value, "value"), _timeout_ns(timeout)),
+        _check(b.client._call(_c.ferry_fence_wait, b.id, _u64(value, "value"), _timeout_ns(timeout)),
                f"wait for {value} on buffer {b.id}'s fence")
 
     def __repr__(self):
@@ -497,19 +545,19 @@ class Buffer:
     def grant(self, rights=RIGHT_UPLOAD | RIGHT_DOWNLOAD):
         """A 32-byte token whose holder may open this buffer with `rights`."""
         t = _lib.Token()
-        _check(_c.ferry_buffer_grant(self.client._h(), self.id, int(rights), ctypes.byref(t)), "grant")
+        _check(self.client._call(_c.ferry_buffer_grant, self.id, int(rights), ctypes.byref(t)), "grant")
         return bytes(t.bytes)
 
     def revoke(self, token=None):
         """Ends one grant (token) or, with None, every grant of this buffer."""
         t = None if token is None else ctypes.byref(_token(token))
-        _check(_c.ferry_buffer_revoke(self.client._h(), self.id, t), "revoke")
+        _check(self.client._call(_c.ferry_buffer_revoke, self.id, t), "revoke")
 
     def export(self):
         """An IpcHandle of this buffer (one this client allocated), for a
         process that computes on it in its own context."""
         h = _lib.IpcHandle()
-        _check(_c.ferry_buffer_export(self.client._h(), self.id, ctypes.byref(h)), f"export buffer {self.id}")
+        _check(self.client._call(_c.ferry_buffer_export, self.id, ctypes.byref(h)), f"export buffer {self.id}")
         return IpcHandle(h.kind, h.fd, h.bytes, bytes(h.data))
 
     @property
@@ -518,7 +566,7 @@ class Buffer:
         if not self.owned:
             raise ValueError("only the owner of a buffer sees its fence")
         f = _lib.CFence()
-        _check(_c.ferry_buffer_fence(self.client._h(), self.id, ctypes.byref(f)), f"fence of buffer {self.id}")
+        _check(self.client._call(_c.ferry_buffer_fence, self.id, ctypes.byref(f)), f"fence of buffer {self.id}")
         return Fence(self, f)
 
     def free(self):
@@ -536,7 +584,7 @@ class Buffer:
                 m.close()
             self._maps.clear()
         if self.id:
-            _check(_c.ferry_buffer_free(self.client._h(), self.id), f"free buffer {self.id}")
+            _check(self.client._call(_c.ferry_buffer_free, self.id), f"free buffer {self.id}")
             self.id = 0
 
     def __enter__(self):

@@ -121,6 +121,42 @@ class FerryTest(unittest.TestCase):
             c.alloc(16)
         self.assertEqual(e.exception.errno, errno.ENOTCONN)
 
+    def test_close_while_other_threads_upload(self):
+        # close() waits for the calls in flight; every later call raises
+        # ENOTCONN (it used to free the client under them: SIGSEGV).
+        c = ferry.Client(self.d.socket)
+        bufs = [c.alloc(100_000) for _ in range(4)]
+        started = threading.Barrier(5)
+        outcomes = []
+
+        def run(k):
+            started.wait()
+            data = bytes([k]) * 100_000
+            try:
+                while True:
+                    c.wait(bufs[k].upload(data))
+            except ferry.Error as e:
+                outcomes.append(e.errno)
+
+        ts = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for t in ts:
+            t.start()
+        started.wait()
+        c.close()
+        for t in ts:
+            t.join()
+        self.assertEqual(outcomes, [errno.ENOTCONN] * 4)
+
+    def test_a_reservation_view_cannot_be_written_after_close(self):
+        c = ferry.Client(self.d.socket)
+        r = c.reserve(64)
+        r.view[0] = 1
+        c.close()
+        with self.assertRaises(ValueError):  # released, not a write into unmapped memory
+            r.view[0] = 2
+        with self.assertRaises(ferry.Error):
+            r.commit(1)
+
     def test_grant_and_open_between_clients(self):
         owner, producer = self.client(), self.client()
         with owner.alloc(8192) as buf:
