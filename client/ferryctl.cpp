@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/files.hpp"
 #include "ferry/proto.hpp"
 #include "ferry/wire.hpp"
 
@@ -577,75 +578,14 @@ std::string exposition(const Families& f) {
 }
 
 // Written whole or not at all: a collector never reads half a file. The
-// directory may be writable by others (a textfile collector's often is), so
-// nothing in it is trusted: the bytes go to a new file of a random name,
-// created there with O_EXCL|O_NOFOLLOW (a planted link or FIFO is never
-// opened), which then replaces the target by rename (which replaces a link or
-// FIFO at the target's name, never what it points at). A regular file of
-// ours at the target's name keeps its mode (read and write bits only) and
-// group; anything else there (another user's) is replaced by a 0644 file.
+// directory may be writable by others (a textfile collector's often is):
+// write_file_atomically trusts nothing in it, and a target of ours keeps its
+// mode and group.
 int write_atomically(const std::string& path, const std::string& text) {
-  auto fail = [&](const char* what, const std::string& name) {
-    std::fprintf(stderr, "ferryctl: cannot %s %s: %s\n", what, name.c_str(), std::strerror(errno));
+  std::string what;
+  if (int r = proto::write_file_atomically(path, text, 0644, true, &what); r != 0) {
+    std::fprintf(stderr, "ferryctl: cannot %s: %s\n", what.c_str(), std::strerror(-r));
     return kOutput;
-  };
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  if (base.empty() || base == "." || base == "..") {
-    errno = EISDIR;
-    return fail("write", path);
-  }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return fail("open the directory", dir);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } dir_closer{dfd};
-  mode_t mode = 0644;
-  gid_t group = static_cast<gid_t>(-1);
-  struct stat st{};
-  if (::fstatat(dfd, base.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) {
-    mode = st.st_mode & 0666;
-    group = st.st_gid;
-  }
-  std::string tmp;
-  int fd = -1;
-  for (int i = 0; i < 100 && fd < 0; ++i) {
-    uint64_t r = 0;
-    if (::getentropy(&r, sizeof r) != 0) return fail("draw a name for", path);
-    char suffix[32];
-    std::snprintf(suffix, sizeof suffix, ".tmp.%016llx", static_cast<unsigned long long>(r));
-    tmp = "." + base + suffix;
-    fd = ::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EEXIST) return fail("create a file in", dir);
-  }
-  if (fd < 0) return fail("create a file in", dir);
-  bool ok = true;
-  for (size_t off = 0; ok && off < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0) errno = EIO;
-    ok = n > 0;
-    if (ok) off += static_cast<size_t>(n);
-  }
-  if (ok && group != static_cast<gid_t>(-1)) (void)::fchown(fd, static_cast<uid_t>(-1), group);  // kept where we may
-  ok = ok && ::fchmod(fd, mode) == 0 && ::fsync(fd) == 0;
-  int saved = ok ? 0 : errno;
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    saved = errno;
-  }
-  if (!ok) {
-    ::unlinkat(dfd, tmp.c_str(), 0);
-    errno = saved;
-    return fail("write", path);
-  }
-  if (::renameat(dfd, tmp.c_str(), dfd, base.c_str()) != 0) {
-    const int e = errno;
-    ::unlinkat(dfd, tmp.c_str(), 0);
-    errno = e;
-    return fail("rename onto", path);
   }
   return kOk;
 }

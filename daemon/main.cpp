@@ -21,6 +21,7 @@
 #include <set>
 #include <string>
 
+#include "ferry/files.hpp"
 #include "ferry/proto.hpp"
 #include "backend.hpp"
 #include "ferry/wire.hpp"
@@ -76,21 +77,13 @@ bool group_exists(const std::string& g) { return g.empty() || ::getgrnam(g.c_str
 class RunningMarker {
  public:
   explicit RunningMarker(std::string path) : path_(std::move(path)) {
-    const std::string pid = std::to_string(::getpid());
-    const std::string tmp = path_ + ".tmp." + pid;
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    const std::string text = pid + "\n";
     // Readable by all whatever the umask (the unit's is 0077): ferryctl as
     // another user (the metrics timer) reads it.
-    bool ok = fd >= 0 && ::fchmod(fd, 0644) == 0 &&
-              ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    if (fd >= 0) ::close(fd);
-    ok = ok && ::rename(tmp.c_str(), path_.c_str()) == 0;
-    if (!ok) {
-      const int err = errno;
-      ::unlink(tmp.c_str());
-      FERRY_LOG(warn, "cannot write %s (%s): `ferryctl --running-only` (ferry-metrics.service) will take this daemon "
-                      "for stopped", path_.c_str(), std::strerror(err));
+    std::string what;
+    if (int r = ferry::proto::write_file_atomically(path_, std::to_string(::getpid()) + "\n", 0644, false, &what);
+        r != 0) {
+      FERRY_LOG(warn, "cannot %s (%s): `ferryctl --running-only` (ferry-metrics.service) will take this daemon "
+                      "for stopped", what.c_str(), std::strerror(-r));
       path_.clear();
     }
   }

@@ -84,6 +84,23 @@ inline int reap(pid_t pid) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+// An AdminRequest (ferryctl drain / disconnect) over a raw connection: the
+// Reply's status, or 1000 (no connection) / 1001 (no reply). No Catch macro,
+// so a forked child (another user's) may call it.
+inline int admin_request(const std::string& socket, uint32_t action, uint64_t client) {
+  const int fd = connect_unix(socket);
+  if (fd < 0) return 1000;
+  auto req = proto::make<proto::AdminRequest>(proto::Type::admin_request);
+  req.request = 9;
+  req.action = action;
+  req.client = client;
+  std::vector<uint8_t> msg;
+  proto::Reply rep{};
+  const bool ok = proto::send_all(fd, &req, sizeof req) == 0 && proto::read_message(fd, msg) == 0 && proto::as(msg, &rep);
+  ::close(fd);
+  return ok ? rep.status : 1001;
+}
+
 // The daemon's status document, fetched over a raw connection.
 inline boost::property_tree::ptree status(const std::string& socket) {
   int fd = connect_unix(socket);
@@ -261,11 +278,12 @@ class RawClient {
     send_bytes(&m, sizeof m);
   }
   // Hello (with the program name given, raw bytes), then the Welcome and the segment.
-  void hello(const std::string& name = {}, uint64_t features = 0) {
+  void hello(const std::string& name = {}, uint64_t features = 0, uint32_t slots_wanted = 0) {
     auto h = proto::make<proto::Hello>(proto::Type::hello);
     h.magic = proto::kMagic;
     h.version = proto::kVersion;
     h.features = features;
+    h.slots_wanted = slots_wanted;
     std::memcpy(h.name, name.data(), std::min(name.size(), sizeof h.name));
     send(h);
     std::vector<uint8_t> msg;

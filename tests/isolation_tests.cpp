@@ -181,20 +181,7 @@ TEST_CASE("only the daemon's admins may disconnect a client", "[isolation][uid][
   REQUIRE(ferry_connect(d.socket.c_str(), &mine) == 0);
   ferry_info info{};
   REQUIRE(ferry_get_info(mine, &info) == 0);
-  auto admin = [&](uint32_t action, uint64_t id) {
-    int fd = -1;
-    if (ferry::proto::connect_unix(d.socket, &fd) != 0) return 1000;
-    auto req = ferry::proto::make<ferry::proto::AdminRequest>(ferry::proto::Type::admin_request);
-    req.request = 9;
-    req.action = action;
-    req.client = id;
-    std::vector<uint8_t> msg;
-    ferry::proto::Reply rep{};
-    const bool ok = ferry::proto::send_all(fd, &req, sizeof req) == 0 && ferry::proto::read_message(fd, msg) == 0 &&
-                    ferry::proto::as(msg, &rep);
-    ::close(fd);
-    return ok ? rep.status : 1001;
-  };
+  auto admin = [&](uint32_t action, uint64_t id) { return admin_request(d.socket, action, id); };
   auto disconnect = [&](uint64_t id) { return admin(ferry::proto::kAdminDisconnect, id); };
   // Another user: refused, and the client keeps its session; nor may it stop the daemon.
   CHECK(as_other([&] { return disconnect(info.client_id) == -EPERM ? 0 : 1; }) == 0);

@@ -239,17 +239,7 @@ TEST_CASE("bad input on raw sockets: each gets an error or its session closed; t
 
 namespace {
 // An admin's (this test's user runs the daemon: an admin) disconnect of client `id`.
-int32_t admin_disconnect(const Daemon& d, uint64_t id) {
-  RawClient admin(d.socket);
-  auto m = proto::make<proto::AdminRequest>(proto::Type::admin_request);
-  m.request = 1;
-  m.action = proto::kAdminDisconnect;
-  m.client = id;
-  admin.send(m);
-  proto::Reply rep{};
-  REQUIRE(admin.expect(proto::Type::reply, &rep));
-  return rep.status;
-}
+int admin_disconnect(const Daemon& d, uint64_t id) { return admin_request(d.socket, proto::kAdminDisconnect, id); }
 bool listed(const Daemon& d, uint64_t id) {
   const auto t = d.status();
   for (const auto& [k, c] : t.get_child("clients"))
@@ -550,16 +540,7 @@ struct Made {
   uint64_t pooled, ordered, inline_;
 };
 Made churn(const Daemon& d, int n, uint32_t slots_wanted = 0) {
-  for (int i = 0; i < n; ++i) {
-    RawClient r(d.socket);
-    auto h = proto::make<proto::Hello>(proto::Type::hello);
-    h.magic = proto::kMagic;
-    h.version = proto::kVersion;
-    h.slots_wanted = slots_wanted;
-    r.send(h);
-    proto::Welcome w{};
-    REQUIRE(r.expect(proto::Type::welcome, &w));
-  }
+  for (int i = 0; i < n; ++i) RawClient(d.socket).hello({}, 0, slots_wanted);
   const auto t = status(d.socket);
   return {t.get<uint64_t>("poller.segments_pooled"), t.get<uint64_t>("poller.segments_ordered"),
           t.get<uint64_t>("poller.segments_made")};

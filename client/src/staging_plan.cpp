@@ -23,16 +23,15 @@ uint64_t parallel_piece(const StagingInput& in, uint64_t threads, const StagingT
   const uint64_t p = round_up((in.bytes + 2 * threads - 1) / (2 * threads), kPage);
   return std::min(in.slot_bytes, std::max(p, t.min_piece));
 }
+
+bool hot(const StagingInput& in, const StagingTuning& t) { return in.bytes <= t.hot_below && in.alone; }
 }  // namespace
 
-bool wants_threads(const StagingInput& in, const StagingTuning& t) {
-  const bool hot = in.bytes <= t.hot_below && in.alone;
-  return in.bytes >= t.parallel_from && !hot;
-}
+bool wants_threads(const StagingInput& in, const StagingTuning& t) { return in.bytes >= t.parallel_from && !hot(in, t); }
 
 StagingPlan plan_staging(const StagingInput& in, const StagingTuning& t) {
   StagingPlan p;
-  p.hot = in.bytes <= t.hot_below && in.alone;
+  p.hot = hot(in, t);
   p.stream = in.bytes < t.stream_below && !p.hot;
   p.threads = wants_threads(in, t) ? std::max<uint64_t>(in.threads, 1) : 1;
   p.piece = piece_bytes(in, t);
