@@ -198,6 +198,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // Who the client is, for status and logs.
   pid_t pid = 0;
   uid_t uid = 0;
+  bool admin = false;  // its user is one of the daemon's admins (no Limits::user_share)
   std::string name;
   std::chrono::system_clock::time_point since = std::chrono::system_clock::now();
   std::chrono::steady_clock::time_point steady_since = std::chrono::steady_clock::now();

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 
 #include "engine.hpp"
 #include "log.hpp"
@@ -48,8 +49,14 @@ struct Context {
   ServerStats stats{};
   bool stopping = false;      // no new clients; copies drain, then the sessions end
   size_t hellos_pending = 0;  // Hellos waiting for their segment (they count as clients)
+  std::map<uid_t, size_t> hellos{};  // the same by the peer's uid (Limits: per user)
+  size_t hellos_of(uid_t uid) const {
+    auto it = hellos.find(uid);
+    return it == hellos.end() ? 0 : it->second;
+  }
   std::function<void()> request_stop{};  // an orderly stop, as SIGTERM (ferryctl drain)
-  LogBudget session_log{};    // "closing session" lines
+  LogBudget session_log{};
+  const std::map<uid_t, size_t>* connections_by_uid = nullptr;  // open sessions by uid (the server's)    // "closing session" lines
 };
 
 }  // namespace ferry::ferryd

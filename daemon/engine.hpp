@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "ferry/proto.hpp"
 #include "grants.hpp"
 #include "log.hpp"
+#include "options.hpp"
 #include "segment_pool.hpp"
 #include "stats.hpp"
 
@@ -35,17 +37,11 @@ namespace ferry::ferryd {
 
 using ClientRef = std::shared_ptr<ClientState>;
 
-// What one client may make the engine hold besides device memory (-EDQUOT past it).
-struct ClientLimits {
-  uint32_t max_grants = 1024;
-  uint32_t max_opens = 1024;
-  uint32_t max_imports = 256;
-  uint32_t max_event_pools = 64;
-  uint32_t max_buffers = 1024;  // allocations held at once
-  // Allocations of every client together (0: no bound). Where each
-  // allocation holds a descriptor (the simulated device's memfds) this keeps
-  // the daemon's descriptor table from filling up.
-  uint64_t max_buffers_total = 0;
+// What one user's clients hold together, those still draining included.
+struct Usage {
+  uint32_t clients = 0;  // connected
+  uint64_t buffers = 0, device_bytes = 0;  // its own allocations
+  uint64_t grants = 0, opens = 0, imports = 0, event_pools = 0;
 };
 
 class TransferEngine {
@@ -60,7 +56,14 @@ class TransferEngine {
   bool device_lost() const { return device_lost_; }
   const EngineStats& stats() const { return stats_; }
   const Holdings& holdings() const { return holdings_; }
-  void set_limits(const ClientLimits& l) { limits_ = l; }
+  // The bounds of Limits the engine keeps (per user, and allocations of
+  // all): user_memory and max_buffers_total already resolved to numbers.
+  void set_limits(const Limits& l) { limits_ = l; }
+  // What the clients of `uid` hold (ClientState::uid, set at its Hello).
+  Usage usage(uid_t uid) const;
+  // Why the last call refused past a bound of Limits, for the client (which
+  // bound, whose, its flag); empty for any other error. Cleared by reading.
+  std::string take_refusal() { return std::exchange(refusal_, {}); }
   // Where add_client takes ready-made segments from (none: it makes each itself).
   // Segments made and registered ahead, `ready` at a time, on a thread of their own.
   void use_segment_pool(uint32_t slots, uint64_t slot_bytes, size_t ready) {
@@ -94,9 +97,9 @@ class TransferEngine {
   Histogram slot_waits() const;
 
   // ---- buffers and sharing (engine_clients.cpp); each returns 0 or -errno
-  // `limit`: device bytes the client may hold in all, 0 for no limit.
+  // Past a bound of the client's user: -EDQUOT, and take_refusal() says which.
   // *fence (may be null): the allocation's fence, index + 1, 0 if none was free.
-  int alloc(ClientState& c, uint64_t bytes, uint64_t limit, uint64_t* id, uint32_t* fence = nullptr);
+  int alloc(ClientState& c, uint64_t bytes, uint64_t* id, uint32_t* fence = nullptr);
   int free(ClientState& c, uint64_t id);
   // A client's own allocation from its IPC handle (h.fd, if any, stays the caller's).
   int import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id);
@@ -205,6 +208,10 @@ class TransferEngine {
   BufferRef lend(void* ptr, uint64_t bytes, bool imported);
   ClientRef new_client(StagingSegment seg, bool registered);
   void release(ClientState* c);
+  enum class Quota { buffers, memory, grants, opens, imports, event_pools };
+  // 0 when one more of `q` (`bytes` more, for memory) keeps c's user within
+  // its bounds; else -EDQUOT with refusal_ set.
+  int within(const ClientState& c, Quota q, uint64_t bytes = 0);
   // Finished copies, without waiting: those the retire thread handed over and
   // those the device reports done now.
   size_t reap_now();
@@ -213,7 +220,8 @@ class TransferEngine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<SegmentPool> pool_;
   GrantRegistry grants_;
-  ClientLimits limits_;
+  Limits limits_;
+  std::string refusal_;  // see take_refusal
   std::map<uint64_t, ClientState*> clients_;
   uint64_t next_client_ = 0;
   Histogram departed_slot_waits_;  // of clients already gone

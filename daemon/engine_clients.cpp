@@ -167,15 +167,11 @@ BufferRef TransferEngine::lend(void* ptr, uint64_t bytes, bool imported) {
   });
 }
 
-int TransferEngine::alloc(ClientState& c, uint64_t bytes, uint64_t limit, uint64_t* id, uint32_t* fence) {
+int TransferEngine::alloc(ClientState& c, uint64_t bytes, uint64_t* id, uint32_t* fence) {
   if (device_lost_) return -ENODEV;
   if (bytes == 0) return -EINVAL;
-  if (limit != 0 && (bytes > limit || c.device_bytes() > limit - bytes)) return -EDQUOT;
-  if (c.allocated() >= limits_.max_buffers) return -EDQUOT;
-  if (limits_.max_buffers_total != 0 && holdings_.buffers >= limits_.max_buffers_total) {
-    refused_total_.note("allocation refused: every client together holds --max-buffers-total allocations");
-    return -EDQUOT;
-  }
+  if (int r = within(c, Quota::memory, bytes); r != 0) return r;
+  if (int r = within(c, Quota::buffers); r != 0) return r;
   void* p = nullptr;
   if (int r = backend_->alloc(bytes, &p); r != 0) return r;
   BufferRef b = lend(p, bytes, false);
@@ -195,7 +191,7 @@ int TransferEngine::free(ClientState& c, uint64_t id) {
 
 int TransferEngine::import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id) {
   if (bytes == 0) return -EINVAL;
-  if (c.imported() >= limits_.max_imports) return -EDQUOT;
+  if (int r = within(c, Quota::imports); r != 0) return r;
   void* p = nullptr;
   if (int r = backend_->import_buffer(h, bytes, &p); r != 0) return r;
   *id = c.adopt(lend(p, bytes, true));
@@ -212,7 +208,7 @@ int TransferEngine::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uin
 }
 
 int TransferEngine::open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id) {
-  if (c.event_pools().size() >= limits_.max_event_pools) return -EDQUOT;
+  if (int r = within(c, Quota::event_pools); r != 0) return r;
   uint64_t backend_id = 0;
   if (int r = backend_->open_event_pool(h, count, &backend_id); r != 0) return r;
   *id = c.add_event_pool(backend_id);
@@ -224,7 +220,7 @@ int TransferEngine::grant(ClientState& c, uint64_t buffer, uint32_t rights, Toke
   const uint32_t all = proto::kRightUpload | proto::kRightDownload;
   if (!b || b->imported) return -ENOENT;  // only the owner of an allocation grants it
   if (rights == 0 || (rights & ~all) != 0) return -EINVAL;
-  if (grants_.count(c.id()) >= limits_.max_grants) return -EDQUOT;
+  if (int r = within(c, Quota::grants); r != 0) return r;
   *token = grants_.add(b, c.id(), buffer, rights)->token;
   return 0;
 }
@@ -239,10 +235,64 @@ int TransferEngine::revoke(ClientState& c, uint64_t buffer, const uint8_t* token
 int TransferEngine::open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t* bytes, uint32_t* rights) {
   auto g = grants_.find(token);
   if (!g) return -EACCES;  // a forged or revoked token: nothing
-  if (c.opened() >= limits_.max_opens) return -EDQUOT;
+  if (int r = within(c, Quota::opens); r != 0) return r;
   if (int r = c.open(g, id, bytes); r != 0) return r;
   *rights = g->rights;
   return 0;
+}
+
+Usage TransferEngine::usage(uid_t uid) const {
+  Usage u;
+  for (const auto& [id, c] : clients_) {
+    if (c->uid != uid) continue;
+    u.clients += c->connected;
+    u.buffers += c->allocated();
+    u.device_bytes += c->device_bytes();
+    u.grants += grants_.count(id);
+    u.opens += c->opened();
+    u.imports += c->imported();
+    u.event_pools += c->event_pools().size();
+  }
+  return u;
+}
+
+int TransferEngine::within(const ClientState& c, Quota q, uint64_t bytes) {
+  auto refuse = [&](std::string why) {
+    refusal_ = std::move(why);
+    return -EDQUOT;
+  };
+  const std::string who = "uid " + std::to_string(c.uid);
+  const Usage u = usage(c.uid);
+  if (q == Quota::memory) {
+    const uint64_t bound = limits_.user_memory;
+    if (bound == 0 || (bytes <= bound && u.device_bytes <= bound - bytes)) return 0;
+    return refuse(who + " holds " + std::to_string(u.device_bytes) + " B of device memory; " +
+                  std::to_string(bytes) + " B more would pass --user-memory " + std::to_string(bound));
+  }
+  if (q == Quota::buffers && limits_.max_buffers_total != 0) {
+    const uint64_t total = limits_.max_buffers_total;
+    if (holdings_.buffers >= total) {
+      refused_total_.note("allocation refused: all users together hold --max-buffers-total allocations");
+      return refuse("all users together hold " + std::to_string(holdings_.buffers) +
+                    " allocations (--max-buffers-total " + std::to_string(total) + ")");
+    }
+    if (!c.admin && u.buffers >= limits_.share_of(total))
+      return refuse(who + " holds " + std::to_string(u.buffers) + " allocations, its most of --max-buffers-total " +
+                    std::to_string(total) + " (--user-share " + std::to_string(limits_.user_share) + "%)");
+  }
+  struct Bound {
+    uint64_t have, most;
+    const char* what;
+    const char* flag;
+  };
+  const Bound b = q == Quota::buffers  ? Bound{u.buffers, limits_.max_buffers, "allocations", "--max-buffers"}
+                : q == Quota::grants   ? Bound{u.grants, limits_.max_grants, "grants", "--max-grants"}
+                : q == Quota::opens    ? Bound{u.opens, limits_.max_opens, "buffers opened through grants", "--max-opens"}
+                : q == Quota::imports  ? Bound{u.imports, limits_.max_imports, "imported allocations", "--max-imports"}
+                                       : Bound{u.event_pools, limits_.max_event_pools, "IPC event pools", "--max-event-pools"};
+  if (b.have < b.most) return 0;
+  return refuse(who + " holds " + std::to_string(b.have) + " " + b.what + ", the most one user may (" + b.flag + " " +
+                std::to_string(b.most) + ")");
 }
 
 }  // namespace ferry::ferryd

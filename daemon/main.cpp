@@ -112,7 +112,9 @@ int main(int argc, char** argv) {
   std::snprintf(mode_text, sizeof mode_text, "%04o", o.socket_mode);
   std::string socket_mode = mode_text;
   std::string log_level = "info";
-  std::string client_memory = std::to_string(o.client_memory_percent) + "%";
+  ferry::ferryd::Limits& l = o.limits;
+  std::string user_memory = std::to_string(l.user_memory_percent) + "%";
+  std::string client_memory;  // the old name of --user-memory
   std::string config = "/etc/ferry/ferryd.conf";
   po::options_description cli(kUsage);
   // clang-format off
@@ -140,24 +142,35 @@ int main(int argc, char** argv) {
     ("backend,b", po::value(&o.backend)->default_value(o.backend), "level-zero or cuda")
     ("slot-size", po::value(&o.slot_bytes)->default_value(o.slot_bytes), "bytes per staging slot")
     ("slots", po::value(&o.slots)->default_value(o.slots), "staging slots per client")
-    ("max-clients", po::value(&o.max_clients)->default_value(o.max_clients), "clients served at once; more are refused")
-    ("max-connections", po::value(&o.max_connections)->default_value(o.max_connections),
-     "connections at once, with or without Hello (0: max-clients + 64); more are closed at once")
+    ("max-clients", po::value(&l.max_clients)->default_value(l.max_clients),
+     "clients of all users served at once; more are refused (EUSERS)")
+    ("max-connections", po::value(&l.max_connections)->default_value(l.max_connections),
+     "connections of all users at once, with or without Hello (0: max-clients + 64); more are closed at once")
+    ("user-share", po::value(&l.user_share)->default_value(l.user_share),
+     "percent of --max-clients, --max-connections and --max-buffers-total one user may take, so no user "
+     "locks out the others; admins (root, ferryd's user, --admin-group) are not bounded so, and 8 "
+     "connections past --max-connections are theirs alone")
     ("hello-timeout", po::value(&o.hello_seconds)->default_value(o.hello_seconds),
      "seconds a connection may take to send Hello (or its status request) before it is closed")
-    ("max-grants", po::value(&o.max_grants)->default_value(o.max_grants), "grants one client may hold at once")
-    ("max-opens", po::value(&o.max_opens)->default_value(o.max_opens), "granted buffers one client may hold open")
-    ("max-imports", po::value(&o.max_imports)->default_value(o.max_imports), "imported allocations one client may hold")
-    ("max-event-pools", po::value(&o.max_event_pools)->default_value(o.max_event_pools), "IPC event pools one client may register")
-    ("max-buffers", po::value(&o.max_buffers)->default_value(o.max_buffers), "device allocations one client may hold at once")
-    ("max-buffers-total", po::value(&o.max_buffers_total)->default_value(o.max_buffers_total),
-     "device allocations of all clients together (0: with --sim, what the descriptor limit leaves after the "
+    ("max-grants", po::value(&l.max_grants)->default_value(l.max_grants), "grants one user's clients may hold at once")
+    ("max-opens", po::value(&l.max_opens)->default_value(l.max_opens), "granted buffers one user's clients may hold open")
+    ("max-imports", po::value(&l.max_imports)->default_value(l.max_imports), "imported allocations one user's clients may hold")
+    ("max-event-pools", po::value(&l.max_event_pools)->default_value(l.max_event_pools),
+     "IPC event pools one user's clients may register")
+    ("max-buffers", po::value(&l.max_buffers)->default_value(l.max_buffers),
+     "device allocations one user's clients may hold at once")
+    ("max-buffers-total", po::value(&l.max_buffers_total)->default_value(l.max_buffers_total),
+     "device allocations of all users together (0: with --sim, what the descriptor limit leaves after the "
      "connections, since each simulated allocation holds a descriptor; otherwise no bound)")
-    ("client-memory", po::value(&client_memory)->default_value(client_memory),
-     "device memory one client may hold: bytes, or a share of the device's memory such as 50% (0 or 100%: no limit)")
+    ("user-memory", po::value(&user_memory)->default_value(user_memory),
+     "device memory one user's clients may hold together: bytes, or a share of the device's memory such as "
+     "50% (0 or 100%: no limit)")
+    ("client-memory", po::value(&client_memory), "the old name of --user-memory (now per user, not per client)")
     ("socket-mode", po::value(&socket_mode)->default_value(socket_mode), "permissions of the socket file (octal)")
     ("socket-group", po::value(&o.socket_group), "group that owns the socket file (with --socket-mode 0660: who may connect)")
-    ("admin-group", po::value(&o.admin_group), "members see every client in `ferryctl status` (others see their own)")
+    ("admin-group", po::value(&o.admin_group),
+     "members are admins, as root and ferryd's user: they see every client in `ferryctl status` (others see "
+     "their own), may disconnect and drain, are not bounded by --user-share and have 8 connections kept for them")
     ("drain", po::value(&o.drain_seconds)->default_value(o.drain_seconds), "seconds copies in flight may take when stopping")
     ("poll-idle-us", po::value(&o.poll_idle_us)->default_value(o.poll_idle_us),
      "microseconds the poller keeps looking at clients' submission rings and the device after its last work "
@@ -259,20 +272,25 @@ int main(int argc, char** argv) {
   if (uint64_t{o.slots} * o.slot_bytes > ferry::proto::kStagingAlign << 32) {
     return bad("slots", "times slot-size must be at most 256 GiB (a client's staging area)");
   }
-  if (o.max_connections == 0) o.max_connections = o.max_clients + 64;
+  if (l.max_connections == 0) l.max_connections = l.max_clients + 64;
+  if (l.user_share < 1 || l.user_share > 100) {
+    return bad("user-share", "must be a percentage from 1 to 100");
+  }
   {
     // Bytes, or a share of the device's memory ("50%"), resolved once the device is open.
     char* end = nullptr;
-    const std::string& cm = client_memory;
+    const bool old_name = !client_memory.empty() && vm["user-memory"].defaulted();
+    const std::string& cm = old_name ? client_memory : user_memory;
+    const char* const name = old_name ? "client-memory" : "user-memory";
     errno = 0;
     const unsigned long long v = std::strtoull(cm.c_str(), &end, 10);
     const bool percent = end != nullptr && std::string(end) == "%";
     if (cm.empty() || cm[0] == '-' || errno != 0 || end == cm.c_str() || (*end != '\0' && !percent) ||
         (percent && v > 100)) {
-      return bad("client-memory", "must be a number of bytes or a share from 0% to 100%, such as 50% (got \"" + cm + "\")");
+      return bad(name, "must be a number of bytes or a share from 0% to 100%, such as 50% (got \"" + cm + "\")");
     }
-    o.client_memory = percent ? 0 : v;
-    o.client_memory_percent = percent ? static_cast<uint32_t>(v) : 0;
+    l.user_memory = percent ? 0 : v;
+    l.user_memory_percent = percent ? static_cast<uint32_t>(v) : 0;
   }
   if (o.segment_pool > 64) {
     return bad("segment-pool", "must be between 0 and 64");
@@ -286,7 +304,7 @@ int main(int argc, char** argv) {
   if (o.hello_seconds <= 0 || o.hello_seconds > 3600) {
     return bad("hello-timeout", "must be above 0 and at most 3600 seconds");
   }
-  if (o.max_clients < 1) {
+  if (l.max_clients < 1) {
     return bad("max-clients", "must be at least 1");
   }
   char* end = nullptr;
@@ -363,7 +381,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   FERRY_LOG(info, "listening on %s: %u slots of %llu bytes per client, at most %u clients", o.socket.c_str(), o.slots,
-            static_cast<unsigned long long>(o.slot_bytes), o.max_clients);
+            static_cast<unsigned long long>(o.slot_bytes), l.max_clients);
   const RunningMarker marker(ferry::proto::running_marker_path(o.socket));
   server.run();
   FERRY_LOG(info, "stopped");

@@ -10,6 +10,38 @@
 
 namespace ferry::ferryd {
 
+// Every bound on what clients may make ferryd hold, each defined here once.
+// "Per user" counts every connection and client of one uid together, so
+// more connections buy a user nothing. No user but an admin (root, ferryd's
+// own user, --admin-group) may take more than user_share percent of a
+// daemon-wide bound, so the rest stays for everyone else; kAdminSeats
+// connections past max_connections admit only admins (status, metrics,
+// drain, disconnect), whatever other users hold. Past a bound a request is
+// refused (-EUSERS for clients, -EDQUOT for the rest) with a message naming
+// the bound, whose it is and the flag that sets it.
+struct Limits {
+  uint32_t max_clients = 64;      // daemon-wide, clients (Hello done or under way)
+  uint32_t max_connections = 0;   // daemon-wide, Hello or not; 0: max_clients + 64
+  uint32_t user_share = 75;       // percent of a daemon-wide bound one user may take (admins: all)
+  uint64_t user_memory = 0;       // device bytes one user's clients may hold together, 0 = no limit
+  // With user_memory 0: this share (percent) of the device's memory; 0 and 100: no limit.
+  uint32_t user_memory_percent = 50;
+  uint32_t max_grants = 4096;       // per user: grants of its own buffers
+  uint32_t max_opens = 4096;        // per user: buffers opened through grants
+  uint32_t max_imports = 1024;      // per user: allocations of its own contexts handed in
+  uint32_t max_event_pools = 256;   // per user: IPC event pools registered
+  uint32_t max_buffers = 4096;      // per user: allocations held at once
+  // Allocations of all users together; 0: with --sim, from the descriptor
+  // limit (each simulated allocation holds a descriptor), else no bound.
+  uint64_t max_buffers_total = 0;
+  static constexpr uint32_t kAdminSeats = 8;
+  // What one user who is no admin may take of a daemon-wide bound (at least 1).
+  uint64_t share_of(uint64_t total) const {
+    const uint64_t s = total * user_share / 100;
+    return s != 0 ? s : 1;
+  }
+};
+
 struct Options {
   uint32_t device = 0;
   std::string socket;            // empty: $FERRY_SOCKET or /run/ferry/ferryd-<device>.sock
@@ -21,21 +53,8 @@ struct Options {
   uint64_t sim_memory = 0;       // the simulated device's memory; 0: its default (half the host's available)
   uint64_t slot_bytes = 1u << 20;
   uint32_t slots = 16;           // per client
-  uint32_t max_clients = 64;
-  uint32_t max_connections = 0;  // sessions at once, Hello or not; 0: max_clients + 64
+  Limits limits;
   double hello_seconds = 5.0;    // a connection that sent no Hello by then is closed
-  uint64_t client_memory = 0;    // device bytes one client may hold, 0 = no limit
-  // With client_memory 0: this share (percent) of the device's memory; 0 and 100: no limit.
-  uint32_t client_memory_percent = 50;
-  // What else one client may make the daemon hold (-EDQUOT past it).
-  uint32_t max_grants = 1024;       // grants of its own buffers
-  uint32_t max_opens = 1024;        // buffers it opened through grants
-  uint32_t max_imports = 256;       // allocations of its own context it handed in
-  uint32_t max_event_pools = 64;    // IPC event pools it registered
-  uint32_t max_buffers = 1024;      // allocations it holds at once
-  // Allocations of all clients together; 0: with --sim, from the descriptor
-  // limit (each simulated allocation holds a descriptor), else no bound.
-  uint64_t max_buffers_total = 0;
   unsigned socket_mode = 0660;
   std::string socket_group;      // group of the socket file; empty: the daemon's
   std::string admin_group;       // members see every client in status; empty: root and the daemon's user only

@@ -99,8 +99,20 @@ void Requests::on_hello(const proto::Hello& m) {
   if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
-  if (engine.connected_clients() + ctx_.hellos_pending >= o.max_clients)
-    return peer_.fatal(-EUSERS, "too many clients (--max-clients)");
+  const Limits& l = o.limits;
+  if (engine.connected_clients() + ctx_.hellos_pending >= l.max_clients) {
+    const std::string why = "ferryd serves " + std::to_string(l.max_clients) + " clients of all users (--max-clients)";
+    return peer_.fatal(-EUSERS, why.c_str());
+  }
+  // No user but an admin takes more than its share: the rest stays for the others.
+  admin_ = is_admin(o, peer_.uid, peer_.gid);
+  const uint64_t mine = engine.usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
+  if (!admin_ && mine >= l.share_of(l.max_clients)) {
+    const std::string why = "uid " + std::to_string(peer_.uid) + " has " + std::to_string(mine) +
+                            " clients, its most of --max-clients " + std::to_string(l.max_clients) + " (--user-share " +
+                            std::to_string(l.user_share) + "%)";
+    return peer_.fatal(-EUSERS, why.c_str());
+  }
   // The Welcome is the first thing this session sends: it carries the segment.
   if (!peer_.untouched()) return peer_.fatal(-EPROTO, "Hello after other requests");
   const uint32_t slots = m.slots_wanted == 0 ? o.slots : std::min(m.slots_wanted, o.slots);
@@ -108,12 +120,14 @@ void Requests::on_hello(const proto::Hello& m) {
   // segment that is not ready is made off the io thread meanwhile.
   peer_.pause();
   ++ctx_.hellos_pending;
+  ++ctx_.hellos[peer_.uid];
   engine.add_client(slots, o.slot_bytes, peer_.cancelled(),
                     [this, keep = peer_.keep_alive(), m](int r, ClientRef c) { welcome(m, r, std::move(c)); });
 }
 
 void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
   --ctx_.hellos_pending;
+  if (auto it = ctx_.hellos.find(peer_.uid); it != ctx_.hellos.end() && --it->second == 0) ctx_.hellos.erase(it);
   if (r == -ECANCELED) return;  // the connection went meanwhile
   if (r != 0) return peer_.fatal(r, "cannot create the staging segment");
   if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
@@ -121,6 +135,7 @@ void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
   TransferEngine& engine = ctx_.engine;
   c->pid = peer_.pid;
   c->uid = peer_.uid;
+  c->admin = admin_;
   c->name = printable(proto::get_text(m.name));
   c->sink = peer_.sink();
 
@@ -139,7 +154,7 @@ void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
   w.ring_offset = proto::ring_offset();
   w.fences_offset = c->segment().fences_offset();
   w.results_offset = c->segment().results_offset();
-  w.max_buffer_bytes = o.client_memory != 0 ? o.client_memory : info.memory_bytes;
+  w.max_buffer_bytes = o.limits.user_memory != 0 ? o.limits.user_memory : info.memory_bytes;
   proto::set_text(w.device, info.name);
   proto::set_text(w.backend, info.backend);
   const int fd = ::fcntl(c->segment().fd(), F_DUPFD_CLOEXEC, 3);
@@ -158,10 +173,10 @@ void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
 void Requests::on_alloc(const proto::Alloc& m) {
   uint64_t id = 0;
   uint32_t fence = 0;
-  int r = ctx_.engine.alloc(*client_, m.bytes, ctx_.options.client_memory, &id, &fence);
+  int r = ctx_.engine.alloc(*client_, m.bytes, &id, &fence);
   FERRY_LOG(debug, "client %llu: alloc %llu bytes -> %s (buffer %llu)", ull(client_->id()), ull(m.bytes),
             r == 0 ? "ok" : std::strerror(-r), ull(id));
-  reply(m.request, r, id, fence);
+  if (!refused_past_bound(m.request, r)) reply(m.request, r, id, fence);
 }
 
 void Requests::on_free(const proto::Free& m) {
@@ -177,6 +192,7 @@ void Requests::on_grant(const proto::Grant& m) {
   r.status = ctx_.engine.grant(*client_, m.buffer, m.rights, &token);
   FERRY_LOG(debug, "client %llu: grant of buffer %llu (rights %u) -> %s", ull(client_->id()), ull(m.buffer), m.rights,
             r.status == 0 ? "ok" : std::strerror(-r.status));
+  if (refused_past_bound(m.request, r.status)) return;
   std::memcpy(r.token, token.data(), sizeof r.token);
   peer_.send(&r, sizeof r);
 }
@@ -197,7 +213,7 @@ void Requests::on_open(const proto::Open& m) {
   int r = ctx_.engine.open(*client_, m.token, &id, &bytes, &rights);
   FERRY_LOG(debug, "client %llu: open through a token -> %s (buffer %llu, %llu bytes)", ull(client_->id()),
             r == 0 ? "ok" : std::strerror(-r), ull(id), ull(bytes));
-  buffer_reply(m.request, r, rights, id, bytes);
+  if (!refused_past_bound(m.request, r)) buffer_reply(m.request, r, rights, id, bytes);
 }
 
 void Requests::on_export(const proto::Export& m) {
@@ -242,6 +258,7 @@ void Requests::on_import(const proto::Import& m) {
   int r = ctx_.engine.import_buffer(*client_, h, m.bytes, &id);
   FERRY_LOG(debug, "client %llu: import of %llu bytes -> %s", ull(client_->id()), ull(m.bytes), r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);  // the driver keeps its own mapping
+  if (refused_past_bound(m.request, r)) return;
   buffer_reply(m.request, r, r == 0 ? (proto::kRightUpload | proto::kRightDownload) : 0, id, r == 0 ? m.bytes : 0);
 }
 
@@ -251,7 +268,7 @@ void Requests::on_event_pool(const proto::EventPool& m) {
   int r = ctx_.engine.open_event_pool(*client_, h, m.count, &id);
   FERRY_LOG(debug, "client %llu: event pool of %u events -> %s", ull(client_->id()), m.count, r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);
-  reply(m.request, r, id);
+  if (!refused_past_bound(m.request, r)) reply(m.request, r, id);
 }
 
 void Requests::on_admin(const proto::AdminRequest& m) {
@@ -294,6 +311,17 @@ void Requests::reply(uint64_t request, int status, uint64_t value, uint32_t fenc
   r.value = value;
   r.fence = fence;
   peer_.send(&r, sizeof r);
+}
+
+bool Requests::refused_past_bound(uint64_t request, int status) {
+  const std::string why = ctx_.engine.take_refusal();
+  if (status == 0 || why.empty()) return false;
+  auto e = proto::make<proto::Error>(proto::Type::error);
+  e.request = request;
+  e.code = status;
+  proto::set_text(e.text, why);
+  peer_.send(&e, sizeof e);
+  return true;
 }
 
 void Requests::buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes) {

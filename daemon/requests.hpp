@@ -77,12 +77,17 @@ class Requests {
  private:
   void reply(uint64_t request, int status, uint64_t value, uint32_t fence = 0);
   void buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes);
+  // A request refused past a bound of Limits is answered with an Error that
+  // says which (the engine's take_refusal): true when it was so answered;
+  // false, and the caller sends its own reply, for any other outcome.
+  bool refused_past_bound(uint64_t request, int status);
   // Fills h from a message's kind and handle; a Level Zero handle's fd came with it.
   IpcHandle ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcBytes]);
 
   Context& ctx_;
   Peer& peer_;
   ClientRef client_;
+  bool admin_ = false;  // the peer is one of the daemon's admins (set at Hello)
   bool rung_ = false;  // a Doorbell came since the ring was last looked at
 };
 

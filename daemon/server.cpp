@@ -26,10 +26,11 @@ namespace {
 // device (a descriptor per allocation) what the descriptor limit leaves
 // after every connection's own (socket, segment, replies carrying one).
 uint64_t buffers_total(const Options& o) {
-  if (o.max_buffers_total != 0 || !o.sim) return o.max_buffers_total;
+  const Limits& l = o.limits;
+  if (l.max_buffers_total != 0 || !o.sim) return l.max_buffers_total;
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
-  const uint64_t reserve = 3ull * o.max_connections + 16ull * o.max_clients + 256;
+  const uint64_t reserve = 3ull * (l.max_connections + Limits::kAdminSeats) + 16ull * l.max_clients + 256;
   return rl.rlim_cur > reserve + 64 ? rl.rlim_cur - reserve : 64;
 }
 }  // namespace
@@ -48,10 +49,12 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
       status_timer_(io),
       accept_pause_(io) {
   // A share of the device's memory becomes bytes now that the device is known.
-  if (opts_.client_memory == 0 && opts_.client_memory_percent != 0 && opts_.client_memory_percent < 100)
-    opts_.client_memory = engine_.device().memory_bytes / 100 * opts_.client_memory_percent;
-  engine_.set_limits({opts.max_grants, opts.max_opens, opts.max_imports, opts.max_event_pools, opts.max_buffers,
-                      buffers_total(opts)});
+  Limits& l = opts_.limits;
+  if (l.user_memory == 0 && l.user_memory_percent != 0 && l.user_memory_percent < 100)
+    l.user_memory = engine_.device().memory_bytes / 100 * l.user_memory_percent;
+  l.max_buffers_total = buffers_total(opts_);
+  engine_.set_limits(l);
+  ctx_.connections_by_uid = &sessions_.by_user();
   if (opts.segment_pool != 0)
     engine_.use_segment_pool(opts.slots, opts.slot_bytes, opts.segment_pool);
   ctx_.stats.started_unix =
@@ -155,11 +158,19 @@ void Server::accept() {
     if (ec == asio::error::operation_aborted || ctx_.stopping) return;
     if (!ec) {
       ++ctx_.stats.connections;
-      if (sessions_.size() >= opts_.max_connections) {
-        // Closed at once: connections are bounded, Hello or not.
-        refused("too many connections (--max-connections)");
+      const std::string why = admit(sock.native_handle());
+      if (!why.empty()) {
+        // Closed at once, told why: connections are bounded, Hello or not.
+        // A fresh socket's buffer takes the one message without blocking.
+        refused(why.c_str());
+        auto e = proto::make<proto::Error>(proto::Type::error);
+        e.h.flags = proto::kErrorFatal;
+        e.code = -EUSERS;
+        proto::set_text(e.text, why);
+        (void)::send(sock.native_handle(), &e, sizeof e, MSG_DONTWAIT | MSG_NOSIGNAL);
         boost::system::error_code ignored;
         sock.close(ignored);
+        ++ctx_.stats.refused;
       } else {
         sessions_.start(std::move(sock), ctx_);
       }
@@ -176,6 +187,25 @@ void Server::accept() {
     }
     accept();
   });
+}
+
+std::string Server::admit(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return "cannot tell who connects (SO_PEERCRED)";
+  const Limits& l = opts_.limits;
+  const size_t open = sessions_.size(), mine = sessions_.of_user(cred.uid);
+  const uint64_t share = l.share_of(l.max_connections);
+  if (open < l.max_connections && mine < share) return {};
+  // Past a bound for users: an admin still comes in (status, disconnect,
+  // drain), into seats no other user can take.
+  if (open < uint64_t{l.max_connections} + Limits::kAdminSeats && is_admin(opts_, cred.uid, cred.gid)) return {};
+  if (open >= l.max_connections)
+    return "ferryd has " + std::to_string(open) + " connections of all users (--max-connections " +
+           std::to_string(l.max_connections) + ")";
+  return "uid " + std::to_string(cred.uid) + " has " + std::to_string(mine) + " connections, its most of " +
+         "--max-connections " + std::to_string(l.max_connections) + " (--user-share " +
+         std::to_string(l.user_share) + "%)";
 }
 
 void Server::refused(const char* why) {

@@ -37,6 +37,9 @@ class Server {
  private:
   void accept();
   void wait_signal();
+  // Why a new connection (its socket) is refused, or empty: the bounds of
+  // Limits on connections, all users' and its user's, and the admins' seats.
+  std::string admit(int fd);
   // Logs why a connection was refused, at most once per 10 s.
   void refused(const char* why);
   void drain_tick();

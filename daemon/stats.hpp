@@ -62,6 +62,7 @@ struct ServerStats {
   int64_t started_unix = 0;  // seconds
   uint64_t connections = 0;  // accepted since start, status requests (ferryctl) included
   uint64_t clients = 0;      // Hellos since start: connections of clients
+  uint64_t refused = 0;      // connections closed at once, past a bound of Limits
   uint64_t accept_failures = 0;  // accepts that failed for want of descriptors or memory (each then pauses)
   uint64_t log_lines_left_out = 0;  // "closing session" lines past the rate limit (LogBudget)
 };

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <set>
 
 namespace ferry::ferryd {
 
@@ -28,11 +30,7 @@ int64_t unix_seconds(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
 }
 
-}  // namespace
-
-bool is_admin(const Options& o, uid_t uid, gid_t gid) {
-  if (uid == 0 || uid == ::geteuid()) return true;
-  if (o.admin_group.empty()) return false;
+bool in_admin_group(const Options& o, uid_t uid, gid_t gid) {
   group* g = ::getgrnam(o.admin_group.c_str());
   if (g == nullptr) return false;
   if (gid == g->gr_gid) return true;
@@ -42,6 +40,59 @@ bool is_admin(const Options& o, uid_t uid, gid_t gid) {
     if (std::strcmp(*m, pw->pw_name) == 0) return true;
   return false;
 }
+
+}  // namespace
+
+bool is_admin(const Options& o, uid_t uid, gid_t gid) {
+  if (uid == 0 || uid == ::geteuid()) return true;
+  if (o.admin_group.empty()) return false;
+  // The group's members are looked up (NSS) at most once per 10 s per
+  // peer: a user refused past its bounds again and again costs no lookups.
+  struct Seen {
+    bool admin;
+    std::chrono::steady_clock::time_point at;
+  };
+  static std::map<std::pair<uid_t, gid_t>, Seen> cache;  // io thread only
+  const auto now = std::chrono::steady_clock::now();
+  const auto key = std::make_pair(uid, gid);
+  if (auto it = cache.find(key); it != cache.end() && now - it->second.at < std::chrono::seconds(10))
+    return it->second.admin;
+  if (cache.size() > 4096) cache.clear();
+  const bool admin = in_admin_group(o, uid, gid);
+  cache[key] = Seen{admin, now};
+  return admin;
+}
+
+namespace {
+// What each user holds against Limits (an admin sees every user, anyone
+// else its own), and the bounds themselves.
+json::array users_json(const Context& ctx, bool all, uid_t viewer) {
+  static const std::map<uid_t, size_t> kNone;
+  const auto& conns = ctx.connections_by_uid != nullptr ? *ctx.connections_by_uid : kNone;
+  std::set<uid_t> uids;
+  for (const auto& [uid, n] : conns) uids.insert(uid);
+  for (const auto& [id, c] : ctx.engine.clients()) uids.insert(c->uid);
+  json::array rows;
+  for (uid_t uid : uids) {
+    if (!all && uid != viewer) continue;
+    const Usage u = ctx.engine.usage(uid);
+    auto it = conns.find(uid);
+    rows.push_back(json::object{{"uid", uid}, {"connections", it != conns.end() ? it->second : 0}, {"clients", u.clients},
+                                {"buffers", u.buffers}, {"device_bytes", u.device_bytes}, {"grants", u.grants},
+                                {"opens", u.opens}, {"imports", u.imports}, {"event_pools", u.event_pools}});
+  }
+  return rows;
+}
+
+json::object limits_json(const Limits& l) {
+  return {{"max_clients", l.max_clients},         {"max_connections", l.max_connections},
+          {"admin_seats", Limits::kAdminSeats},   {"user_share_percent", l.user_share},
+          {"user_memory_bytes", l.user_memory},   {"max_buffers", l.max_buffers},
+          {"max_buffers_total", l.max_buffers_total}, {"max_grants", l.max_grants},
+          {"max_opens", l.max_opens},             {"max_imports", l.max_imports},
+          {"max_event_pools", l.max_event_pools}};
+}
+}  // namespace
 
 std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
   const TransferEngine& engine = ctx.engine;
@@ -128,7 +179,7 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
        {{"slot_bytes", opts.slot_bytes},
         {"slots_per_client", opts.slots},
         {"entries_per_client", proto::ring_entries(opts.slots)},
-        {"max_clients", opts.max_clients},
+        {"max_clients", opts.limits.max_clients},
         {"entries_total", entries_total},
         {"transfers_in_flight", busy},
         {"entries_free", entries_total - busy},
@@ -143,6 +194,7 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
         {"failed", totals.errors},
         {"connections", client_connections},
         {"status_requests", all ? ctx.stats.connections - ctx.stats.clients : 0},
+        {"connections_refused", all ? ctx.stats.refused : 0},
         {"accept_failures", all ? ctx.stats.accept_failures : 0},
         {"log_lines_left_out", all ? ctx.stats.log_lines_left_out : 0}}},
       {"poller",
@@ -159,6 +211,8 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
         {"device_bytes", h.device_bytes},
         {"copies_in_flight", copies}}},
       {"clients", std::move(clients)},
+      {"users", users_json(ctx, all, viewer)},
+      {"limits", limits_json(opts.limits)},
       {"all_clients_visible", all},
       {"scope", all ? "daemon" : "own clients"},
       {"histograms", {{"upload_latency", histogram_json(latency)}, {"slot_wait", histogram_json(slot_wait)}}}};

@@ -120,13 +120,33 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
   auto guard = boost::asio::make_work_guard(io);  // run_one() waits for the retire thread's posts
   {
     TransferEngine eng(io, backend());
+    Limits limits;
+    limits.user_memory = 8192;
+    eng.set_limits(limits);
     const uint64_t buffers_before = eng.holdings().buffers;
     ClientRef c;
     REQUIRE(eng.add_client(4, 4096, &c) == 0);
+    c->uid = 4242;
     uint64_t id = 0;
-    REQUIRE(eng.alloc(*c, 4096, 0, &id) == 0);
+    REQUIRE(eng.alloc(*c, 4096, &id) == 0);
     CHECK(eng.holdings().buffers == buffers_before + 1);
-    CHECK(eng.alloc(*c, 1 << 20, 4096, &id) == -EDQUOT);  // over the client's limit
+    CHECK(eng.alloc(*c, 1 << 20, &id) == -EDQUOT);  // over its user's bound
+    CHECK(eng.take_refusal().find("uid 4242 holds 4096 B of device memory") != std::string::npos);
+    CHECK(eng.take_refusal().empty());  // read once
+    {
+      // The bound is the user's: another client of uid 4242 shares it, one of another uid does not.
+      ClientRef same, other;
+      REQUIRE(eng.add_client(4, 4096, &same) == 0);
+      REQUIRE(eng.add_client(4, 4096, &other) == 0);
+      same->uid = 4242;
+      other->uid = 4343;
+      uint64_t x = 0;
+      CHECK(eng.alloc(*same, 8192, &x) == -EDQUOT);
+      CHECK(eng.alloc(*other, 8192, &x) == 0);
+      CHECK(eng.usage(4242).device_bytes == 4096);
+      CHECK(eng.usage(4343).device_bytes == 8192);
+      CHECK(eng.usage(4242).clients == 2);
+    }
     auto buf = c->owned(1);
     REQUIRE(buf);
     std::memset(c->segment().slot(0), 0x42, 4096);

@@ -31,15 +31,89 @@ Other other_user() {
   return {pw->pw_uid, pw->pw_gid};
 }
 
+// A third user, which no account names: root may become any uid.
+constexpr Other kThird{54321, 54321};
+
+bool become(Other o) { return setgroups(0, nullptr) == 0 && setgid(o.gid) == 0 && setuid(o.uid) == 0; }
+
+// Runs fn as user o in a child process; returns its exit code.
+template <class F>
+int as_user(Other o, F fn) {
+  return reap(fork_child([&] { return become(o) ? fn() : 100; }));
+}
+
 // Runs fn as the other user in a child process; returns its exit code.
 template <class F>
 int as_other(F fn) {
-  Other o = other_user();
-  return reap(fork_child([&] {
-    if (setgroups(0, nullptr) != 0 || setgid(o.gid) != 0 || setuid(o.uid) != 0) return 100;
-    return fn();
-  }));
+  return as_user(other_user(), fn);
 }
+
+// A child process of another user, led step by step: it reports a byte
+// after each step (Child::report) and waits for the parent's go before the
+// next (Child::wait), so what it holds stays held while the parent looks.
+class Stepped {
+ public:
+  struct Child {
+    int up, down;
+    void report(int v) {
+      const char b = static_cast<char>(v);
+      (void)!::write(up, &b, 1);
+    }
+    bool wait() {
+      char b;
+      return ::read(down, &b, 1) == 1;
+    }
+  };
+  template <class F>
+  Stepped(Other o, F fn) {
+    REQUIRE(::pipe(up_) == 0);
+    REQUIRE(::pipe(down_) == 0);
+    pid_ = fork_child([&] {
+      ::close(up_[0]);
+      ::close(down_[1]);
+      if (!become(o)) return 100;
+      Child c{up_[1], down_[0]};
+      return fn(c);
+    });
+    ::close(up_[1]);
+    ::close(down_[0]);
+  }
+  ~Stepped() { finish(); }
+  // The child's next report, or -1 once it exited.
+  int next() {
+    char b;
+    return ::read(up_[0], &b, 1) == 1 ? b : -1;
+  }
+  void go() {
+    const char b = 1;
+    (void)!::write(down_[1], &b, 1);
+  }
+  // Lets the child end (its waits fail) and returns its exit code.
+  int finish() {
+    if (pid_ < 0) return -1;
+    ::close(down_[1]);
+    ::close(up_[0]);
+    const int rc = reap(pid_);
+    pid_ = -1;
+    return rc;
+  }
+
+ private:
+  int up_[2]{}, down_[2]{};
+  pid_t pid_ = -1;
+};
+
+// One upload and its download back through c: 0 when the bytes came back.
+int round_trip(ferry_client* c) {
+  ferry_buffer b{};
+  std::vector<uint8_t> in(4096, 0x3c), out(4096);
+  if (ferry_buffer_alloc(c, in.size(), &b) != 0) return 2;
+  if (ferry_upload(c, b, 0, in.data(), in.size(), nullptr) != 0) return 3;
+  if (ferry_download(c, b, 0, out.data(), out.size()) != 0 || in != out) return 4;
+  return ferry_buffer_free(c, b) == 0 ? 0 : 5;
+}
+
+bool says(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The daemon's fds that are staging segments (memfd "ferry-staging").
 std::vector<std::string> segment_fds(pid_t pid) {
@@ -196,5 +270,136 @@ TEST_CASE("only the daemon's admins may disconnect a client", "[isolation][uid][
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(r != 0);  // the session is gone
   ferry_disconnect(mine);
+  CHECK(d.holds_nothing());
+}
+
+TEST_CASE("one user's connections, clients and allocations leave room for other users and for admins",
+          "[isolation][uid][limits]") {
+  // Each bound counts a user's connections and clients together, and no
+  // user but an admin takes more than --user-share (75%) of a daemon-wide
+  // one: 6 of 8 connections, 3 of 4 clients, 6 of 8 allocations.
+  Daemon d({"--socket-mode", "0666", "--max-connections", "8", "--max-clients", "4", "--max-buffers-total", "8",
+            "--user-memory", "1048576", "--hello-timeout", "60"});
+  const Other a = other_user();
+  const std::string uid_a = "uid " + std::to_string(a.uid);
+  auto row_of = [&](uid_t uid, const char* what) {
+    const auto st = status(d.socket);
+    for (const auto& [k, row] : st.get_child("users"))
+      if (row.get<uid_t>("uid") == uid) return row.get<uint64_t>(what);
+    return uint64_t{0};
+  };
+
+  SECTION("connections without Hello") {
+    Stepped holder(a, [&](Stepped::Child& me) {
+      std::vector<int> fds;
+      for (int i = 0; i < 20; ++i) fds.push_back(connect_unix(d.socket));
+      me.report(0);
+      if (!me.wait()) return 1;
+      // Those past its share were told why and closed; the rest stay open.
+      int refused = 0, open = 0;
+      for (int fd : fds) {
+        ferry::proto::Error e{};
+        const ssize_t n = ::recv(fd, &e, sizeof e, MSG_DONTWAIT);
+        if (n < 0 && errno == EAGAIN) ++open;
+        if (n == sizeof e && e.code == -EUSERS && says(ferry::proto::get_text(e.text), uid_a + " has 6 connections") &&
+            says(ferry::proto::get_text(e.text), "--user-share 75%") && ::recv(fd, &e, 1, 0) == 0)
+          ++refused;
+      }
+      me.report(refused == 14 && open == 6 ? 0 : 2);
+      me.wait();
+      return 0;
+    });
+    REQUIRE(holder.next() == 0);
+    REQUIRE(eventually([&] { return status(d.socket).get<uint64_t>("totals.connections_refused") >= 14; }));
+    CHECK(row_of(a.uid, "connections") == 6);
+    holder.go();
+    CHECK(holder.next() == 0);
+    // Another user still gets in, up to every connection there is...
+    Stepped third(kThird, [&](Stepped::Child& me) {
+      ferry_client* c = nullptr;
+      if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;
+      const int rc = round_trip(c);
+      const int second = connect_unix(d.socket), third_fd = connect_unix(d.socket);
+      // ...the 9th is refused for all users' bound, not this user's.
+      ferry::proto::Error e{};
+      const bool told = ::recv(third_fd, &e, sizeof e, 0) == sizeof e &&
+                        says(ferry::proto::get_text(e.text), "ferryd has 8 connections of all users (--max-connections 8)");
+      me.report(rc != 0 ? 10 + rc : second < 0 ? 2 : told ? 0 : 3);
+      me.wait();
+      ferry_disconnect(c);
+      return 0;
+    });
+    CHECK(third.next() == 0);
+    // The daemon is full for users; an admin still sees it, and may disconnect.
+    auto st = status(d.socket);
+    CHECK(st.get<uint64_t>("limits.max_connections") == 8);
+    CHECK(row_of(kThird.uid, "connections") == 2);
+    CHECK(admin_request(d.socket, ferry::proto::kAdminDisconnect, 999) == -ENOENT);
+    CHECK(third.finish() == 0);
+    CHECK(holder.finish() == 0);
+  }
+
+  SECTION("clients") {
+    Stepped holder(a, [&](Stepped::Child& me) {
+      std::vector<ferry_client*> mine(4, nullptr);
+      for (int i = 0; i < 3; ++i)
+        if (ferry_connect(d.socket.c_str(), &mine[i]) != 0) return 1;
+      const bool refused = ferry_connect(d.socket.c_str(), &mine[3]) == -EUSERS &&
+                           says(ferry_last_error(), uid_a + " has 3 clients, its most of --max-clients 4");
+      me.report(refused ? 0 : 2);
+      me.wait();
+      for (int i = 0; i < 3; ++i) ferry_disconnect(mine[i]);
+      return 0;
+    });
+    REQUIRE(holder.next() == 0);
+    CHECK(row_of(a.uid, "clients") == 3);
+    CHECK(as_user(kThird, [&] {
+            ferry_client* c = nullptr;
+            if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;  // the 4th client of all
+            ferry_client* more = nullptr;
+            const bool full = ferry_connect(d.socket.c_str(), &more) == -EUSERS &&
+                              says(ferry_last_error(), "ferryd serves 4 clients of all users (--max-clients)");
+            const int rc = full ? round_trip(c) : 2;  // it uploads as any client does
+            ferry_disconnect(c);
+            return rc;
+          }) == 0);
+    CHECK(holder.finish() == 0);
+  }
+
+  SECTION("allocations and device memory") {
+    Stepped holder(a, [&](Stepped::Child& me) {
+      ferry_client *c1 = nullptr, *c2 = nullptr;
+      if (ferry_connect(d.socket.c_str(), &c1) != 0 || ferry_connect(d.socket.c_str(), &c2) != 0) return 1;
+      ferry_buffer b{};
+      // Memory: the user's, over both of its connections.
+      if (ferry_buffer_alloc(c1, 768 * 1024, &b) != 0) return 2;
+      if (ferry_buffer_alloc(c2, 512 * 1024, &b) != -EDQUOT || !says(ferry_last_error(), "--user-memory 1048576"))
+        return 3;
+      int n = 1, r = 0;
+      while ((r = ferry_buffer_alloc(n % 2 ? c2 : c1, 64, &b)) == 0) ++n;
+      const bool share = r == -EDQUOT && n == 6 && says(ferry_last_error(), "its most of --max-buffers-total 8");
+      me.report(share ? 0 : 4);
+      me.wait();
+      ferry_disconnect(c1);
+      ferry_disconnect(c2);
+      return 0;
+    });
+    REQUIRE(holder.next() == 0);
+    CHECK(row_of(a.uid, "buffers") == 6);
+    CHECK(as_user(kThird, [&] {
+            ferry_client* c = nullptr;
+            if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;
+            ferry_buffer b{};
+            // A bound of memory of its own, and the allocations the share left.
+            int rc = ferry_buffer_alloc(c, 512 * 1024, &b) != 0 ? 2
+                     : ferry_buffer_alloc(c, 64, &b) != 0       ? 3
+                     : ferry_buffer_alloc(c, 64, &b) != -EDQUOT ? 4
+                     : !says(ferry_last_error(), "all users together hold 8 allocations") ? 5
+                                                                                     : 0;
+            ferry_disconnect(c);
+            return rc;
+          }) == 0);
+    CHECK(holder.finish() == 0);
+  }
   CHECK(d.holds_nothing());
 }

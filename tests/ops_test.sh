@@ -407,9 +407,10 @@ refused admin 'slots = 8\nadmin-group = no-such-group-here\n' 'admin.conf:2: adm
 refused backend 'slots = 8\n\nbackend = opencl\n' 'backend.conf:3: backend must be level-zero or cuda'
 refused level 'log-level = info\nslots = 4\nlog-level = loud\n' 'level.conf:3'  # a key given twice: its second line
 refused level1 'log-level = loud\n' 'level1.conf:1: log-level must be'
-# The shipped configuration names every setting ferryd has, with its default.
+# The shipped configuration names every setting ferryd has, with its default
+# (client-memory is the old name of user-memory).
 for opt in $("$build/daemon/ferryd" --help | grep -E '^  -' | grep -oE -- '--[a-z-]+' | head -c 100000 | sed 's/^--//' |
-    sort -u | grep -v -x -e help -e version -e check-config -e verbose -e quiet -e config); do
+    sort -u | grep -v -x -e help -e version -e check-config -e verbose -e quiet -e config -e client-memory); do
   grep -q "^# $opt = " "$src/systemd/ferryd.conf" || fail "systemd/ferryd.conf does not list $opt"
 done
 echo "ok: groups checked, file:line for backend, log-level and a key given twice; ferryd.conf lists every setting"

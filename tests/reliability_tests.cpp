@@ -340,8 +340,8 @@ TEST_CASE("a lost device fails the tickets, says so, and refuses new work", "[fa
   ferry_disconnect(c);
 }
 
-TEST_CASE("quotas: device memory per client, slots per client", "[limits]") {
-  Daemon d({"--client-memory", "1048576", "--slots", "4"});
+TEST_CASE("quotas: device memory per user, slots per client", "[limits]") {
+  Daemon d({"--user-memory", "1048576", "--slots", "4"});
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
   ferry_info info{};
@@ -350,6 +350,14 @@ TEST_CASE("quotas: device memory per client, slots per client", "[limits]") {
   ferry_buffer a{}, b{};
   REQUIRE(ferry_buffer_alloc(c, 768 * 1024, &a) == 0);
   CHECK(ferry_buffer_alloc(c, 512 * 1024, &b) == -EDQUOT);
+  {
+    // A second connection of the same user shares the bound (it had its own before).
+    ferry_client* c2 = nullptr;
+    REQUIRE(ferry_connect(d.socket.c_str(), &c2) == 0);
+    CHECK(ferry_buffer_alloc(c2, 512 * 1024, &b) == -EDQUOT);
+    CHECK(std::string(ferry_last_error()).find("--user-memory 1048576") != std::string::npos);
+    ferry_disconnect(c2);
+  }
   REQUIRE(ferry_buffer_free(c, a) == 0);
   CHECK(ferry_buffer_alloc(c, 512 * 1024, &b) == 0);
   // A raw client asking for more slots than allowed gets the limit.
@@ -617,11 +625,12 @@ size_t fd_count(pid_t pid) {
 }
 }  // namespace
 
-TEST_CASE("allocations are bounded per client and in all; the descriptor table never fills", "[faults][fds]") {
+TEST_CASE("allocations are bounded per user and in all; the descriptor table never fills", "[faults][fds]") {
   // Each simulated allocation holds a memfd in the daemon: 1,007 small ones
-  // filled its table before, and nobody could connect.
+  // filled its table before, and nobody could connect. The bound is the
+  // user's: more connections buy it nothing (isolation_tests: other users).
   Daemon d({"--max-buffers", "5", "--max-buffers-total", "8", "--max-clients", "4"});
-  Witness w(d.socket);  // holds one allocation itself
+  Witness w(d.socket);  // holds one allocation itself, as this same user
   const size_t fds0 = fd_count(d.pid);
   ferry_client *a = nullptr, *b = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &a) == 0);
@@ -631,17 +640,19 @@ TEST_CASE("allocations are bounded per client and in all; the descriptor table n
   int r = 0;
   while ((r = ferry_buffer_alloc(a, 64, &x)) == 0) mine.push_back(x);
   CHECK(r == -EDQUOT);
-  CHECK(mine.size() == 5);  // its own bound
+  CHECK(mine.size() == 4);  // the user's 5, the witness's one among them
+  const std::string why = ferry_last_error();
+  INFO(why);
+  CHECK(why.find("uid " + std::to_string(getuid()) + " holds 5 allocations") != std::string::npos);
+  CHECK(why.find("--max-buffers 5") != std::string::npos);
+  CHECK(ferry_buffer_alloc(b, 64, &x) == -EDQUOT);  // another connection of the same user
   REQUIRE(ferry_buffer_free(a, mine.back()) == 0);
   mine.pop_back();
-  REQUIRE(ferry_buffer_alloc(a, 64, &x) == 0);  // a free gives the place back
-  size_t theirs = 0;
-  while ((r = ferry_buffer_alloc(b, 64, &x)) == 0) ++theirs;
-  CHECK(r == -EDQUOT);
-  CHECK(theirs == 2);  // 8 in all: the witness's 1, a's 5, b's 2
+  REQUIRE(ferry_buffer_alloc(b, 64, &x) == 0);  // a free gives the place back, to any of its clients
+  CHECK(ferry_buffer_alloc(a, 64, &x) == -EDQUOT);
   // Two connections' own (socket, segment), the segment pool's two made to
-  // replace theirs, and one per allocation: a's 5 and b's 2.
-  CHECK(fd_count(d.pid) <= fds0 + 2 * 2 + 2 + 7);
+  // replace theirs, and one per allocation: a's 3 and b's 1.
+  CHECK(fd_count(d.pid) <= fds0 + 2 * 2 + 2 + 4);
   ferry_disconnect(a);
   // a's allocations went with it: b may have them now.
   REQUIRE(eventually([&] { return ferry_buffer_alloc(b, 64, &x) == 0; }));
@@ -682,7 +693,7 @@ TEST_CASE("Export replies a client never reads park at most 16 descriptors in th
   CHECK(w.finish() >= 3);
 }
 
-TEST_CASE("by default one client may hold half the device's memory; the bound reads as bytes or a share", "[limits]") {
+TEST_CASE("by default one user may hold half the device's memory; the bound reads as bytes or a share", "[limits]") {
   {
     Daemon d;
     const uint64_t device = status(d.socket).get<uint64_t>("device.memory_bytes");
@@ -694,23 +705,31 @@ TEST_CASE("by default one client may hold half the device's memory; the bound re
     a.request = 5;
     a.bytes = device / 100 * 50 + 4096;  // refused before anything is allocated
     r.send(a);
-    proto::Reply rep{};
-    REQUIRE(r.expect(proto::Type::reply, &rep));
-    CHECK(rep.status == -EDQUOT);
+    // Refused past a bound: an Error for that request (the session goes on), saying which.
+    proto::Error e{};
+    REQUIRE(r.expect(proto::Type::error, &e));
+    CHECK(e.request == 5);
+    CHECK(e.code == -EDQUOT);
+    CHECK((e.h.flags & proto::kErrorFatal) == 0);
+    CHECK(proto::get_text(e.text).find("--user-memory") != std::string::npos);
+    CHECK(r.alloc(4096) != 0);
   }
-  {
-    Daemon d({"--client-memory", "100%"});  // no bound
+  // The old name (--client-memory) still reads, as the same per-user bound.
+  for (const char* flag : {"--user-memory", "--client-memory"}) {
+    Daemon d({flag, "100%"});  // no bound
     RawClient r(d.socket);
     r.hello();
     CHECK(r.welcome.max_buffer_bytes == status(d.socket).get<uint64_t>("device.memory_bytes"));
   }
   // Nonsense is refused at start, with the option named.
-  for (const char* bad : {"abc", "150%", "-1", "12x"}) {
-    const auto [rc, out] = run_command(std::string(FERRYD_PATH) +
-                                       " --sim --socket /tmp/ferry-never.sock --client-memory '" + bad + "'");
-    INFO(bad << ": " << out);
-    CHECK(rc == 2);
-    CHECK(out.find("client-memory") != std::string::npos);
+  for (const std::string flag : {"user-memory", "client-memory"}) {
+    for (const char* bad : {"abc", "150%", "-1", "12x"}) {
+      const auto [rc, out] = run_command(std::string(FERRYD_PATH) + " --sim --socket /tmp/ferry-never.sock --" +
+                                         flag + " '" + bad + "'");
+      INFO(bad << ": " << out);
+      CHECK(rc == 2);
+      CHECK(out.find(flag) != std::string::npos);
+    }
   }
 }
 

@@ -127,7 +127,7 @@ int connect_failed(const std::string& path, int r, const std::string& refusal = 
           "; libferry and ferryd must come from the same release";
       break;
     default:
-      s = "connect to " + path + ": " + ferry_strerror(r);
+      s = "connect to " + path + ": " + (refusal.empty() ? std::string(ferry_strerror(r)) : "ferryd refused: " + refusal);
   }
   return r;
 }
@@ -332,9 +332,9 @@ const char* ferry_strerror(int err) {
     case -ECONNRESET: return "the daemon closed the connection";
     case -ESHUTDOWN: return "the daemon is shutting down";
     case -ECONNABORTED: return "disconnected by an administrator of the daemon (ferryctl disconnect): connect again";
-    case -EUSERS: return "the daemon serves its maximum number of clients";
+    case -EUSERS: return "ferryd serves the most clients it may, of all users or of yours (ferry_last_error says which)";
     case -EPROTO: return "protocol error: client and daemon do not agree";
-    case -EDQUOT: return "over this client's device-memory quota";
+    case -EDQUOT: return "past a bound on what one user may hold in ferryd (ferry_last_error names it and its flag)";
     case -EIO: return "the device failed the transfer";
     case -ETIMEDOUT: return "timed out";
     case -EINVAL: return "invalid argument: a zero or contradictory value (ferry_last_error names it)";

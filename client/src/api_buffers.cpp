@@ -30,8 +30,19 @@ int refused(int status, const char* fn, uint64_t buf) {
                         "rights asked are not the grant's");
     case -EINVAL:
       return fc::misuse(status, fn, "the daemon refused the arguments (rights 0 or unknown, or an unknown handle kind)");
-    default: return fc::misuse(status, fn, std::string("the daemon refused: ") + ferry_strerror(status));
+    default: {
+      // The daemon's own reason where it gave one (which bound, whose, its flag).
+      const std::string& why = fc::Connection::refusal_text();
+      return fc::misuse(status, fn, "the daemon refused: " + (why.empty() ? std::string(ferry_strerror(status)) : why));
+    }
   }
+}
+
+// A request answered with another type than its reply's: a refusal the
+// daemon explained (a bound, say) is said in ferry_last_error; a lost
+// connection is returned as it is.
+int explained(int status, const char* fn, uint64_t buf) {
+  return fc::Connection::refusal_text().empty() ? status : refused(status, fn, buf);
 }
 
 // An fd the caller passes must be open: sending a closed one would end the
@@ -121,7 +132,7 @@ int ferry_buffer_grant(ferry_client* c, ferry_buffer buffer, uint32_t rights, fe
   m.buffer = buf;
   m.rights = rights;
   proto::TokenReply r{};
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return explained(e, "ferry_buffer_grant", buf);
   if (r.status != 0) return refused(r.status, "ferry_buffer_grant", buf);
   std::memcpy(out->bytes, r.token, sizeof out->bytes);
   return 0;
@@ -145,7 +156,7 @@ int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* o
   auto m = proto::make<proto::Open>(proto::Type::open);
   std::memcpy(m.token, token->bytes, sizeof m.token);
   proto::BufferReply r{};
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return e;
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return explained(e, "ferry_buffer_open", 0);
   if (r.status != 0) return refused(r.status, "ferry_buffer_open", 0);
   fc::remember_buffer(c, r.buffer, r.bytes);
   out->id = r.buffer;
@@ -194,7 +205,7 @@ int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer
   std::memcpy(m.handle, h->data, sizeof m.handle);
   proto::BufferReply r{};
   const int fd = h->kind == proto::kIpcLevelZero ? h->fd : -1;
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, fd); e != 0) return e;
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, fd); e != 0) return explained(e, "ferry_buffer_import", 0);
   if (r.status != 0) return refused(r.status, "ferry_buffer_import", 0);
   fc::remember_buffer(c, r.buffer, r.bytes);
   out->id = r.buffer;
@@ -215,7 +226,7 @@ int ferry_event_pool_register(ferry_client* c, const ferry_ipc_handle* h, uint32
   m.kind = h->kind;
   std::memcpy(m.handle, h->data, sizeof m.handle);
   proto::Reply r{};
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, h->fd); e != 0) return e;
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, h->fd); e != 0) return explained(e, "ferry_event_pool_register", 0);
   if (r.status != 0) return refused(r.status, "ferry_event_pool_register", 0);
   *pool = r.value;
   return 0;

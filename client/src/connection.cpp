@@ -14,6 +14,11 @@ namespace ferry::client {
 
 Connection::~Connection() { close(); }
 
+std::string& Connection::refusal_text() {
+  thread_local std::string text;
+  return text;
+}
+
 int Connection::open(const std::string& path, const proto::Hello& hello, proto::Welcome* welcome, int* segment_fd) {
   *segment_fd = -1;
   if (const char* e = std::getenv("FERRY_TIMEOUT_MS")) {
@@ -21,7 +26,9 @@ int Connection::open(const std::string& path, const proto::Hello& hello, proto::
     if (v > 0 && v < 86'400'000) timeout_ms_ = static_cast<int>(v);
   }
   if (int r = proto::connect_unix(path, &fd_, timeout_ms()); r != 0) return r;
-  if (proto::send_all(fd_, &hello, sizeof hello) != 0) return -ECONNRESET;
+  // A daemon that refuses the connection at once (a bound of its users)
+  // writes why and closes, maybe before the Hello is out: read it anyway.
+  const bool sent = proto::send_all(fd_, &hello, sizeof hello) == 0;
   // The daemon answers at once; a bound keeps a stalled one from hanging us.
   timeval tv{timeout_ms() / 1000, (timeout_ms() % 1000) * 1000};
   setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -35,6 +42,8 @@ int Connection::open(const std::string& path, const proto::Hello& hello, proto::
   if (r == 0 && proto::type_of(msg) == proto::Type::error && proto::as(msg, &e)) {
     r = e.code != 0 ? e.code : -EPROTO;
     refusal_ = proto::get_text(e.text);
+  } else if (!sent) {
+    r = -ECONNRESET;
   } else if (r == 0 && (proto::type_of(msg) != proto::Type::welcome || fds.size() != 1 || !proto::as(msg, welcome))) {
     r = -EPROTO;
   }
@@ -152,7 +161,7 @@ bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why
       const auto* p = reinterpret_cast<const uint8_t*>(&r);
       std::lock_guard lock(mu_);
       if (abandoned_.erase(e.request) != 0) return true;
-      answers_[e.request] = Answer{T::reply, std::vector<uint8_t>(p, p + sizeof r), -1};
+      answers_[e.request] = Answer{T::reply, std::vector<uint8_t>(p, p + sizeof r), -1, proto::get_text(e.text)};
       break;
     }
     default:

@@ -65,10 +65,16 @@ class Connection {
   // id is written to *request_field first. *reply_fd gets a descriptor that
   // came with the answer. A refusal (a Reply or Error with a status, whatever
   // was asked) returns that status.
+  // Why the daemon refused this thread's last request (a bound of its
+  // user, say), or empty when it gave no reason.
+  static std::string& refusal_text();
+
   template <class Reply>
   int request(void* msg, size_t n, uint64_t* request_field, Reply* out, int fd = -1, int* reply_fd = nullptr) {
     Answer a;
+    refusal_text().clear();
     if (int r = exchange(msg, n, request_field, fd, &a); r != 0) return r;
+    refusal_text() = std::move(a.text);
     if (a.type != answer_type<Reply>() || a.bytes.size() != sizeof(Reply)) {
       if (a.fd >= 0) ::close(a.fd);
       proto::Reply refused{};
@@ -90,6 +96,7 @@ class Connection {
     proto::Type type{};
     std::vector<uint8_t> bytes;
     int fd = -1;  // came with it (ExportReply)
+    std::string text{};  // a refusal's reason (an Error), if the daemon gave one
   };
   int exchange(void* msg, size_t n, uint64_t* request_field, int fd, Answer* out);
   void receive_loop();

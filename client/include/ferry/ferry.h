@@ -60,7 +60,9 @@ typedef uint64_t ferry_ticket; /* an upload; numbered per client from 1, complet
  *   -EACCES        not allowed to connect (socket mode and group: the
  *                  socket's group is the one to join)
  *   -ECONNREFUSED  a stale socket: no daemon accepts on it
- *   -EUSERS        the daemon serves its maximum number of clients
+ *   -EUSERS        the daemon serves the most clients or connections it
+ *                  may, of all users or of this user (ferry_last_error says
+ *                  which, and the flag that sets it)
  *   -EPROTO        the peer does not speak this protocol version
  * Blocks until the daemon answers (at most a few seconds). */
 int ferry_connect(const char *socket_path, ferry_client **out);
@@ -71,8 +73,10 @@ int ferry_connect(const char *socket_path, ferry_client **out);
 void ferry_disconnect(ferry_client *c);
 
 /* Allocates `bytes` of device memory owned by this client.
- * -EINVAL for 0 bytes, -ENOMEM when the device has no room, -EDQUOT over the
- * daemon's per-client limit. Blocks for one round trip to the daemon. */
+ * -EINVAL for 0 bytes, -ENOMEM when the device has no room, -EDQUOT past a
+ * bound on what this user's clients hold together (device memory,
+ * allocations; ferry_last_error names it and its flag). Blocks for one round
+ * trip to the daemon. */
 int ferry_buffer_alloc(ferry_client *c, uint64_t bytes, ferry_buffer *out);
 
 /* Frees a buffer of this client. Uploads in flight to it still finish first.
