@@ -90,9 +90,16 @@ TEST_CASE("uploads written in place (reserve, commit) and ordinary ones share th
       CHECK(r.bytes == n);
       std::memcpy(r.data, want.back().data(), n);
       ferry_ticket t = 0;
+      const ferry_reservation copy = r;
       REQUIRE(ferry_upload_commit(k.c, &r, b, i * region, &t) == 0);
       CHECK(t != 0);
       CHECK(ferry_upload_commit(k.c, &r, b, i * region, &t) == -EINVAL);  // used up
+      // A copy made before the commit cannot send the ticket again (it would
+      // rewrite the ring entry of a later ticket).
+      ferry_reservation again = copy;
+      CHECK(ferry_upload_commit(k.c, &again, b, i * region, &t) == -EINVAL);
+      again = copy;
+      CHECK(ferry_upload_cancel(k.c, &again) == -EINVAL);
     }
     if (i % 10 == 9) CHECK(k.download(b, (i - 4) * region, want[i - 4].size()) == want[i - 4]);  // a download between
   }

@@ -159,11 +159,15 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
 
 // A reservation this client made and has not used: its ticket issued here,
 // its bytes in this client's staging area where the reservation says.
+// Used up here (the ticket leaves the open set) when it is.
 static int own_reservation(ferry_client* c, const ferry_reservation* r, const char* fn) {
   const Timeline& tl = c->timeline;
   if (r->ticket > tl.issued() || r->staging > tl.staging_bytes() || r->bytes > tl.staging_bytes() - r->staging ||
       r->data != tl.staging() + r->staging)
     return misuse(-EINVAL, fn, "the reservation is not this client's (made by another ferry_client, or altered)");
+  std::lock_guard lock(c->buffers_mu);
+  if (c->reserved.erase(r->ticket) == 0)
+    return misuse(-EINVAL, fn, "the reservation was used already (a copy of one committed or cancelled)");
   return 0;
 }
 
@@ -178,6 +182,10 @@ int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
   uint64_t t = 0, at = 0;
   if (int e = tl.take(1, &t); e != 0) return e;
   if (int e = tl.place(t, bytes, c->conn.timeout_ms(), &at); e != 0) return e;
+  {
+    std::lock_guard lock(c->buffers_mu);
+    c->reserved.insert(t);
+  }
   *r = ferry_reservation{tl.staging() + at, bytes, t, at};
   return 0;
 }

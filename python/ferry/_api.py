@@ -196,10 +196,13 @@ class Client:
         """Disconnects; the daemon frees every buffer this client still holds.
         Safe while other threads use the client: it waits for their calls in
         flight to return, and later calls raise ferry.Error (ENOTCONN). The
-        views of reservations not yet used are released (writing one raises);
-        an array made on such a view would point at memory that is gone, so
-        release those first. In a forked child this only lets go of the
-        child's copy of the connection (it belongs to the parent)."""
+        views of reservations not yet used are released (writing one raises
+        ValueError). Where an array made on such a view still lives (numpy's
+        frombuffer, say), the staging memory under it stays mapped, and the
+        connection open, until the last such array is gone: writing it never
+        touches memory ferry gave to anything else. In a forked child this
+        only lets go of the child's copy of the connection (it belongs to the
+        parent)."""
         if os.getpid() != self._pid:
             # A forked child: only its copy of the socket goes (no lock: it
             # may have been copied held).
@@ -222,9 +225,24 @@ class Client:
                 pass
         self._closers = []
         self._closing = None
-        for r in list(self._reservations):
-            r._drop_view()
-        _c.ferry_disconnect(h)
+        # Arrays made on views of unused reservations keep the segment: the
+        # disconnect (which unmaps it) waits for the last of them.
+        alive = [b for b in (r._drop_view() for r in list(self._reservations)) if b is not None]
+        if not alive:
+            _c.ferry_disconnect(h)
+            return
+        left = [len(alive)]
+        lock = threading.Lock()
+
+        def gone():
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                _c.ferry_disconnect(h)
+
+        for b in alive:
+            weakref.finalize(b, gone)
 
     def __enter__(self):
         return self
@@ -408,7 +426,9 @@ class Reservation:
         self.client = client
         self._r = c
         self.nbytes = c.bytes
-        self.view = memoryview((ctypes.c_uint8 * c.bytes).from_address(c.data)).cast("B")
+        memory = (ctypes.c_uint8 * c.bytes).from_address(c.data)
+        self._memory = weakref.ref(memory)  # alive while the view or an array made on it is
+        self.view = memoryview(memory).cast("B")
 
     def __repr__(self):
         state = "open" if self._r.ticket else "used"
@@ -431,10 +451,13 @@ class Reservation:
         _check(r, "cancel of a reservation")
 
     def _drop_view(self):
+        """Releases the view; returns the memory under it where something
+        else (an array made on the view) still holds it, else None."""
         try:
             self.view.release()
         except BufferError:
-            pass  # an array made on it lives on: writes through it now land in bytes ferry reuses
+            pass  # a view of the view lives on
+        return self._memory()
 
     def __enter__(self):
         return self

@@ -157,6 +157,33 @@ class FerryTest(unittest.TestCase):
         with self.assertRaises(ferry.Error):
             r.commit(1)
 
+    @unittest.skipIf(np is None, "needs numpy")
+    def test_an_array_on_a_reservation_keeps_its_memory_until_it_goes(self):
+        import gc
+
+        def segments():
+            with open("/proc/self/maps") as f:
+                return sum("ferry-staging" in line for line in f)
+
+        before = segments()
+        c = ferry.Client(self.d.socket)
+        r = c.reserve(64)
+        arr = np.frombuffer(r.view, dtype=np.uint8)
+        c.close()
+        with self.assertRaises(ValueError):
+            r.view[0] = 2
+        # The array still writes and reads its own bytes (before: unmapped
+        # memory, a SIGSEGV), and the segment stays mapped for it...
+        arr[:] = 7
+        self.assertEqual(int(arr.sum()), 7 * 64)
+        self.assertGreater(segments(), before)
+        with self.assertRaises(ferry.Error):
+            c.reserve(64)
+        # ...until the last array on it goes: then the client disconnects.
+        del arr
+        gc.collect()
+        self.assertEqual(segments(), before)
+
     def test_grant_and_open_between_clients(self):
         owner, producer = self.client(), self.client()
         with owner.alloc(8192) as buf:
