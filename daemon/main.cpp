@@ -21,7 +21,6 @@
 #include <set>
 #include <string>
 
-#include "ferry/files.hpp"
 #include "ferry/proto.hpp"
 #include "backend.hpp"
 #include "ferry/wire.hpp"
@@ -70,38 +69,6 @@ std::ostream& err() {
 bool group_exists(const std::string& g) { return g.empty() || ::getgrnam(g.c_str()) != nullptr; }
 
 }  // namespace
-
-// The running marker (ferry::proto::running_marker_path): written whole
-// (a new file renamed into place, never through a link) once ferryd
-// listens, removed at exit while it still names this process.
-class RunningMarker {
- public:
-  explicit RunningMarker(std::string path) : path_(std::move(path)) {
-    // Readable by all whatever the umask (the unit's is 0077): ferryctl as
-    // another user (the metrics timer) reads it.
-    std::string what;
-    if (int r = ferry::proto::write_file_atomically(path_, std::to_string(::getpid()) + "\n", 0644, false, &what);
-        r != 0) {
-      FERRY_LOG(warn, "cannot %s (%s): `ferryctl --running-only` (ferry-metrics.service) will take this daemon "
-                      "for stopped", what.c_str(), std::strerror(-r));
-      path_.clear();
-    }
-  }
-  ~RunningMarker() {
-    if (path_.empty()) return;
-    char buf[32] = {};
-    const int fd = ::open(path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return;
-    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    if (n > 0 && std::strtol(buf, nullptr, 10) == ::getpid()) ::unlink(path_.c_str());
-  }
-  RunningMarker(const RunningMarker&) = delete;
-  RunningMarker& operator=(const RunningMarker&) = delete;
-
- private:
-  std::string path_;
-};
 
 int main(int argc, char** argv) {
   // Under systemd every line, from the first, carries its syslog priority.
@@ -382,8 +349,18 @@ int main(int argc, char** argv) {
   }
   FERRY_LOG(info, "listening on %s: %u slots of %llu bytes per client, at most %u clients", o.socket.c_str(), o.slots,
             static_cast<unsigned long long>(o.slot_bytes), l.max_clients);
-  const RunningMarker marker(ferry::proto::running_marker_path(o.socket));
-  server.run();
+  ferry::ferryd::RunningMarker marker(ferry::proto::running_marker_path(o.socket));
+  if (const size_t left = server.run(); left != 0) {
+    // --drain is over. Tearing the device down would wait for the copies
+    // still queued (for ever, on a stuck device): the process ends without
+    // it, and the driver ends them with it. Clients were told (Shutdown).
+    FERRY_LOG(warn, "exiting with %zu copies still queued on the device (past --drain %.1f s)", left,
+              o.drain_seconds);
+    server.unlink_socket();
+    marker.remove();
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   FERRY_LOG(info, "stopped");
   return 0;
 }

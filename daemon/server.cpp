@@ -61,8 +61,11 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Server::~Server() {
+Server::~Server() { unlink_socket(); }
+
+void Server::unlink_socket() {
   if (owns_path_) ::unlink(path_.c_str());
+  owns_path_ = false;
 }
 
 namespace {
@@ -142,7 +145,7 @@ void Server::wait_signal() {
   });
 }
 
-void Server::run() {
+size_t Server::run() {
   Poller(io_, engine_, opts_.poll_idle_us, opts_.poll_nap_us).run();
   // Every session is closed by now; the handlers still pending on their
   // sockets (a write a client never read, say) end here, while the engine
@@ -151,6 +154,7 @@ void Server::run() {
   engine_.stop();
   io_.restart();
   io_.poll();
+  return engine_.stats().in_flight;
 }
 
 void Server::accept() {

@@ -26,7 +26,12 @@ class Server {
 
   // Binds the socket (or adopts fd, when >= 0). Returns 0 or -errno with `why`.
   int listen(const std::string& path, int fd, std::string& why);
-  void run();
+  // Serves until stopped. Returns how many copies are still queued on the
+  // device once --drain is over: the caller then ends the process without
+  // tearing the device down (which would wait for them).
+  size_t run();
+  // Removes the socket file now (it is removed at destruction otherwise).
+  void unlink_socket();
 
   TransferEngine& engine() { return engine_; }
 

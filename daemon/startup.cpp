@@ -2,13 +2,17 @@
 #include "startup.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <level_zero/ze_api.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 
+#include "ferry/files.hpp"
+#include "ferry/proto.hpp"
 #include "log.hpp"
 
 namespace ferry::ferryd {
@@ -83,6 +87,29 @@ OpenedDevice open_device(const Options& o, std::string& why) {
     d.backend = make_level_zero_backend(o.device, why);
   }
   return d;
+}
+
+RunningMarker::RunningMarker(std::string path) : path_(std::move(path)) {
+  // Readable by all whatever the umask (the unit's is 0077): ferryctl as
+  // another user (the metrics timer) reads it.
+  std::string what;
+  if (int r = proto::write_file_atomically(path_, std::to_string(::getpid()) + "\n", 0644, false, &what); r != 0) {
+    FERRY_LOG(warn, "cannot %s (%s): `ferryctl --running-only` (ferry-metrics.service) will take this daemon "
+                    "for stopped", what.c_str(), std::strerror(-r));
+    path_.clear();
+  }
+}
+
+void RunningMarker::remove() {
+  if (path_.empty()) return;
+  char buf[32] = {};
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n > 0 && std::strtol(buf, nullptr, 10) == ::getpid()) ::unlink(path_.c_str());
+  }
+  path_.clear();
 }
 
 }  // namespace ferry::ferryd

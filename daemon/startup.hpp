@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Opening the device ferryd serves: the backend asked for, or the simulated
-// device (--sim; or, with --fallback-sim, where this host has no Level Zero
-// GPU driver at all, so that a service unit starts on any host).
+// What ferryd does at start besides serving: opening the device it serves
+// (the backend asked for, or the simulated device: --sim; or, with
+// --fallback-sim, where this host has no Level Zero GPU driver at all, so
+// that a service unit starts on any host), and its running marker.
 #pragma once
 
 #include <memory>
@@ -19,5 +20,20 @@ struct OpenedDevice {
 
 // Called before any thread starts (it may fork a probe).
 OpenedDevice open_device(const Options& o, std::string& why);
+
+// The running marker (proto::running_marker_path): written whole (a new
+// file renamed into place, never through a link) once ferryd listens,
+// removed at exit while it still names this process.
+class RunningMarker {
+ public:
+  explicit RunningMarker(std::string path);
+  ~RunningMarker() { remove(); }
+  RunningMarker(const RunningMarker&) = delete;
+  RunningMarker& operator=(const RunningMarker&) = delete;
+  void remove();
+
+ private:
+  std::string path_;
+};
 
 }  // namespace ferry::ferryd

@@ -3,6 +3,10 @@
 // protocol when a test must send what libferry never would.
 #pragma once
 
+#include <dirent.h>
+
+#include <fstream>
+
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -82,6 +86,24 @@ inline int reap(pid_t pid) {
   int st = 0;
   waitpid(pid, &st, 0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// Open descriptors of a process, and its mappings of memfds (what staging
+// segments, simulated allocations and event pools are; not the heap, stacks
+// and arenas that come and go with threads).
+inline size_t fd_count(pid_t pid) {
+  size_t n = 0;
+  if (DIR* d = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str())) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+inline size_t memfd_map_count(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find("/memfd:") != std::string::npos;
+  return n;
 }
 
 // An AdminRequest (ferryctl drain / disconnect) over a raw connection: the
@@ -197,6 +219,18 @@ class Daemon {
     waitpid(pid, &st, 0);
     pid = -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  // The same, but a daemon still running after `limit` is killed: -1.
+  int stop_within(std::chrono::milliseconds limit, int sig = SIGTERM) {
+    ::kill(pid, sig);
+    int st = 0;
+    const bool exited = eventually([&] { return waitpid(pid, &st, WNOHANG) == pid; }, limit);
+    if (!exited) {
+      ::kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+    }
+    pid = -1;
+    return !exited ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }
   boost::property_tree::ptree status() const { return test::status(socket); }
   // Polls until the daemon holds no client, buffer or copy, or 5 s pass.

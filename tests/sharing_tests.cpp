@@ -566,3 +566,74 @@ TEST_CASE("the device-memory quota counts what exported buffers may keep alive",
   CHECK(eventually([&] { return ferry_buffer_alloc(c, 65536, &b) == 0; }));
   ferry_disconnect(c);
 }
+
+TEST_CASE("what a client held goes back at free and at disconnect: the daemon's descriptors and mappings, counted",
+          "[sharing][limits][simonly]") {
+  // No segment pool: a client's segment is made at its Hello and unmapped
+  // when it goes, so the counts return exactly to where they were.
+  Daemon d({"--segment-pool", "0"});
+  Consumer k;
+  auto counts = [&] { return std::make_pair(fd_count(d.pid), memfd_map_count(d.pid)); };
+  // Counted once the daemon holds no socket but these (a status request's
+  // connection closes a moment after its reply).
+  auto sockets = [&] {
+    size_t n = 0;
+    for (int fd = 0; fd < 1024; ++fd) {
+      char target[64] = {};
+      const std::string p = "/proc/" + std::to_string(d.pid) + "/fd/" + std::to_string(fd);
+      n += ::readlink(p.c_str(), target, sizeof target - 1) > 0 && std::strncmp(target, "socket:", 7) == 0;
+    }
+    return n;
+  };
+  REQUIRE(d.holds_nothing());
+  REQUIRE(eventually([&] { return sockets() == 1; }));  // the listening one
+  const auto before = counts();
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  // A reply after the Welcome: the segment's descriptor sent with it is closed by now.
+  REQUIRE(ferry_buffer_free(c, ferry_buffer{999}) == -ENOENT);
+  const auto connected = counts();
+  // An allocation, freed: its descriptor and mapping go at once.
+  ferry_buffer b{};
+  REQUIRE(ferry_buffer_alloc(c, 1 << 16, &b) == 0);
+  CHECK(counts() != connected);  // the simulated allocation holds a memfd and a mapping in ferryd
+  REQUIRE(ferry_buffer_free(c, b) == 0);
+  CHECK(eventually([&] { return counts() == connected; }));
+  // Then everything at once: exported allocations (twice each), imports, IPC event pools.
+  std::vector<void*> theirs;
+  std::vector<ze_event_pool_handle_t> pools;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(ferry_buffer_alloc(c, 1 << 16, &b) == 0);
+    for (int j = 0; j < 2; ++j) {
+      ferry_ipc_handle h{};
+      REQUIRE(ferry_buffer_export(c, b, &h) == 0);
+      if (h.fd >= 0) ::close(h.fd);
+    }
+    theirs.push_back(k.device_alloc(4096));
+    ferry_ipc_handle ih = k.ipc_handle(theirs.back(), 4096);
+    ferry_buffer imported{};
+    REQUIRE(ferry_buffer_import(c, &ih, &imported) == 0);
+    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr,
+                            ZE_EVENT_POOL_FLAG_HOST_VISIBLE | ZE_EVENT_POOL_FLAG_IPC, 4};
+    pools.emplace_back();
+    ZE_OK(zeEventPoolCreate(k.ctx, &pd, 1, &k.dev, &pools.back()));
+    ze_ipc_event_pool_handle_t ph{};
+    ZE_OK(zeEventPoolGetIpcHandle(pools.back(), &ph));
+    ferry_ipc_handle eh{};
+    eh.kind = FERRY_IPC_LEVEL_ZERO;
+    std::memcpy(eh.data, ph.data, sizeof eh.data);
+    std::memcpy(&eh.fd, ph.data, sizeof eh.fd);
+    uint64_t pool = 0;
+    REQUIRE(ferry_event_pool_register(c, &eh, 4, &pool) == 0);
+  }
+  const auto holding = counts();
+  INFO("descriptors " << before.first << " -> " << holding.first << ", mappings " << before.second << " -> "
+                      << holding.second);
+  CHECK(holding.first > connected.first);
+  CHECK(holding.second > connected.second);
+  ferry_disconnect(c);
+  CHECK(d.holds_nothing());
+  CHECK(eventually([&] { return sockets() == 1 && counts() == before; }));
+  for (auto* p : pools) zeEventPoolDestroy(p);
+  for (void* m : theirs) zeMemFree(k.ctx, m);
+}
