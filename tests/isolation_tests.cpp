@@ -337,6 +337,18 @@ TEST_CASE("one user's connections, clients and allocations leave room for other 
     CHECK(admin_request(d.socket, ferry::proto::kAdminDisconnect, 999) == -ENOENT);
     CHECK(third.finish() == 0);
     CHECK(holder.finish() == 0);
+    // And drain: with every seat a user may take held again, root stops it.
+    Stepped again(a, [&](Stepped::Child& me) {
+      std::vector<int> fds;
+      for (int i = 0; i < 8; ++i) fds.push_back(connect_unix(d.socket));
+      me.report(0);
+      me.wait();
+      return 0;
+    });
+    REQUIRE(again.next() == 0);
+    CHECK(admin_request(d.socket, ferry::proto::kAdminDrain, 0) == 0);
+    CHECK(d.stop_within(std::chrono::seconds(20), 0) == 0);  // it ended by itself (signal 0: none sent)
+    CHECK(again.finish() == 0);
   }
 
   SECTION("clients") {
@@ -364,6 +376,7 @@ TEST_CASE("one user's connections, clients and allocations leave room for other 
             return rc;
           }) == 0);
     CHECK(holder.finish() == 0);
+    CHECK(d.holds_nothing());
   }
 
   SECTION("allocations and device memory") {
@@ -400,6 +413,7 @@ TEST_CASE("one user's connections, clients and allocations leave room for other 
             return rc;
           }) == 0);
     CHECK(holder.finish() == 0);
+    CHECK(d.holds_nothing());
   }
-  CHECK(d.holds_nothing());
 }
+

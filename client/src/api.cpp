@@ -90,6 +90,7 @@ int map_segment(ferry_client* c, int seg_fd) {
   c->slot_count = w.slot_count;
   c->slot_bytes = w.slot_bytes;
   c->ring_entries = w.ring_entries;
+  c->reserved = std::make_unique<std::atomic<uint64_t>[]>(w.ring_entries);
   c->timeline.attach(seg, results, static_cast<char*>(p) + w.slots_offset, w.slot_count, w.slot_bytes, w.ring_entries);
   return 0;
 }

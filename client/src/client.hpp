@@ -7,8 +7,9 @@
 
 #include <cstdint>
 #include <map>
+#include <atomic>
+#include <memory>
 #include <mutex>
-#include <set>
 
 #include "connection.hpp"
 #include "ferry/ferry.h"
@@ -44,9 +45,10 @@ struct ferry_client {
   std::mutex buffers_mu;
   std::map<uint64_t, uint64_t> buffer_sizes;
   std::map<uint64_t, uint32_t> fences;
-  // Tickets of reservations made and not yet committed or cancelled: a copy
-  // of a used reservation cannot send its ticket a second time.
-  std::set<uint64_t> reserved;
+  // Tickets of reservations made and not yet committed or cancelled, at
+  // ticket % ring_entries (two tickets in flight never share a place): a
+  // copy of a used reservation cannot send its ticket a second time.
+  std::unique_ptr<std::atomic<uint64_t>[]> reserved;
 
   // The process that connected, and the fork generation it saw then
   // (client::owner_check): a forked child inherits this struct but must not

@@ -165,8 +165,8 @@ static int own_reservation(ferry_client* c, const ferry_reservation* r, const ch
   if (r->ticket > tl.issued() || r->staging > tl.staging_bytes() || r->bytes > tl.staging_bytes() - r->staging ||
       r->data != tl.staging() + r->staging)
     return misuse(-EINVAL, fn, "the reservation is not this client's (made by another ferry_client, or altered)");
-  std::lock_guard lock(c->buffers_mu);
-  if (c->reserved.erase(r->ticket) == 0)
+  uint64_t open = r->ticket;
+  if (!c->reserved[r->ticket % c->ring_entries].compare_exchange_strong(open, 0, std::memory_order_acq_rel))
     return misuse(-EINVAL, fn, "the reservation was used already (a copy of one committed or cancelled)");
   return 0;
 }
@@ -182,10 +182,7 @@ int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
   uint64_t t = 0, at = 0;
   if (int e = tl.take(1, &t); e != 0) return e;
   if (int e = tl.place(t, bytes, c->conn.timeout_ms(), &at); e != 0) return e;
-  {
-    std::lock_guard lock(c->buffers_mu);
-    c->reserved.insert(t);
-  }
+  c->reserved[t % c->ring_entries].store(t, std::memory_order_release);
   *r = ferry_reservation{tl.staging() + at, bytes, t, at};
   return 0;
 }

@@ -38,17 +38,15 @@ def _check(r, what):
         raise Error(r, what)
 
 
-_U64 = (1 << 64) - 1
-
-
-def _u64(value, what):
-    """value as an unsigned 64-bit integer, or OverflowError/ValueError
-    before it reaches C (ctypes would silently wrap it)."""
+def _u64(value, what, bits=64):
+    """value as an unsigned integer of `bits` bits, or OverflowError/ValueError
+    before it reaches C (ctypes would silently wrap it: -1 would become the
+    largest ticket, value or buffer id)."""
     v = int(value)
     if v < 0:
         raise ValueError(f"{what} must be >= 0, not {v}")
-    if v > _U64:
-        raise OverflowError(f"{what} does not fit in 64 bits: {v}")
+    if v >> bits:
+        raise OverflowError(f"{what} does not fit in {bits} bits: {v}")
     return v
 
 
@@ -380,7 +378,7 @@ class Client:
     def wait(self, ticket, timeout=None):
         """Until the upload with this ticket is on the device (timeout: seconds,
         None for ever); raises its error if it failed."""
-        _check(self._call(_c.ferry_wait, int(ticket), _timeout_ns(timeout)), f"wait for ticket {ticket}")
+        _check(self._call(_c.ferry_wait, _u64(ticket, "ticket"), _timeout_ns(timeout)), f"wait for ticket {ticket}")
 
     def flush(self, timeout=None):
         """Until every upload so far is on the device; raises the oldest failure."""
@@ -395,7 +393,7 @@ class Client:
     def signal(self, value):
         """Raises this client's application value (never lowers it): uploads
         made with after=v start once it reaches v."""
-        _check(self._call(_c.ferry_signal, int(value)), f"signal {value}")
+        _check(self._call(_c.ferry_signal, _u64(value, "value")), f"signal {value}")
 
     def timeline(self):
         """Where this client's timeline words lie in its segment (a Timeline)."""
@@ -525,7 +523,7 @@ class Fence:
 
 
 def _buffer_id(buffer):
-    return buffer.id if isinstance(buffer, Buffer) else int(buffer)
+    return buffer.id if isinstance(buffer, Buffer) else _u64(buffer, "buffer")
 
 
 def _token(token):
@@ -568,7 +566,7 @@ class Buffer:
     def grant(self, rights=RIGHT_UPLOAD | RIGHT_DOWNLOAD):
         """A 32-byte token whose holder may open this buffer with `rights`."""
         t = _lib.Token()
-        _check(self.client._call(_c.ferry_buffer_grant, self.id, int(rights), ctypes.byref(t)), "grant")
+        _check(self.client._call(_c.ferry_buffer_grant, self.id, _u64(rights, "rights", 32), ctypes.byref(t)), "grant")
         return bytes(t.bytes)
 
     def revoke(self, token=None):

@@ -431,6 +431,20 @@ class FerryTest(unittest.TestCase):
             owner.alloc(2**64 + 4096)
         with owner.alloc(4096) as buf, self.assertRaises(OverflowError):
             buf.upload(b"x", offset=2**64 + 128)
+        # Each integer is checked before C sees it: ctypes would wrap -1 to
+        # the largest value (a signal of 2**64 - 1 would release every hold).
+        with owner.alloc(4096) as buf:
+            for call, error in [
+                (lambda: owner.signal(-1), ValueError),
+                (lambda: owner.wait(-1), ValueError),
+                (lambda: owner.wait(2**64), OverflowError),
+                (lambda: owner.upload(-5, b"x"), ValueError),
+                (lambda: owner.download(2**64, nbytes=4), OverflowError),
+                (lambda: buf.grant(2**32 + ferry.RIGHT_UPLOAD), OverflowError),
+            ]:
+                with self.assertRaises(error):
+                    call()
+            owner.signal(0)  # in range: fine
 
     def test_device_views_of_a_buffer_on_the_simulated_device(self):
         import ctypes
