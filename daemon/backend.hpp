@@ -110,11 +110,11 @@ class Backend {
   virtual int open_event_pool(const IpcHandle& h, uint32_t count, uint64_t* id) = 0;
   virtual void close_event_pool(uint64_t id) = 0;
 
-  // Called from the retire thread (or, with timeout 0, the poller): waits up to timeout_ns for the oldest
-  // queued copy, then appends it and every later one already finished to
-  // `out`, in submission order. Returns the number appended. timeout_ns == 0:
-  // never waits, only asks (the poller, on the engine's thread); it finds
-  // nothing while the retire thread is inside reap.
+  // Called from the retire thread (or, with timeout 0, the poller), one at a
+  // time (the engine's reap lock, TransferEngine::reap_mu_): waits up to
+  // timeout_ns for the oldest queued copy, then appends it and every later
+  // one already finished to `out`, in submission order. Returns the number
+  // appended. timeout_ns == 0: never waits, only asks.
   virtual size_t reap(std::vector<Done>& out, int64_t timeout_ns) = 0;
 
   // Whether the device is gone for good (after a failed copy, say). A lost

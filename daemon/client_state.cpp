@@ -13,11 +13,12 @@ namespace ferry::ferryd {
 int ClientState::create_segment(uint32_t slots, uint64_t slot_bytes) {
   StagingSegment seg;
   if (int r = seg.create(slots, slot_bytes); r != 0) return r;
-  adopt_segment(std::move(seg));
+  adopt_segment(std::move(seg), false);
   return 0;
 }
 
-void ClientState::adopt_segment(StagingSegment seg) {
+void ClientState::adopt_segment(StagingSegment seg, bool registered) {
+  registered_ = registered;
   const uint32_t slots = seg.slot_count();
   const uint64_t slot_bytes = seg.slot_bytes();
   segment_ = std::move(seg);
@@ -237,7 +238,7 @@ bool ClientState::hold_over(const Held& h) const {
   if (h.release() == 0) return true;
   auto owner = h.fence_owner.lock();
   // Its owner gone, the buffer is too: the transfer goes on, to fail.
-  if (!owner || !owner->connected || owner->segment().header() == nullptr) return true;
+  if (!owner || !owner->connected() || owner->segment().header() == nullptr) return true;
   return owner->fence_words(h.fence)->released.load(std::memory_order_acquire) >= h.release();
 }
 

@@ -69,8 +69,9 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
 
   // Creates the staging segment: slots of slot_bytes, zero-filled. 0 or -errno.
   int create_segment(uint32_t slots, uint64_t slot_bytes);
-  // Takes a segment made beforehand (SegmentPool), never used by anyone.
-  void adopt_segment(StagingSegment seg);
+  // Takes a segment made beforehand (SegmentPool), never used by anyone;
+  // `registered`: registered with the device (it may then write the timeline).
+  void adopt_segment(StagingSegment seg, bool registered);
   // Gives the segment away (the engine's release, to unmap it elsewhere).
   StagingSegment take_segment() { return std::move(segment_); }
 
@@ -195,6 +196,19 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // 1 while the daemon serves this client, 2 once it is stopping.
   void set_daemon_state(uint32_t s);
 
+  // ---- its session and ring
+  // Connected until its session closed (copies in flight may still drain).
+  bool connected() const { return connected_; }
+  void disconnect() { connected_ = false; }
+  // A bad entry (or a fatal error) ended the session: the ring is not read again.
+  bool ring_broken() const { return ring_broken_; }
+  void break_ring() { ring_broken_ = true; }
+  // The segment is registered with the device (adopt_segment).
+  bool registered() const { return registered_; }
+  // The device could not write device_completed: the retire path does, from now on.
+  bool host_timeline() const { return host_timeline_; }
+  void keep_timeline_on_host() { host_timeline_ = true; }
+
   // Who the client is, for status and logs.
   pid_t pid = 0;
   uid_t uid = 0;
@@ -202,18 +216,21 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   std::string name;
   std::chrono::system_clock::time_point since = std::chrono::system_clock::now();
   std::chrono::steady_clock::time_point steady_since = std::chrono::steady_clock::now();
-  bool connected = true;  // false once its session closed (copies may still drain)
-  bool registered = false;  // the segment is registered with the device
-  bool host_timeline = false;  // the device could not write device_completed: the retire path does
-  bool holder = false;      // in the engine's list of clients with held transfers
-  bool lone_write = false;  // a timeline write without a copy is queued on the device (one at a time)
-  bool ring_waits = false;  // the ring's next entry waits for a large transfer to retire
-  bool draining = false;    // drain_ring is on the stack (a settle inside it drains no further)
-  bool ring_broken = false;    // a bad entry ended the session; the ring is not read again
-  uint64_t ring_next = 1;      // the ticket the ring must show next
   std::weak_ptr<ProgressSink> sink;
 
  private:
+  // The engine's own marks on this client, written by it alone (io thread).
+  friend class TransferEngine;
+  bool holder_ = false;      // in the engine's list of clients with held transfers
+  bool lone_write_ = false;  // a timeline write without a copy is queued on the device (one at a time)
+  bool ring_waits_ = false;  // the ring's next entry waits for a large transfer to retire
+  bool draining_ = false;    // drain_ring is on the stack (a settle inside it drains no further)
+  uint64_t ring_next_ = 1;   // the ticket the ring must show next
+
+  bool connected_ = true;
+  bool ring_broken_ = false;
+  bool registered_ = false;
+  bool host_timeline_ = false;
   enum SlotState : uint8_t { kFree, kHeld, kBusy, kDone };
   uint64_t id_;
   StagingSegment segment_;

@@ -71,8 +71,8 @@ const char* TransferEngine::transfer(const ClientRef& c, const Entry& e) {
   // Behind an earlier hold, or before its own values: kept here, on the
   // host, never as a wait in the device's queue that every client shares.
   if (!c->held().empty() || !c->hold_over(h)) {
-    if (!c->holder) {
-      c->holder = true;
+    if (!c->holder_) {
+      c->holder_ = true;
       holders_.push_back(c);  // kept until its holds are gone, connected or not
     }
     holds_since_ = std::chrono::steady_clock::now();  // a hold came
@@ -95,7 +95,7 @@ void TransferEngine::issue(const ClientRef& c, const Entry& e) {
   if (e.fenced()) {
     ClientRef owner = buf->owner.lock();
     // An owner that left takes its buffers along, even while its state drains.
-    if (owner && !owner->connected) return fail(c, e.ticket, -ENOENT);
+    if (owner && !owner->connected()) return fail(c, e.ticket, -ENOENT);
     if (buf->fence == 0 || !owner) return fail(c, e.ticket, -ENOTSUP);  // no fence (an import, say)
     if (e.event != 0) fence = FenceWrite{std::move(owner), buf->fence, e.event};
   }
@@ -136,7 +136,7 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
     // The device cannot write these words: the copy goes alone, and the
     // retire path keeps them (this client's timeline from now on).
     if (own) {
-      client->host_timeline = true;
+      client->keep_timeline_on_host();
       client->reset_frontier(before);
     }
     rec.fence_on_device = false;
@@ -171,7 +171,7 @@ void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status, 
   // the next copy's write, or one write of its own. One such write per
   // client at a time (a stream of cancelled tickets queues one, not one
   // each); the retire path sends the next if the frontier moved meanwhile.
-  if (on_device == nullptr && client->lone_write) {
+  if (on_device == nullptr && client->lone_write_) {
     if (fence != nullptr) write_fence(*fence, false);
     return;
   }
@@ -191,12 +191,12 @@ bool TransferEngine::queue_lone_write(const ClientRef& c, const FenceWrite* fenc
   }
   if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, &w) == 0) {
     ++stats_.in_flight;
-    c->lone_write = true;
+    c->lone_write_ = true;
     return true;
   }
   records_.pop_back();
   if (own) {
-    c->host_timeline = true;  // the retire path keeps the word from now on
+    c->keep_timeline_on_host();  // the retire path keeps the word from now on
     c->publish(true);
   }
   return false;
@@ -216,7 +216,7 @@ void TransferEngine::mark_failed(const FenceWrite& f) {
 
 bool TransferEngine::timeline_write(ClientState& c, DeviceWrites* w) {
   uint64_t v = 0;
-  if (!device_writes_ || !c.registered || c.host_timeline || !c.advance_frontier(&v)) return false;
+  if (!device_writes_ || !c.registered() || c.host_timeline() || !c.advance_frontier(&v)) return false;
   w->add(reinterpret_cast<uint64_t*>(&c.segment().header()->device_completed), v);
   return true;
 }
@@ -228,9 +228,9 @@ void TransferEngine::settle(const ClientRef& client, uint64_t ticket, uint64_t b
   const bool moved = client->finish(ticket, bytes, status, failed);
   for (const auto& [t, error] : failed) client->record_failure(t, error);
   stats_.failed += failed.size();
-  if (moved) client->publish(!device_writes_ || !client->registered || client->host_timeline);
+  if (moved) client->publish(!device_writes_ || !client->registered() || client->host_timeline());
   // A ring that waits for a large transfer to retire (ClientState::large_room).
-  if (client->ring_waits) drain_ring(client);
+  if (client->ring_waits_) drain_ring(client);
 }
 
 void TransferEngine::retire(const std::vector<Done>& batch) {
@@ -254,7 +254,7 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
     }
     if (r.ticket == 0) {  // timeline writes alone
       if (d.status != 0) device_writes_ = false;
-      r.client->lone_write = false;
+      r.client->lone_write_ = false;
       // Tickets that completed without a copy while it was queued.
       if (d.status == 0) queue_lone_write(r.client, nullptr);
       continue;

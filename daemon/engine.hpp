@@ -1,11 +1,30 @@
 // SPDX-License-Identifier: MIT
 // The transfer engine: the only part of ferryd that talks to the device
 // (through the Backend seam). It owns the backend, every client's state, the
-// grants, the device memory lent to clients, and the copies in flight.
+// grants, the device memory lent to clients, and the copies in flight. By
+// what it owns, in four files:
+//   engine_ring.cpp     ring intake: a client's entries, copied out once and
+//                       checked, in ticket order; the poller's sleep/wake
+//   engine_holds.cpp    holds: transfers waiting for a value (after, fenced)
+//   engine.cpp          submission and retirement: a checked transfer to the
+//                       device, its outcome back into the client's segment
+//   engine_clients.cpp  resources and limits: clients, segments, buffers,
+//                       sharing, and each user's bounds (Limits)
+// ClientState keeps what one client holds; the engine alone writes its
+// engine marks (ClientState's friend), everyone else goes through verbs.
 //
-// Threads: everything here runs on the io_context's thread, except the
-// retire thread, which only waits on the backend and posts finished batches
-// back to the io thread.
+// Threads and locks, all of them: everything here runs on the io_context's
+// thread, except the retire thread (which waits on the device only while the
+// poller sleeps) and the segment pool's thread (SegmentPool, its own lock).
+//   reap_mu_   one reaper at a time: the retire thread holds it around a
+//              waiting Backend::reap and the hand-over to done_; the poller
+//              try-locks it around a reap that never waits. Batches thus
+//              reach retire() in the order the device finished them.
+//   retire_mu_ + retire_cv_  park and wake the retire thread (sleep_begin/end).
+//   done_mu_   the retire thread's finished copies, until the io thread
+//              takes them (one post drains them all).
+// The backends' InFlight queue has its own short lock for push against pop;
+// nothing else is shared between threads.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -186,7 +205,7 @@ class TransferEngine {
   static void write_fence(const FenceWrite& f, bool failed);
   static void mark_failed(const FenceWrite& f);
   // Whether the device can write words of this client's segment.
-  bool device_can_write(const ClientState& c) const { return device_writes_ && c.registered && !c.host_timeline; }
+  bool device_can_write(const ClientState& c) const { return device_writes_ && c.registered() && !c.host_timeline(); }
   void retire_loop();
   // Queues a checked transfer now (the buffer, range and pool are checked here).
   void issue(const ClientRef& c, const Entry& e);
@@ -243,15 +262,11 @@ class TransferEngine {
   std::vector<ClientRef> rings_;  // connected clients with a submission ring
   bool asleep_ = true;            // the poller sleeps (or never polls): rings want Doorbells
   std::vector<Done> reaped_;      // reap_now's batch, kept for its capacity
-  // Held across taking finished copies from the backend and queueing them
-  // for retirement, by the retire thread and (try_lock) the poller: batches
-  // then reach retire() in the order the device finished them.
+  // The three locks: see the top of this file.
   std::mutex reap_mu_;
-  // The retire thread waits on the device only while the poller sleeps.
   std::mutex retire_mu_;
   std::condition_variable retire_cv_;
   bool retire_wanted_ = true;
-  // Finished copies not yet handled on the io thread; one post drains them all.
   std::mutex done_mu_;
   std::vector<Done> done_;
   std::atomic<bool> done_pending_{false};

@@ -22,8 +22,7 @@ ClientRef TransferEngine::new_client(StagingSegment seg, bool registered) {
   });
   clients_[raw->id()] = raw;
   ++holdings_.clients;
-  c->adopt_segment(std::move(seg));
-  c->registered = registered;
+  c->adopt_segment(std::move(seg), registered);
   return c;
 }
 
@@ -95,8 +94,8 @@ void TransferEngine::release(ClientState* c) {
   // Its buffers go with the object itself, right after this: each one's
   // memory returns once no copy in flight holds it.
   if (pool_ != nullptr) {
-    pool_->discard(c->take_segment(), c->registered);
-  } else if (c->registered) {
+    pool_->discard(c->take_segment(), c->registered());
+  } else if (c->registered()) {
     backend_->unregister_host(c->segment().header());
   }
   clients_.erase(c->id());
@@ -106,17 +105,17 @@ void TransferEngine::release(ClientState* c) {
 size_t TransferEngine::connected_clients() const {
   size_t n = 0;
   for (const auto& [id, c] : clients_)
-    if (c->connected && c->slot_count() != 0) ++n;
+    if (c->connected() && c->slot_count() != 0) ++n;
   return n;
 }
 
 void TransferEngine::publish_clients() {
   uint32_t active = 0;
-  for (const auto& [id, c] : clients_) active += c->connected && c->slot_count() != 0 && c->active();
+  for (const auto& [id, c] : clients_) active += c->connected() && c->slot_count() != 0 && c->active();
   // At least 1: an idle reader reads the word only as it starts to transfer.
   const uint32_t n = std::max<uint32_t>(active, 1);
   for (const auto& [id, c] : clients_)
-    if (c->connected && c->slot_count() != 0) c->segment().header()->clients.store(n, std::memory_order_relaxed);
+    if (c->connected() && c->slot_count() != 0) c->segment().header()->clients.store(n, std::memory_order_relaxed);
   if (active != 0 && !idle_timer_armed_) arm_idle_check();
 }
 
@@ -141,7 +140,7 @@ void TransferEngine::arm_idle_check() {
 Histogram TransferEngine::slot_waits() const {
   Histogram h = departed_slot_waits_;
   for (const auto& [id, c] : clients_)
-    if (c->connected) c->add_slot_waits(h);
+    if (c->connected()) c->add_slot_waits(h);
   return h;
 }
 
@@ -245,7 +244,7 @@ Usage TransferEngine::usage(uid_t uid) const {
   Usage u;
   for (const auto& [id, c] : clients_) {
     if (c->uid != uid) continue;
-    u.clients += c->connected;
+    u.clients += c->connected();
     u.buffers += c->allocated();
     u.device_bytes += c->device_bytes();
     u.grants += grants_.count(id);

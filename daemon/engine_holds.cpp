@@ -49,7 +49,7 @@ size_t TransferEngine::poll_holds() {
       // once the owner releases it. Its own application's value will never
       // come: such a hold is dropped, and a fence it would have published
       // into still moves, marked failed, so the owner's queue goes on.
-      if (!c->connected && h.e.after != 0 && c->app_value() < h.e.after) {
+      if (!c->connected() && h.e.after != 0 && c->app_value() < h.e.after) {
         // The fence it would have published into is the destination's.
         if (h.e.fenced() && h.e.event != 0) {
           int err = 0;
@@ -70,7 +70,7 @@ size_t TransferEngine::poll_holds() {
     }
     if (released != 0) holds_since_ = std::chrono::steady_clock::now();
     if (held.empty()) {
-      c->holder = false;
+      c->holder_ = false;
       holders_[i] = std::move(holders_.back());  // no hold keeps it any more
       holders_.pop_back();
     } else {

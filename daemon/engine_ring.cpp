@@ -10,7 +10,7 @@
 namespace ferry::ferryd {
 
 void TransferEngine::use_ring(const ClientRef& c) {
-  c->ring_next = 1;
+  c->ring_next_ = 1;
   // A client that joins while the poller sleeps must ring its first entry in.
   c->segment().header()->doorbell.store(asleep_ ? 1 : 0, std::memory_order_seq_cst);
   rings_.push_back(c);
@@ -49,15 +49,15 @@ const char* take_entry(const proto::SubmitEntry& e, uint64_t ticket, Entry* out)
 }  // namespace
 
 size_t TransferEngine::drain_ring(const ClientRef& c) {
-  if (c->ring_broken || !c->connected || c->draining || c->segment().header() == nullptr) return 0;
-  c->draining = true;
-  c->ring_waits = false;
+  if (c->ring_broken() || !c->connected() || c->draining_ || c->segment().header() == nullptr) return 0;
+  c->draining_ = true;
+  c->ring_waits_ = false;
   proto::SubmitEntry* ring = c->segment().ring();
   const uint32_t count = c->ring_entries();
   size_t n = 0;
   // At most one round of the ring per call: past it the window check refuses anyway.
   for (uint32_t i = 0; i < count; ++i) {
-    const uint64_t t = c->ring_next;
+    const uint64_t t = c->ring_next_;
     proto::SubmitEntry& slot = ring[(t - 1) % count];
     if (slot.ticket.load(std::memory_order_acquire) != t) break;  // not published yet
     Entry e;
@@ -65,22 +65,22 @@ size_t TransferEngine::drain_ring(const ClientRef& c) {
     // Large transfers stay slot_count in flight: this one waits in the ring
     // (untaken, read again) until one retires.
     if (why == nullptr && c->large(e.length) && e.length <= c->slot_bytes() && !c->large_room()) {
-      c->ring_waits = true;
+      c->ring_waits_ = true;
       break;
     }
-    c->ring_next = t + 1;
+    c->ring_next_ = t + 1;
     ++stats_.ring_entries;
     if (why == nullptr) why = transfer(c, e);
     if (why != nullptr) {
       // The ring is the client's to break, and only its own session ends.
-      c->ring_broken = true;
-      c->draining = false;
+      c->break_ring();
+      c->draining_ = false;
       if (auto sink = c->sink.lock()) sink->broken(why);
       return n;
     }
     ++n;
   }
-  c->draining = false;
+  c->draining_ = false;
   return n;
 }
 
@@ -88,7 +88,7 @@ size_t TransferEngine::poll() {
   size_t n = 0;
   for (size_t i = 0; i < rings_.size();) {
     ClientState& c = *rings_[i];
-    if (!c.connected || c.ring_broken) {
+    if (!c.connected() || c.ring_broken()) {
       rings_[i] = std::move(rings_.back());
       rings_.pop_back();
       continue;

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The copies a backend has queued, in submission order, for both backends:
 // the engine's thread pushes, the retire thread waits on the oldest and
-// takes every finished one after it in one batch.
+// takes every finished one after it in one batch. One reaper at a time:
+// the engine holds its reap lock around every reap (Backend::reap), so
+// only one thread pops and the oldest copy stays at the front while it is
+// waited on.
 #pragma once
 
 #include <chrono>
@@ -33,24 +36,17 @@ class InFlight {
   // a later one without blocking; done(status) tells whether a status means
   // finished (succeeded or failed); recycle(event) takes the event back.
   // Appends {cookie, errno} of the finished copies to `out`, in order.
-  // timeout_ns == 0: never waits (the poller's call); it takes nothing while
-  // another thread is inside reap.
+  // timeout_ns == 0: never waits (the poller's call).
   template <class Wait, class Query, class IsDone, class ToErrno, class Recycle>
   size_t reap(std::vector<Done>& out, int64_t timeout_ns, Wait wait, Query query, IsDone done, ToErrno to_errno,
               Recycle recycle) {
-    std::unique_lock reaper(reap_mu_, std::defer_lock);
-    if (timeout_ns == 0) {
-      if (!reaper.try_lock()) return 0;
-    } else {
-      reaper.lock();
-    }
     Event oldest;
     {
       std::unique_lock lock(mu_);
       if (!cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [&] { return !queue_.empty(); })) return 0;
       oldest = queue_.front().event;
     }
-    // Only the holder of reap_mu_ pops, so `oldest` stays at the front while we wait.
+    // Only the one reaper pops, so `oldest` stays at the front while we wait.
     auto status = timeout_ns == 0 ? query(oldest) : wait(oldest);
     if (!done(status)) return 0;
     size_t n = 0;
@@ -72,7 +68,6 @@ class InFlight {
     Event event;
     uint64_t cookie;
   };
-  std::mutex reap_mu_;  // one reaper at a time: the retire thread or the poller
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Entry> queue_;

@@ -144,7 +144,7 @@ void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
   w.magic = proto::kMagic;
   w.version = proto::kVersion;
   w.features = m.features & proto::kFeaturesV1;
-  if (!engine.device_timeline() || !c->registered) w.features &= ~uint64_t{proto::kFeatureDeviceTimeline};
+  if (!engine.device_timeline() || !c->registered()) w.features &= ~uint64_t{proto::kFeatureDeviceTimeline};
   w.client_id = c->id();
   w.segment_bytes = c->segment().bytes();
   w.slot_bytes = c->slot_bytes();
@@ -283,7 +283,7 @@ void Requests::on_admin(const proto::AdminRequest& m) {
   if (m.action != proto::kAdminDisconnect) return reply(m.request, -EINVAL, 0);
   const auto& all = ctx_.engine.clients();
   auto it = all.find(m.client);
-  if (it == all.end() || !it->second->connected) return reply(m.request, -ENOENT, 0);
+  if (it == all.end() || !it->second->connected()) return reply(m.request, -ENOENT, 0);
   auto sink = it->second->sink.lock();
   if (!sink) return reply(m.request, -ENOENT, 0);
   FERRY_LOG(info, "client %llu (pid %d) disconnected by uid %u (ferryctl disconnect)", ull(m.client),

@@ -238,7 +238,7 @@ void Server::stop() {
   acceptor_.close(ec);
   signals_.cancel(ec);
   for (const auto& [id, c] : engine_.clients())
-    if (c->connected) c->set_daemon_state(2);
+    if (c->connected()) c->set_daemon_state(2);
   drain_deadline_ = std::chrono::steady_clock::now() +
                     std::chrono::milliseconds(static_cast<int64_t>(opts_.drain_seconds * 1000));
   drain_tick();

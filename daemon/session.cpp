@@ -78,7 +78,7 @@ void Session::close() {
     // What it published before it went is still its to send (a producer's
     // last upload, which a consumer's queue may wait for).
     ctx_.engine.drain_ring(c);
-    c->connected = false;
+    c->disconnect();
     ctx_.engine.publish_clients();
     FERRY_LOG(info, "client %llu (pid %d) gone; %u copies still in flight", static_cast<unsigned long long>(c->id()),
               pid, c->in_flight());
@@ -198,7 +198,7 @@ void Session::send(const void* data, size_t bytes, int fd) {
 void Session::fatal(int code, const char* why) {
   if (ctx_.session_log.take(&ctx_.stats.log_lines_left_out)) FERRY_LOG(warn, "closing session of pid %d: %s", pid, why);
   // Its ring is not read again: nothing more of it reaches the device.
-  if (const ClientRef& c = client()) c->ring_broken = true;
+  if (const ClientRef& c = client()) c->break_ring();
   auto e = proto::make<proto::Error>(proto::Type::error);
   e.h.flags = proto::kErrorFatal;
   e.code = code;

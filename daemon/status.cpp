@@ -105,7 +105,7 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
   uint64_t entries_total = 0, busy = 0, bytes_busy = 0;
   json::array clients;
   for (const auto& [id, c] : engine.clients()) {
-    if (!c->connected) continue;
+    if (!c->connected()) continue;
     if (!all && c->uid != viewer) continue;
     entries_total += c->ring_entries();
     busy += c->in_flight();
@@ -143,7 +143,7 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
     latency = slot_wait = Histogram{};
     poll = EngineStats{};
     for (const auto& [id, c] : engine.clients()) {
-      if (!c->connected || c->uid != viewer) continue;
+      if (!c->connected() || c->uid != viewer) continue;
       const ClientStats& cs = c->stats();
       totals.uploads += cs.uploads;
       totals.upload_pieces += cs.upload_pieces;
@@ -222,7 +222,7 @@ std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
 std::string status_line(const TransferEngine& engine) {
   uint64_t entries = 0, busy = 0;
   for (const auto& [id, c] : engine.clients())
-    if (c->connected) entries += c->ring_entries(), busy += c->in_flight();
+    if (c->connected()) entries += c->ring_entries(), busy += c->in_flight();
   return std::to_string(engine.connected_clients()) + " clients, " + std::to_string(busy) + "/" +
          std::to_string(entries) + " transfers in flight, " + std::to_string(engine.stats().uploads) + " uploads" +
          (engine.device_lost() ? ", DEVICE LOST" : "");
