@@ -104,7 +104,8 @@ class Backend {
   // backend cannot. export_buffer: an IPC handle of a device allocation.
   virtual int export_buffer(void* ptr, IpcHandle* out) = 0;
   // Opens a client's allocation; `fd` (if any) is the daemon's copy, closed by the caller after.
-  virtual int import_buffer(const IpcHandle& h, uint64_t bytes, void** out) = 0;
+  // *mapped: the size of the whole allocation the handle maps (at least bytes).
+  virtual int import_buffer(const IpcHandle& h, uint64_t bytes, void** out, uint64_t* mapped) = 0;
   virtual void release_import(void* ptr) = 0;
   // Opens a client's IPC event pool of `count` events; *id names it in submit().
   virtual int open_event_pool(const IpcHandle& h, uint32_t count, uint64_t* id) = 0;

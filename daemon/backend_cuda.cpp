@@ -272,7 +272,7 @@ class Cuda final : public Backend {
     return 0;
   }
 
-  int import_buffer(const IpcHandle& in, uint64_t bytes, void** out) override {
+  int import_buffer(const IpcHandle& in, uint64_t bytes, void** out, uint64_t* mapped) override {
     if (in.kind != 2) return -EINVAL;
     current();
     CUipcMemHandle h{};
@@ -286,6 +286,7 @@ class Cuda final : public Backend {
       return -EINVAL;
     }
     *out = reinterpret_cast<void*>(p);
+    *mapped = size;
     return 0;
   }
 

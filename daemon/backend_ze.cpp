@@ -153,7 +153,7 @@ class LevelZero final : public Backend {
     return 0;
   }
 
-  int import_buffer(const IpcHandle& in, uint64_t bytes, void** out) override {
+  int import_buffer(const IpcHandle& in, uint64_t bytes, void** out, uint64_t* mapped) override {
     if (in.kind != 1 || in.fd < 0) return -EINVAL;
     ze_ipc_mem_handle_t h{};
     std::memcpy(h.data, in.data, sizeof h.data);
@@ -167,6 +167,7 @@ class LevelZero final : public Backend {
       return -EINVAL;  // smaller than the client claims
     }
     *out = p;
+    *mapped = size;
     return 0;
   }
 

@@ -14,6 +14,10 @@ class ClientState;
 struct Buffer {
   void* ptr = nullptr;  // a device address (CUDA's is an integer, not a host pointer)
   uint64_t bytes = 0;
+  // What it counts against its owner's --user-memory: an allocation's size;
+  // an import's whole mapping (ferryd keeps it mapped, and so alive, while it
+  // is imported), whatever part of it the client named.
+  uint64_t charged = 0;
   bool imported = false;  // a client's own allocation, opened from its IPC handle
   bool exported = false;  // its IPC handle went out: another process may keep the memory alive
   // Its fence in the owner's segment (index + 1; 0: none). The fence goes

@@ -58,7 +58,7 @@ void ClientState::wake_sleepers() {
 
 uint64_t ClientState::adopt(BufferRef b) {
   const uint64_t id = ++next_buffer_;
-  if (!b->imported) device_bytes_ += b->bytes;
+  device_bytes_ += b->charged;
   if (b->imported) ++imported_;
   buffers_[id].owned = std::move(b);
   return id;
@@ -81,7 +81,7 @@ int ClientState::remove(uint64_t id, bool* was_owned) {
   // An exported buffer's memory may live on in the processes that opened its
   // handle: it stays charged to this client for as long as it is connected.
   const Buffer* b = it->second.owned.get();
-  if (b != nullptr && !b->imported && !b->exported) device_bytes_ -= b->bytes;
+  if (b != nullptr && !b->exported) device_bytes_ -= b->charged;
   if (b != nullptr && b->imported) --imported_;
   if (!*was_owned) --opened_;
   buffers_.erase(it);  // device memory goes once copies in flight to it end

@@ -94,7 +94,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   const ClientStats& stats() const { return stats_; }
 
   // ---- buffers: owned (allocated or imported) and opened through grants
-  // Adds an owned buffer; allocations (not imports) count against device_bytes.
+  // Adds an owned buffer; its Buffer::charged counts in device_bytes.
   uint64_t adopt(BufferRef b);
   // Adds a buffer opened through `g`: 0, or -EACCES when the grant was
   // revoked or its owner freed the buffer.

@@ -174,6 +174,7 @@ int TransferEngine::alloc(ClientState& c, uint64_t bytes, uint64_t* id, uint32_t
   void* p = nullptr;
   if (int r = backend_->alloc(bytes, &p); r != 0) return r;
   BufferRef b = lend(p, bytes, false);
+  b->charged = bytes;
   b->owner = c.weak_from_this();
   b->fence = c.take_fence();
   if (fence != nullptr) *fence = b->fence;
@@ -192,8 +193,16 @@ int TransferEngine::import_buffer(ClientState& c, const IpcHandle& h, uint64_t b
   if (bytes == 0) return -EINVAL;
   if (int r = within(c, Quota::imports); r != 0) return r;
   void* p = nullptr;
-  if (int r = backend_->import_buffer(h, bytes, &p); r != 0) return r;
-  *id = c.adopt(lend(p, bytes, true));
+  uint64_t mapped = 0;
+  if (int r = backend_->import_buffer(h, bytes, &p, &mapped); r != 0) return r;
+  // The whole mapping counts against the user's memory, whatever it named.
+  if (int r = within(c, Quota::memory, mapped); r != 0) {
+    backend_->release_import(p);
+    return r;
+  }
+  BufferRef b = lend(p, bytes, true);
+  b->charged = mapped;
+  *id = c.adopt(std::move(b));
   return 0;
 }
 

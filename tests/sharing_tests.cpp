@@ -481,6 +481,45 @@ TEST_CASE("memory a client can shrink is never mapped by the daemon (no SIGBUS)"
   still_serves(d.socket);
 }
 
+namespace {
+// A sealed memfd of `size` bytes, as a simulated allocation's IPC handle naming `claimed` of them.
+ferry_ipc_handle sealed_handle(int* fd, uint64_t size, uint64_t claimed) {
+  *fd = ::memfd_create("import", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(*fd >= 0);
+  REQUIRE(::ftruncate(*fd, static_cast<off_t>(size)) == 0);
+  REQUIRE(::fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+  return forged_handle(*fd, claimed, static_cast<uint32_t>(claimed));
+}
+}  // namespace
+
+TEST_CASE("an import counts its whole mapping against its user's memory; none larger than the device",
+          "[sharing][limits][simonly]") {
+  // Before: imports counted nothing, so one user mapped 128 TiB of memfds
+  // into ferryd (everyone's allocations then failed), or 7 GB of uploads
+  // into one, past --user-memory.
+  Daemon d({"--user-memory", "1048576"});
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  int fd = -1;
+  ferry_buffer b{};
+  ferry_ipc_handle huge = sealed_handle(&fd, uint64_t{1} << 44, 4096);
+  CHECK(ferry_buffer_import(c, &huge, &b) == -EINVAL);  // no device allocation is 16 TiB
+  ::close(fd);
+  ferry_ipc_handle big = sealed_handle(&fd, 2 << 20, 4096);
+  CHECK(ferry_buffer_import(c, &big, &b) == -EDQUOT);  // it names 4 KiB of a 2 MiB mapping
+  CHECK_THAT(ferry_last_error(), Catch::Contains("2097152 B more would pass --user-memory 1048576"));
+  ::close(fd);
+  ferry_buffer small{};
+  ferry_ipc_handle half = sealed_handle(&fd, 512 * 1024, 4096);
+  REQUIRE(ferry_buffer_import(c, &half, &small) == 0);
+  ::close(fd);
+  CHECK(ferry_buffer_alloc(c, 600 * 1024, &b) == -EDQUOT);  // the import's 512 KiB count
+  REQUIRE(ferry_buffer_free(c, small) == 0);
+  CHECK(ferry_buffer_alloc(c, 600 * 1024, &b) == 0);  // given back with it
+  ferry_disconnect(c);
+  CHECK(d.holds_nothing());
+}
+
 TEST_CASE("grants and opened buffers are bounded per user", "[sharing][limits][grant]") {
   Daemon d({"--max-grants", "3", "--max-opens", "2"});
   ferry_client *owner = nullptr, *user = nullptr, *other = nullptr;

@@ -182,7 +182,10 @@ bool safe_to_map(int fd, size_t bytes) {
 
 ze_result_t Memory::open_ipc(Device* dev, int fd, void** out) {
   off_t size = lseek(fd, 0, SEEK_END);
-  if (size <= 0 || !safe_to_map(fd, static_cast<size_t>(size))) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  // No allocation of a real device is larger than its memory: a bigger
+  // "handle" is not one, and mapping it would take the address space.
+  if (size <= 0 || static_cast<uint64_t>(size) > config().device_memory || !safe_to_map(fd, static_cast<size_t>(size)))
+    return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   void* p = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
   Alloc a;
