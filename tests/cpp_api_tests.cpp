@@ -167,3 +167,45 @@ TEST_CASE("C++: a Client used in a forked child throws ECHILD; the parent's goes
   CHECK(reap(p) == 0);
   CHECK(c.wait(c.upload(b.id(), 0, v.data(), v.size())));
 }
+
+TEST_CASE("ferry_info and ferry_timeline are versioned by size", "[abi]") {
+  Daemon d;
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  // Zeroed: this header's version, all of it.
+  ferry_info full{};
+  REQUIRE(ferry_get_info(c, &full) == 0);
+  CHECK(full.size == sizeof full);
+  CHECK(full.slot_count > 0);
+  CHECK(full.client_id != 0);
+  // An older, smaller caller: only the bytes its version holds are written.
+  struct {
+    ferry_info info;
+    uint8_t past[8];
+  } old;
+  std::memset(&old, 0xAB, sizeof old);
+  old.info.size = 8;  // the size word and slot_count
+  REQUIRE(ferry_get_info(c, &old.info) == 0);
+  CHECK(old.info.size == 8);
+  CHECK(old.info.slot_count == full.slot_count);
+  CHECK(old.info.client_id == 0xABABABABABABABABull);  // not its version's: untouched
+  // A newer, larger caller gets this version's fields and learns how many.
+  struct {
+    ferry_info info;
+    uint8_t future[32];
+  } newer{};
+  newer.info.size = sizeof newer;
+  std::memset(newer.future, 0xCD, sizeof newer.future);
+  REQUIRE(ferry_get_info(c, &newer.info) == 0);
+  CHECK(newer.info.size == sizeof(ferry_info));
+  CHECK(newer.future[0] == 0xCD);
+  ferry_info tiny{};
+  tiny.size = 4;
+  CHECK(ferry_get_info(c, &tiny) == -EINVAL);
+  ferry_timeline tl{};
+  REQUIRE(ferry_get_timeline(c, &tl) == 0);
+  CHECK(tl.size == sizeof tl);
+  CHECK(tl.device_completed != nullptr);
+  CHECK(tl.segment != nullptr);
+  ferry_disconnect(c);
+}

@@ -83,7 +83,7 @@ TEST_CASE("the device writes each client's timeline after its copies", "[order][
   ferry_ticket t = 0;
   REQUIRE(ferry_upload(c, b, 0, src.data(), src.size(), &t) == 0);
   REQUIRE(ferry_wait(c, t, -1) == 0);
-  CHECK(eventually([&] { return *tl.completed >= t; }));
+  CHECK(eventually([&] { return *tl.device_completed >= t; }));
   // A refused ticket passes the device's word too, and still fails its wait.
   REQUIRE(ferry_buffer_free(c, b) == 0);
   ferry_buffer b2{};
@@ -99,7 +99,7 @@ TEST_CASE("the device writes each client's timeline after its copies", "[order][
   REQUIRE(ferry_upload(other, ob, 0, src.data(), 64, &ot) == 0);
   ferry_timeline otl{};
   REQUIRE(ferry_get_timeline(other, &otl) == 0);
-  CHECK(eventually([&] { return *otl.completed >= ot; }));
+  CHECK(eventually([&] { return *otl.device_completed >= ot; }));
   CHECK(ferry_wait(other, ot, -1) == -EACCES);
   ferry_disconnect(other);
   ferry_disconnect(c);

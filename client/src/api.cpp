@@ -269,13 +269,13 @@ int ferry_signal(ferry_client* c, uint64_t value) {
 int ferry_get_timeline(ferry_client* c, ferry_timeline* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
   if (out == nullptr) return fc::misuse(-EFAULT, "ferry_get_timeline", "out is NULL");
-  std::memset(out, 0, sizeof *out);
-  out->segment = c->seg;
-  out->segment_bytes = c->seg_bytes;
-  out->completed = reinterpret_cast<volatile uint64_t*>(&c->seg->device_completed);
-  out->app_value = reinterpret_cast<volatile uint64_t*>(&c->seg->app_value);
-  out->device_written = (c->welcome.features & proto::kFeatureDeviceTimeline) != 0;
-  return 0;
+  ferry_timeline t{};
+  t.segment = c->seg;
+  t.segment_bytes = c->seg_bytes;
+  t.device_completed = reinterpret_cast<volatile uint64_t*>(&c->seg->device_completed);
+  t.app_value = reinterpret_cast<volatile uint64_t*>(&c->seg->app_value);
+  t.device_written = (c->welcome.features & proto::kFeatureDeviceTimeline) != 0;
+  return fc::fill_versioned(out, t, "ferry_get_timeline");
 }
 
 int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, const void* src, uint64_t bytes,
@@ -312,13 +312,13 @@ int ferry_flush(ferry_client* c, int64_t timeout_ns) {
 int ferry_get_info(ferry_client* c, ferry_info* out) {
   if (int e = fc::owner_check(c); e != 0) return e;
   if (out == nullptr) return fc::misuse(-EFAULT, "ferry_get_info", "out is NULL");
-  std::memset(out, 0, sizeof *out);
-  out->client_id = c->welcome.client_id;
-  out->slot_bytes = c->slot_bytes;
-  out->slot_count = c->slot_count;
-  std::snprintf(out->device, sizeof out->device, "%s", proto::get_text(c->welcome.device).c_str());
-  std::snprintf(out->backend, sizeof out->backend, "%s", proto::get_text(c->welcome.backend).c_str());
-  return 0;
+  ferry_info i{};
+  i.client_id = c->welcome.client_id;
+  i.slot_bytes = c->slot_bytes;
+  i.slot_count = c->slot_count;
+  std::snprintf(i.device, sizeof i.device, "%s", proto::get_text(c->welcome.device).c_str());
+  std::snprintf(i.backend, sizeof i.backend, "%s", proto::get_text(c->welcome.backend).c_str());
+  return fc::fill_versioned(out, i, "ferry_get_info");
 }
 
 ferry_ticket ferry_completed(ferry_client* c) { return fc::owner_check(c) != 0 ? 0 : c->timeline.completed(); }

@@ -6,6 +6,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <map>
 #include <atomic>
 #include <memory>
@@ -65,12 +67,30 @@ namespace ferry::client {
 int owner_check(const ferry_client* c);
 // The calling thread's ferry_last_error text.
 std::string& last_error();
+// Copies a size-versioned struct out (ferry_info, ferry_timeline): as many
+// bytes as the caller's version holds (out->size; 0: this header's), then
+// out->size says how many were written. -EINVAL for a size below the
+// struct's first two words.
 // A misuse of the API: sets ferry_last_error to "fn: what" and returns err
 // (each misuse has its errno: -EBADF a NULL client, -EFAULT a NULL pointer,
 // -EINVAL a zero or contradictory value, -ERANGE past a buffer's end,
 // -ENOENT an unknown buffer, -ESRCH an unknown ticket, -EMSGSIZE more than a
 // slot, -EOVERFLOW more than 2^64 bytes; the man page lists them).
 int misuse(int err, const char* fn, const std::string& what);
+
+// Copies a size-versioned struct out (ferry_info, ferry_timeline): as many
+// bytes as the caller's version holds (out->size; 0: this header's), then
+// out->size says how many were written. -EINVAL for a size too small to
+// hold the size word and the one beside it.
+template <class T>
+int fill_versioned(T* out, T full, const char* fn) {
+  const uint32_t want = out->size == 0 ? uint32_t{sizeof(T)} : out->size;
+  if (want < 8) return misuse(-EINVAL, fn, "out->size is " + std::to_string(want) + ": set it to sizeof the struct, or 0");
+  const uint32_t n = want < sizeof(T) ? want : uint32_t{sizeof(T)};
+  full.size = n;
+  std::memcpy(static_cast<void*>(out), &full, n);
+  return 0;
+}
 
 // Checks [offset, offset + bytes) against a buffer this client knows: 0, or
 // -EINVAL (0 bytes), -ENOENT (not its buffer), -ERANGE (past the end), with

@@ -147,7 +147,7 @@ class Timeline:
 
     segment: int          # address of the mapped segment
     segment_bytes: int
-    completed_address: int  # every ticket <= the word here is on the device
+    device_completed_address: int  # every ticket <= the word here is on the device
     app_value_address: int  # the application's value (upload_after)
     device_written: bool
 
@@ -397,19 +397,19 @@ class Client:
 
     def timeline(self):
         """Where this client's timeline words lie in its segment (a Timeline)."""
-        t = _lib.CTimeline()
+        t = _lib.CTimeline(size=ctypes.sizeof(_lib.CTimeline))
         _check(self._call(_c.ferry_get_timeline, ctypes.byref(t)), "timeline")
         return Timeline(
             t.segment or 0,
             t.segment_bytes,
-            ctypes.cast(t.completed, ctypes.c_void_p).value or 0,
+            ctypes.cast(t.device_completed, ctypes.c_void_p).value or 0,
             ctypes.cast(t.app_value, ctypes.c_void_p).value or 0,
             bool(t.device_written),
         )
 
     def info(self):
         """This client's geometry and device (an Info)."""
-        i = _lib.CInfo()
+        i = _lib.CInfo(size=ctypes.sizeof(_lib.CInfo))
         _check(self._call(_c.ferry_get_info, ctypes.byref(i)), "info")
         return Info(i.client_id, i.slot_bytes, i.slot_count, i.device.decode(errors="replace"),
                     i.backend.decode(errors="replace"))

@@ -25,11 +25,12 @@ class IpcHandle(ctypes.Structure):
 
 class CTimeline(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("device_written", ctypes.c_int32),
         ("segment", ctypes.c_void_p),
         ("segment_bytes", ctypes.c_uint64),
-        ("completed", ctypes.POINTER(ctypes.c_uint64)),
+        ("device_completed", ctypes.POINTER(ctypes.c_uint64)),
         ("app_value", ctypes.POINTER(ctypes.c_uint64)),
-        ("device_written", ctypes.c_int),
     ]
 
 
@@ -66,10 +67,10 @@ class CFence(ctypes.Structure):
 
 class CInfo(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("slot_count", ctypes.c_uint32),
         ("client_id", ctypes.c_uint64),
         ("slot_bytes", ctypes.c_uint64),
-        ("slot_count", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
         ("device", ctypes.c_char * 64),
         ("backend", ctypes.c_char * 16),
     ]

@@ -233,7 +233,7 @@ class FerryTest(unittest.TestCase):
             c.wait(t, timeout=5)
             self.assertEqual(bytes(buf.download()), b"new!" * 16)
             tl = c.timeline()
-            self.assertNotEqual(tl.completed_address, 0)
+            self.assertNotEqual(tl.device_completed_address, 0)
             self.assertGreater(tl.segment_bytes, 0)
 
     def test_wait_with_a_timeout(self):

@@ -34,6 +34,7 @@ extern "C" {
  * device-mapped); ferry_cu_unregister undoes it (before ferry_disconnect). */
 static inline int ferry_cu_register(ferry_client *c) {
   ferry_timeline tl;
+  tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
   if (r != 0) return r;
   CUdevice dev;
@@ -48,6 +49,7 @@ static inline int ferry_cu_register(ferry_client *c) {
 
 static inline int ferry_cu_unregister(ferry_client *c) {
   ferry_timeline tl;
+  tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
   if (r != 0) return r;
   return cuMemHostUnregister(tl.segment) == CUDA_SUCCESS ? 0 : -EIO;
@@ -71,14 +73,16 @@ static inline int ferry_cu_write_word_(CUstream stream, volatile uint64_t *word,
  * ticket t's bytes are on the device. */
 static inline int ferry_cu_stream_wait(ferry_client *c, CUstream stream, ferry_ticket t) {
   ferry_timeline tl;
+  tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
-  return r != 0 ? r : ferry_cu_wait_word_(stream, tl.completed, t);
+  return r != 0 ? r : ferry_cu_wait_word_(stream, tl.device_completed, t);
 }
 
 /* Write after read: once `stream` gets here, the device raises the client's
  * *app_value to `value`, releasing ferry_upload_after(..., value, ...). */
 static inline int ferry_cu_stream_signal(ferry_client *c, CUstream stream, uint64_t value) {
   ferry_timeline tl;
+  tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
   return r != 0 ? r : ferry_cu_write_word_(stream, tl.app_value, value);
 }

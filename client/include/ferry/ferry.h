@@ -277,7 +277,6 @@ int ferry_event_pool_register(ferry_client *c, const ferry_ipc_handle *h, uint32
 int ferry_upload_signal(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, const void *src, uint64_t bytes,
                         uint64_t pool, uint32_t event, ferry_ticket *out);
 
-/* Geometry this client was given. Does not block. */
 /* ---------------------------------------------------------------- queue order
  * An upload that sits between kernels of the application's own queue:
  * kernels that read the old bytes, then the copy, then kernels that read the
@@ -289,15 +288,22 @@ int ferry_upload_signal(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, 
  *    value of its own timeline into *app_value, and ferry_upload_after's copy
  *    starts only once that value is reached. The hold is kept by ferryd on
  *    the host, so a value that never comes stalls only this client.
- * A ticket the daemon refused passes *completed too (ordered after the
- * copies before it); its error reaches ferry_wait/ferry_flush as usual. */
+ * A ticket the daemon refused passes *device_completed too (ordered after
+ * the copies before it); its error reaches ferry_wait/ferry_flush as usual.
+ *
+ * ferry_timeline and ferry_info are versioned by size: zero the struct (or
+ * set size to sizeof it) before the call; the library fills what the
+ * caller's version holds and sets size to the bytes it wrote. Later
+ * versions only append fields. */
 typedef struct ferry_timeline {
-  void *segment;                 /* the staging segment, mapped in this process */
-  uint64_t segment_bytes;        /* import or register all of it with your context */
-  volatile uint64_t *completed;  /* every ticket <= *completed is on the device */
-  volatile uint64_t *app_value;  /* the application's timeline (ferry_upload_after) */
-  int device_written;            /* 1: the device writes *completed after the copies;
-                                    0: ferryd writes it when they retire (no device support) */
+  uint32_t size;                        /* sizeof(ferry_timeline), or 0 for this version */
+  int32_t device_written;               /* 1: the device writes *device_completed after the copies;
+                                           0: ferryd writes it when they retire (no device support) */
+  void *segment;                        /* the staging segment, mapped in this process */
+  uint64_t segment_bytes;               /* import or register all of it with your context */
+  volatile uint64_t *device_completed;  /* every ticket <= it is on the device (ferry_completed
+                                           is the host's view: done and reported) */
+  volatile uint64_t *app_value;         /* the application's timeline (ferry_upload_after) */
 } ferry_timeline;
 
 /* Where this client's timeline words are. Does not block. */
@@ -315,11 +321,13 @@ int ferry_upload_after(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, c
  * application orders on the host rather than in a queue. Does not block. */
 int ferry_signal(ferry_client *c, uint64_t value);
 
+/* Geometry this client was given (versioned by size, as ferry_timeline).
+ * Does not block. */
 typedef struct ferry_info {
+  uint32_t size;       /* sizeof(ferry_info), or 0 for this version */
+  uint32_t slot_count;
   uint64_t client_id;
   uint64_t slot_bytes;
-  uint32_t slot_count;
-  uint32_t reserved;
   char device[64];  /* device name */
   char backend[16]; /* "level-zero", "cuda" */
 } ferry_info;

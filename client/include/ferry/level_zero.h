@@ -65,6 +65,7 @@ static inline void *ferry_ze_ext_(ze_driver_handle_t driver, const char *name) {
  * calls below; ferry_ze_release undoes it (before ferry_disconnect). */
 static inline int ferry_ze_import(ferry_client *c, ze_driver_handle_t driver) {
   ferry_timeline tl;
+  tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
   if (r != 0) return r;
   ferry_zex_import_fn f = (ferry_zex_import_fn)ferry_ze_ext_(driver, "zexDriverImportExternalPointer");
@@ -75,6 +76,7 @@ static inline int ferry_ze_import(ferry_client *c, ze_driver_handle_t driver) {
 
 static inline int ferry_ze_release(ferry_client *c, ze_driver_handle_t driver) {
   ferry_timeline tl;
+  tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
   if (r != 0) return r;
   ferry_zex_release_fn f = (ferry_zex_release_fn)ferry_ze_ext_(driver, "zexDriverReleaseImportedPointer");
@@ -108,8 +110,9 @@ static inline int ferry_ze_write_word_(ze_driver_handle_t driver, ze_command_lis
 static inline int ferry_ze_append_wait(ferry_client *c, ze_driver_handle_t driver, ze_command_list_handle_t list,
                                        ferry_ticket t) {
   ferry_timeline tl;
+  tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
-  return r != 0 ? r : ferry_ze_wait_word_(driver, list, tl.completed, t);
+  return r != 0 ? r : ferry_ze_wait_word_(driver, list, tl.device_completed, t);
 }
 
 /* Write after read: once `list` gets here, the device raises the client's
@@ -118,6 +121,7 @@ static inline int ferry_ze_append_wait(ferry_client *c, ze_driver_handle_t drive
 static inline int ferry_ze_append_signal(ferry_client *c, ze_driver_handle_t driver, ze_command_list_handle_t list,
                                          uint64_t value) {
   ferry_timeline tl;
+  tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
   return r != 0 ? r : ferry_ze_write_word_(driver, list, tl.app_value, value);
 }
