@@ -324,7 +324,6 @@ class Cuda final : public Backend {
         });
   }
 
-
  private:
   static constexpr int kPollUs = 50;
 
