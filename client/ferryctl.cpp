@@ -246,11 +246,13 @@ bool flag(const json::object& o, const char* path) {
   return v != nullptr && v->is_bool() && v->as_bool();
 }
 
-const json::array& clients(const json::object& o) {
+const json::array& array_at(const json::object& o, const char* path) {
   static const json::array kNone;
-  const json::value* v = at(o, "clients");
+  const json::value* v = at(o, path);
   return v != nullptr && v->is_array() ? v->as_array() : kNone;
 }
+
+const json::array& clients(const json::object& o) { return array_at(o, "clients"); }
 
 std::string human_bytes(unsigned long long b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -334,6 +336,23 @@ void print_status(const json::object& d) {
                 since(static_cast<long long>(num(c, "connected_since"))).c_str());
   }
   if (!flag(d, "all_clients_visible")) std::printf("(only your own clients are shown)\n");
+  // What each user holds against the daemon's per-user bounds (ferryd(8), Limits).
+  const json::array& users = array_at(d, "users");
+  if (users.empty()) return;
+  const std::string memory = num(d, "limits.user_memory_bytes") != 0 ? human_bytes(num(d, "limits.user_memory_bytes")) : "any";
+  std::printf("\nper user    at most %llu allocations, %s of device memory, %llu grants, %llu opens, %llu imports, "
+              "%llu event pools; none but an admin more than %llu%% of %llu clients, %llu connections\n",
+              num(d, "limits.max_buffers"), memory.c_str(), num(d, "limits.max_grants"), num(d, "limits.max_opens"),
+              num(d, "limits.max_imports"), num(d, "limits.max_event_pools"), num(d, "limits.user_share_percent"),
+              num(d, "limits.max_clients"), num(d, "limits.max_connections"));
+  std::printf("%-10s %-11s %-7s %-8s %-13s %-6s %-5s %-7s %s\n", "USER", "CONNECTIONS", "CLIENTS", "BUFFERS",
+              "DEVICE MEMORY", "GRANTS", "OPENS", "IMPORTS", "EVENT POOLS");
+  for (const auto& v : users) {
+    const json::object& u = v.as_object();
+    std::printf("%-10.10s %-11llu %-7llu %-8llu %-13s %-6llu %-5llu %-7llu %llu\n", user_name(num(u, "uid")).c_str(),
+                num(u, "connections"), num(u, "clients"), num(u, "buffers"), human_bytes(num(u, "device_bytes")).c_str(),
+                num(u, "grants"), num(u, "opens"), num(u, "imports"), num(u, "event_pools"));
+  }
 }
 
 // What watch saw of a daemon last time, for rates over the interval.

@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
     ("socket-group", po::value(&o.socket_group), "group that owns the socket file (with --socket-mode 0660: who may connect)")
     ("admin-group", po::value(&o.admin_group),
      "members are admins, as root and ferryd's user: they see every client in `ferryctl status` (others see "
-     "their own), may disconnect and drain, are not bounded by --user-share and have 8 connections kept for them")
+     "their own), may disconnect and drain, are not bounded by --user-share and have 8 connections kept for them; "
+     "a member is a process with this group, or this supplementary group, when it connects")
     ("drain", po::value(&o.drain_seconds)->default_value(o.drain_seconds), "seconds copies in flight may take when stopping")
     ("poll-idle-us", po::value(&o.poll_idle_us)->default_value(o.poll_idle_us),
      "microseconds the poller keeps looking at clients' submission rings and the device after its last work "

@@ -58,6 +58,7 @@ struct Options {
   unsigned socket_mode = 0660;
   std::string socket_group;      // group of the socket file; empty: the daemon's
   std::string admin_group;       // members see every client in status; empty: root and the daemon's user only
+  gid_t admin_gid = static_cast<gid_t>(-1);  // admin_group's, resolved once at start (Server)
   double drain_seconds = 5.0;    // on SIGTERM, how long in-flight copies may take
   // The poller serves submission rings and the device's completions without
   // sleeping until it found nothing to do for this long; 0: it never polls

@@ -105,7 +105,7 @@ void Requests::on_hello(const proto::Hello& m) {
     return peer_.fatal(-EUSERS, why.c_str());
   }
   // No user but an admin takes more than its share: the rest stays for the others.
-  admin_ = is_admin(o, peer_.uid, peer_.gid);
+  admin_ = is_admin(o, peer_.cred);
   const uint64_t mine = engine.usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
   if (!admin_ && mine >= l.share_of(l.max_clients)) {
     const std::string why = "uid " + std::to_string(peer_.uid) + " has " + std::to_string(mine) +
@@ -273,7 +273,7 @@ void Requests::on_event_pool(const proto::EventPool& m) {
 
 void Requests::on_admin(const proto::AdminRequest& m) {
   // The same model as status: root, the daemon's user and --admin-group.
-  if (!is_admin(ctx_.options, peer_.uid, peer_.gid)) return reply(m.request, -EPERM, 0);
+  if (!is_admin(ctx_.options, peer_.cred)) return reply(m.request, -EPERM, 0);
   if (m.action == proto::kAdminDrain) {
     FERRY_LOG(info, "drain asked by uid %u (ferryctl drain): stopping", peer_.uid);
     reply(m.request, 0, 0);
@@ -293,7 +293,7 @@ void Requests::on_admin(const proto::AdminRequest& m) {
 }
 
 void Requests::on_status(const proto::StatusRequest& m) {
-  std::string json = status_json(ctx_, peer_.uid, peer_.gid);
+  std::string json = status_json(ctx_, peer_.cred);
   if (json.size() > proto::kMaxStatusJson) json = "{\"error\":\"status too large\"}";
   auto h = proto::make<proto::StatusReply>(proto::Type::status_reply);
   h.request = m.request;

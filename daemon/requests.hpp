@@ -12,6 +12,7 @@
 
 #include "context.hpp"
 #include "ferry/proto.hpp"
+#include "status.hpp"
 
 namespace ferry::ferryd {
 
@@ -42,7 +43,7 @@ class Peer {
   virtual std::shared_ptr<void> keep_alive() = 0;
   pid_t pid = 0;
   uid_t uid = 0;
-  gid_t gid = 0;
+  PeerCred cred;  // the same, with its groups (is_admin)
 };
 
 class Requests {

@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "segment_pool.hpp"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <pthread.h>
 
 #include <cerrno>
@@ -75,10 +72,6 @@ void SegmentPool::drop(std::deque<Entry>& dead) {
 
 void SegmentPool::run() {
   pthread_setname_np(pthread_self(), "ferry-segments");
-  // Background work: making segments ahead must not take the core from the
-  // io thread and the poller, which serve every client's transfers (a flood
-  // of connects otherwise delays everyone's uploads by milliseconds).
-  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kNice);
   std::unique_lock lock(mu_);
   while (!stop_) {
     if (!dead_.empty()) {

@@ -32,9 +32,6 @@ class SegmentPool {
   ~SegmentPool();
   SegmentPool(const SegmentPool&) = delete;
   SegmentPool& operator=(const SegmentPool&) = delete;
-  // The pool's thread runs at this nice value (above the io thread's):
-  // segments made ahead wait for a core the transfers do not need.
-  static constexpr int kNice = 10;
 
   // A ready segment of this geometry (true), or false: none ready, or a
   // client that asked for fewer slots; the caller then makes one itself.

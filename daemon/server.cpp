@@ -48,6 +48,9 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
       timer_(io),
       status_timer_(io),
       accept_pause_(io) {
+  // The admins' group by number, once: no name service is asked per peer.
+  if (!opts_.admin_group.empty())
+    if (const group* g = ::getgrnam(opts_.admin_group.c_str())) opts_.admin_gid = g->gr_gid;
   // A share of the device's memory becomes bytes now that the device is known.
   Limits& l = opts_.limits;
   if (l.user_memory == 0 && l.user_memory_percent != 0 && l.user_memory_percent < 100)
@@ -194,16 +197,15 @@ void Server::accept() {
 }
 
 std::string Server::admit(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return "cannot tell who connects (SO_PEERCRED)";
+  const PeerCred cred = peer_cred(fd);
+  if (cred.uid == static_cast<uid_t>(-1)) return "cannot tell who connects (SO_PEERCRED)";
   const Limits& l = opts_.limits;
   const size_t open = sessions_.size(), mine = sessions_.of_user(cred.uid);
   const uint64_t share = l.share_of(l.max_connections);
   if (open < l.max_connections && mine < share) return {};
   // Past a bound for users: an admin still comes in (status, disconnect,
   // drain), into seats no other user can take.
-  if (open < uint64_t{l.max_connections} + Limits::kAdminSeats && is_admin(opts_, cred.uid, cred.gid)) return {};
+  if (open < uint64_t{l.max_connections} + Limits::kAdminSeats && is_admin(opts_, cred)) return {};
   if (open >= l.max_connections)
     return "ferryd has " + std::to_string(open) + " connections of all users (--max-connections " +
            std::to_string(l.max_connections) + ")";

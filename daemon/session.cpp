@@ -13,6 +13,7 @@
 
 #include "ferry/fdpass.hpp"
 #include "log.hpp"
+#include "status.hpp"
 
 namespace ferry::ferryd {
 
@@ -39,13 +40,9 @@ Session::Session(socket_type socket, Context& ctx, std::function<void(const std:
       requests_(ctx, *this),
       hello_deadline_(socket_.get_executor()),
       close_deadline_(socket_.get_executor()) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-    pid = cred.pid;
-    uid = cred.uid;
-    gid = cred.gid;
-  }
+  cred = peer_cred(socket_.native_handle());
+  pid = cred.pid;
+  uid = cred.uid;
   in_.resize(kReadChunk);
 }
 

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 #include "status.hpp"
 
-#include <grp.h>
-#include <pwd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -30,37 +31,35 @@ int64_t unix_seconds(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
 }
 
-bool in_admin_group(const Options& o, uid_t uid, gid_t gid) {
-  group* g = ::getgrnam(o.admin_group.c_str());
-  if (g == nullptr) return false;
-  if (gid == g->gr_gid) return true;
-  passwd* pw = ::getpwuid(uid);
-  if (pw == nullptr) return false;
-  for (char** m = g->gr_mem; m != nullptr && *m != nullptr; ++m)
-    if (std::strcmp(*m, pw->pw_name) == 0) return true;
-  return false;
-}
-
 }  // namespace
 
-bool is_admin(const Options& o, uid_t uid, gid_t gid) {
-  if (uid == 0 || uid == ::geteuid()) return true;
-  if (o.admin_group.empty()) return false;
-  // The group's members are looked up (NSS) at most once per 10 s per
-  // peer: a user refused past its bounds again and again costs no lookups.
-  struct Seen {
-    bool admin;
-    std::chrono::steady_clock::time_point at;
-  };
-  static std::map<std::pair<uid_t, gid_t>, Seen> cache;  // io thread only
-  const auto now = std::chrono::steady_clock::now();
-  const auto key = std::make_pair(uid, gid);
-  if (auto it = cache.find(key); it != cache.end() && now - it->second.at < std::chrono::seconds(10))
-    return it->second.admin;
-  if (cache.size() > 4096) cache.clear();
-  const bool admin = in_admin_group(o, uid, gid);
-  cache[key] = Seen{admin, now};
-  return admin;
+PeerCred peer_cred(int fd) {
+  PeerCred who;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    who.pid = cred.pid;
+    who.uid = cred.uid;
+    who.gid = cred.gid;
+  }
+  who.groups.resize(64);
+  for (int tries = 0; tries < 4; ++tries) {
+    len = static_cast<socklen_t>(who.groups.size() * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, who.groups.data(), &len) == 0) {
+      who.groups.resize(len / sizeof(gid_t));
+      return who;
+    }
+    if (errno != ERANGE) break;
+    who.groups.resize(len / sizeof(gid_t) + 1);  // len: what it needs
+  }
+  who.groups.clear();
+  return who;
+}
+
+bool is_admin(const Options& o, const PeerCred& who) {
+  if (who.uid == 0 || who.uid == ::geteuid()) return true;
+  if (o.admin_gid == static_cast<gid_t>(-1)) return false;
+  return who.gid == o.admin_gid || std::find(who.groups.begin(), who.groups.end(), o.admin_gid) != who.groups.end();
 }
 
 namespace {
@@ -94,12 +93,13 @@ json::object limits_json(const Limits& l) {
 }
 }  // namespace
 
-std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid) {
+std::string status_json(const Context& ctx, const PeerCred& who) {
+  const uid_t viewer = who.uid;
   const TransferEngine& engine = ctx.engine;
   const Options& opts = ctx.options;
   const DeviceInfo& info = engine.device();
   const EngineStats& st = engine.stats();
-  const bool all = is_admin(opts, viewer, viewer_gid);
+  const bool all = is_admin(opts, who);
   // The ring's counts, as everything below, are of the clients the viewer
   // may see: another user's traffic is theirs.
   uint64_t entries_total = 0, busy = 0, bytes_busy = 0;

@@ -6,16 +6,29 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "context.hpp"
 
 namespace ferry::ferryd {
 
-// Root, the daemon's own user, and members of --admin-group.
-bool is_admin(const Options& o, uid_t uid, gid_t gid);
+// Who is at the other end of a Unix socket, as the kernel recorded it at
+// connect(): SO_PEERCRED and SO_PEERGROUPS (its supplementary groups).
+struct PeerCred {
+  pid_t pid = 0;
+  uid_t uid = static_cast<uid_t>(-1);
+  gid_t gid = static_cast<gid_t>(-1);
+  std::vector<gid_t> groups;
+};
+PeerCred peer_cred(int fd);
+
+// Root, the daemon's own user, and members of --admin-group (its gid the
+// peer's group or one of its supplementary groups, as the kernel checks a
+// socket's group: no name service is asked).
+bool is_admin(const Options& o, const PeerCred& who);
 
 // Every client for an admin, the viewer's own clients otherwise.
-std::string status_json(const Context& ctx, uid_t viewer, gid_t viewer_gid);
+std::string status_json(const Context& ctx, const PeerCred& viewer);
 
 // "N clients, busy/total slots in flight, M uploads" for systemd's STATUS=.
 std::string status_line(const TransferEngine& engine);

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -86,6 +87,18 @@ inline int reap(pid_t pid) {
   int st = 0;
   waitpid(pid, &st, 0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// Runs a shell command; its exit code and everything it wrote (stdout and stderr).
+inline std::pair<int, std::string> run_command(const std::string& cmd) {
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(f != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const int st = ::pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
 }
 
 // Open descriptors of a process, and its mappings of memfds (what staging

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 
 #include <cstdio>
+#include <sstream>
 
 #include "daemon_fixture.hpp"
 
@@ -365,6 +366,23 @@ TEST_CASE("one user's connections, clients and allocations leave room for other 
     });
     REQUIRE(holder.next() == 0);
     CHECK(row_of(a.uid, "clients") == 3);
+    // ferryctl shows it: the per-user bounds, and the user's row.
+    const auto [rc, out] = run_command(std::string(FERRYCTL_PATH) + " --socket " + d.socket + " status");
+    CHECK(rc == 0);
+    CHECK_THAT(out, Catch::Contains("none but an admin more than 75% of 4 clients, 8 connections"));
+    const passwd* pw = ::getpwuid(a.uid);
+    REQUIRE(pw != nullptr);
+    // Its row: name, connections, clients (3), buffers (0), ...
+    std::istringstream lines(out);
+    bool row = false;
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream words(line);
+      std::string name;
+      uint64_t connections = 0, clients = 0, buffers = 99;
+      if (words >> name >> connections >> clients >> buffers && name == std::string(pw->pw_name).substr(0, 10))
+        row = row || (clients == 3 && buffers == 0);
+    }
+    CHECK(row);
     CHECK(as_user(kThird, [&] {
             ferry_client* c = nullptr;
             if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;  // the 4th client of all
@@ -417,3 +435,36 @@ TEST_CASE("one user's connections, clients and allocations leave room for other 
   }
 }
 
+
+TEST_CASE("an --admin-group member is an admin through a supplementary group, whatever /etc/group lists",
+          "[isolation][uid][admin]") {
+  // The kernel's record of the peer's groups (SO_PEERGROUPS) decides, as it
+  // does for the socket's group: before, only the peer's primary gid or the
+  // group's member names in the group database counted, so a member by
+  // supplementary group was no admin.
+  const group* g = ::getgrnam("staff");
+  if (g == nullptr) {
+    WARN("this host has no group \"staff\": not checked");
+    return;
+  }
+  const gid_t admins = g->gr_gid;
+  Daemon d({"--socket-mode", "0666", "--admin-group", "staff"});
+  ferry_client* mine = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &mine) == 0);
+  const Other o = other_user();
+  auto as = [&](bool member, auto fn) {
+    return reap(fork_child([&] {
+      if (setgroups(member ? 1 : 0, &admins) != 0 || setgid(o.gid) != 0 || setuid(o.uid) != 0) return 100;
+      return fn();
+    }));
+  };
+  auto sees_all = [&] {
+    const auto st = status(d.socket);
+    return st.get<std::string>("scope") == "daemon" && st.get_child("clients").size() == 1 ? 0 : 1;
+  };
+  CHECK(as(true, sees_all) == 0);
+  CHECK(as(false, sees_all) == 1);
+  CHECK(as(true, [&] { return admin_request(d.socket, ferry::proto::kAdminDisconnect, 999) == -ENOENT ? 0 : 1; }) == 0);
+  CHECK(as(false, [&] { return admin_request(d.socket, ferry::proto::kAdminDisconnect, 999) == -EPERM ? 0 : 1; }) == 0);
+  ferry_disconnect(mine);
+}

@@ -22,18 +22,6 @@ namespace proto = ferry::proto;
 
 namespace {
 
-// Runs a shell command; its exit code and everything it wrote (stdout and stderr).
-std::pair<int, std::string> run_command(const std::string& cmd) {
-  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(f != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  const int st = ::pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
-
 // How many of the process's descriptors point at `target`.
 int fds_to(pid_t pid, const std::string& target) {
   int n = 0;
