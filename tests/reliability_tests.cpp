@@ -651,6 +651,7 @@ TEST_CASE("Export replies a client never reads park at most 16 descriptors in th
   r.hello();
   const uint64_t buf = r.alloc(4096);
   const size_t fds0 = fd_count(d.pid);
+  const uint64_t held = d.status().get<uint64_t>("held.buffers");
   const int n = 200;
   for (int i = 0; i < n; ++i) {
     auto e = proto::make<proto::Export>(proto::Type::export_buffer);
@@ -658,8 +659,14 @@ TEST_CASE("Export replies a client never reads park at most 16 descriptors in th
     e.buffer = buf;
     r.send(e);
   }
-  // Handled while unread: the descriptors wait in the session's outbox.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Then a Free: one session's messages are handled in order, so once the
+  // buffer is gone every Export was handled, while unread: the descriptors
+  // wait in the session's outbox.
+  auto f = proto::make<proto::Free>(proto::Type::free);
+  f.request = 5000;
+  f.buffer = buf;
+  r.send(f);
+  REQUIRE(eventually([&] { return d.status().get<uint64_t>("held.buffers") == held - 1; }));
   CHECK(fd_count(d.pid) <= fds0 + 16);
   int with_fd = 0, again = 0;
   for (int i = 0; i < n; ++i) {
