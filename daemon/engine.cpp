@@ -44,10 +44,10 @@ void TransferEngine::stop() {
   retirer_.join();
   if (!records_.empty()) {
     // Copies still queued past --drain read their client's segment and write
-    // its buffer: what they hold must outlive them. The backend waits for its
-    // queue when it is destroyed, and the process ends right after, so their
-    // records are let go of without releasing anything.
-    FERRY_LOG(warn, "%zu copies still in flight at exit; the device finishes them first", records_.size());
+    // its buffer: what they hold must outlive them. ferryd then ends without
+    // tearing the device down (main), so their records are let go of without
+    // releasing anything; the driver ends the copies with the process.
+    FERRY_LOG(warn, "%zu copies still in flight at exit: left to the driver", records_.size());
     new std::deque<Record>(std::move(records_));  // NOLINT: deliberately never freed
   }
 }

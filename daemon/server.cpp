@@ -67,7 +67,11 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
 Server::~Server() { unlink_socket(); }
 
 void Server::unlink_socket() {
-  if (owns_path_) ::unlink(path_.c_str());
+  // Only the file this daemon bound: a successor that found it stale (while
+  // this one drained) may have bound its own at the same path since.
+  struct stat st {};
+  if (owns_path_ && ::lstat(path_.c_str(), &st) == 0 && st.st_dev == bound_.st_dev && st.st_ino == bound_.st_ino)
+    ::unlink(path_.c_str());
   owns_path_ = false;
 }
 
@@ -111,7 +115,7 @@ int Server::listen(const std::string& path, int fd, std::string& why) {
       why = "cannot bind " + path + ": " + ec.message();
       return -ec.value();
     }
-    owns_path_ = true;
+    owns_path_ = ::lstat(path.c_str(), &bound_) == 0;
     if (!opts_.socket_group.empty()) {
       group* g = ::getgrnam(opts_.socket_group.c_str());
       if (g == nullptr || ::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {

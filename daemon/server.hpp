@@ -4,6 +4,8 @@
 // session manager; everything runs on one io_context thread.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -63,6 +65,7 @@ class Server {
   std::chrono::steady_clock::time_point last_refusal_log_{};
   std::string path_;
   bool owns_path_ = false;
+  struct stat bound_ {};  // the socket file this daemon bound (unlink_socket)
   std::chrono::steady_clock::time_point drain_deadline_;
 };
 

@@ -830,3 +830,42 @@ TEST_CASE("socket floods from another connection do not stop a ring client's upl
   int st = 0;
   CHECK(waitpid(d.pid, &st, WNOHANG) == 0);  // still running
 }
+
+TEST_CASE("a daemon that exits after --drain leaves a successor's socket alone", "[faults][shutdown]") {
+  // Draining, it no longer accepts: a new ferryd takes the socket file for
+  // stale and binds its own there. The old one, exiting, removed that file
+  // before (the new daemon ran on, unreachable).
+  Daemon old({"--drain", "2"}, {{"FERRY_SIM_LATENCY_US", "10000000"}, {"FERRY_SIM_BANDWIDTH_GBPS", "0"}});
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(old.socket.c_str(), &c) == 0);
+  ferry_buffer b{};
+  REQUIRE(ferry_buffer_alloc(c, 4096, &b) == 0);
+  uint8_t x[64] = {};
+  REQUIRE(ferry_upload(c, b, 0, x, sizeof x, nullptr) == 0);  // 10 s: past --drain
+  REQUIRE(eventually([&] { return old.status().get<uint64_t>("held.copies_in_flight") > 0; }));
+  ::kill(old.pid, SIGTERM);
+  REQUIRE(eventually([&] {  // it stopped accepting
+    const int fd = connect_unix(old.socket);
+    if (fd >= 0) ::close(fd);
+    return fd < 0;
+  }));
+  const pid_t successor = fork_child([&] {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::setenv("FERRY_SIM_FAST", "1", 1);
+    execl(FERRYD_PATH, "ferryd", "--sim", "--socket", old.socket.c_str(), "--log-level", "error", nullptr);
+    return 127;
+  });
+  REQUIRE(eventually([&] {
+    const int fd = connect_unix(old.socket);
+    if (fd >= 0) ::close(fd);
+    return fd >= 0;
+  }));
+  CHECK(old.stop_within(std::chrono::seconds(20), 0) == 0);  // it ends by itself, after --drain
+  ferry_disconnect(c);
+  // The successor still answers at the path.
+  ferry_client* again = nullptr;
+  CHECK(ferry_connect(old.socket.c_str(), &again) == 0);
+  ferry_disconnect(again);
+  ::kill(successor, SIGTERM);
+  CHECK(reap(successor) == 0);
+}

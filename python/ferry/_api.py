@@ -101,10 +101,10 @@ def _view(obj, writable):
 
 def _timeout_ns(timeout):
     """None: wait for ever; else seconds (float)."""
-    if timeout is None:
+    if timeout is None or timeout == float("inf"):
         return -1
-    if timeout < 0:
-        raise ValueError("timeout must be None or >= 0 seconds")
+    if not timeout >= 0:  # negative, or NaN
+        raise ValueError(f"timeout must be None or >= 0 seconds, not {timeout}")
     return min(int(timeout * 1e9), (1 << 63) - 1)
 
 
@@ -182,6 +182,11 @@ class Client:
         self._gate = threading.Condition()
         self._active = 0
         self._reservations = weakref.WeakSet()
+        # Memory of reservations still referenced (their views, or arrays made
+        # on them): the disconnect, which unmaps the segment, waits for the
+        # last of them (_deferred holds the handle meanwhile).
+        self._views = 0
+        self._deferred = None
         self._closing = None  # (thread, handle) while close() runs the closers
         path = None if socket is None else os.fsencode(socket)
         r = _c.ferry_connect(path, ctypes.byref(self._c))
@@ -223,24 +228,29 @@ class Client:
                 pass
         self._closers = []
         self._closing = None
-        # Arrays made on views of unused reservations keep the segment: the
-        # disconnect (which unmaps it) waits for the last of them.
-        alive = [b for b in (r._drop_view() for r in list(self._reservations)) if b is not None]
-        if not alive:
+        with self._gate:
+            self._deferred = h
+        for r in list(self._reservations):
+            r._drop_view()
+        self._disconnect_when_unviewed()
+
+    def _view_made(self):
+        with self._gate:
+            self._views += 1
+
+    def _view_gone(self):
+        with self._gate:
+            self._views -= 1
+        self._disconnect_when_unviewed()
+
+    def _disconnect_when_unviewed(self):
+        """After close(): the disconnect, once no reservation memory is referenced."""
+        with self._gate:
+            h = self._deferred if self._views == 0 else None
+            if h is not None:
+                self._deferred = None
+        if h is not None:
             _c.ferry_disconnect(h)
-            return
-        left = [len(alive)]
-        lock = threading.Lock()
-
-        def gone():
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                _c.ferry_disconnect(h)
-
-        for b in alive:
-            weakref.finalize(b, gone)
 
     def __enter__(self):
         return self
@@ -347,11 +357,21 @@ class Client:
         an array of your own. Until then this client's later transfers wait
         behind it. As a context manager, leaving the block without a commit
         gives it up (nothing is written)."""
-        r = _lib.CReservation()
-        _check(self._call(_c.ferry_upload_reserve, _u64(nbytes, "nbytes"), ctypes.byref(r)), f"reserve {nbytes} bytes")
-        res = Reservation(self, r)
-        self._reservations.add(res)
-        return res
+        n = _u64(nbytes, "nbytes")
+        made = []
+
+        def reserve(h):
+            # Inside the call's accounting: close() cannot unmap the segment
+            # between the reservation and its view being counted.
+            r = _lib.CReservation()
+            rc = _c.ferry_upload_reserve(h, n, ctypes.byref(r))
+            if rc == 0:
+                made.append(Reservation(self, r))
+            return rc
+
+        _check(self._call(reserve), f"reserve {nbytes} bytes")
+        self._reservations.add(made[0])
+        return made[0]
 
     def download(self, buffer, out=None, offset=0, nbytes=None):
         """Copies device bytes back: into `out` (a writable C-contiguous
@@ -425,7 +445,10 @@ class Reservation:
         self._r = c
         self.nbytes = c.bytes
         memory = (ctypes.c_uint8 * c.bytes).from_address(c.data)
-        self._memory = weakref.ref(memory)  # alive while the view or an array made on it is
+        # Alive while the view or anything made on it is, whatever becomes of
+        # this object: the client's segment stays mapped until it goes.
+        client._view_made()
+        weakref.finalize(memory, client._view_gone)
         self.view = memoryview(memory).cast("B")
 
     def __repr__(self):
@@ -449,13 +472,11 @@ class Reservation:
         _check(r, "cancel of a reservation")
 
     def _drop_view(self):
-        """Releases the view; returns the memory under it where something
-        else (an array made on the view) still holds it, else None."""
+        """Releases the view (an array made on it keeps the memory alive)."""
         try:
             self.view.release()
         except BufferError:
             pass  # a view of the view lives on
-        return self._memory()
 
     def __enter__(self):
         return self
@@ -481,20 +502,25 @@ class Fence:
         self.buffer = buffer
         self._f = c
 
+    def _word(self, fn):
+        """fn() on the fence's words, which lie in the client's segment: only
+        while the client is open (ferry.Error ENOTCONN after close)."""
+        return self.buffer.client._call(lambda _h: fn())
+
     @property
     def ready(self):
         """The last value published into the fence (read now)."""
-        return self._f.ready[0]
+        return self._word(lambda: self._f.ready[0])
 
     @property
     def released(self):
         """The last value released (read now)."""
-        return self._f.released[0]
+        return self._word(lambda: self._f.released[0])
 
     @property
     def failed(self):
         """The value of the last publishing upload that failed; 0: none."""
-        return self._f.failed[0]
+        return self._word(lambda: self._f.failed[0])
 
     @property
     def ready_address(self):
@@ -509,7 +535,12 @@ class Fence:
     def release(self, value):
         """Releases the buffer up to `value` from the host: uploads into it
         made with release_after <= value may start."""
-        self._f.released[0] = _u64(value, "value")
+        v = _u64(value, "value")
+
+        def store():
+            self._f.released[0] = v
+
+        self._word(store)
 
     def wait(self, value, timeout=None):
         """Until an upload published `value` (or more) into this fence, on the

@@ -184,6 +184,72 @@ class FerryTest(unittest.TestCase):
         gc.collect()
         self.assertEqual(segments(), before)
 
+        # The same when the Reservation object itself is long gone (used up,
+        # or never kept): the array alone keeps the memory.
+        c = ferry.Client(self.d.socket)
+        r = c.reserve(64)
+        kept = np.frombuffer(r.view, dtype=np.uint8)
+        r.cancel()
+        r = c.reserve(64)
+        committed = np.frombuffer(r.view, dtype=np.uint8)
+        with c.alloc(4096) as buf:
+            c.wait(r.commit(buf))
+        del r
+        gc.collect()
+        c.close()
+        kept[:] = 1  # before: SIGSEGV
+        committed[:] = 2
+        self.assertEqual(int(kept.sum()) + int(committed.sum()), 64 + 128)
+        del kept, committed
+        gc.collect()
+        self.assertEqual(segments(), before)
+
+    def test_close_while_other_threads_reserve_and_write(self):
+        # A reservation made while close() runs is either refused (ENOTCONN)
+        # or counted before the segment can go: its view is never unmapped
+        # under the writer (it could be, between the reservation and its view).
+        for _ in range(5):
+            c = ferry.Client(self.d.socket)
+            started = threading.Barrier(5)
+            outcomes = []
+
+            def run():
+                started.wait()
+                try:
+                    while True:
+                        r = c.reserve(4096)
+                        try:
+                            r.view[:] = b"x" * 4096
+                        except ValueError:
+                            pass  # released by close(): refused, not unmapped
+                        r.cancel()
+                except ferry.Error as e:
+                    outcomes.append(e.errno)
+
+            ts = [threading.Thread(target=run) for _ in range(4)]
+            for t in ts:
+                t.start()
+            started.wait()
+            c.close()
+            for t in ts:
+                t.join()
+            self.assertEqual(outcomes, [errno.ENOTCONN] * 4)
+
+    def test_a_fence_after_close_raises(self):
+        c = ferry.Client(self.d.socket)
+        buf = c.alloc(4096)
+        f = buf.fence
+        f.release(3)
+        self.assertEqual(f.released, 3)
+        c.flush(timeout=float("inf"))  # for ever, as None (it raised OverflowError)
+        with self.assertRaises(ValueError):
+            c.flush(timeout=float("nan"))
+        c.close()
+        for touch in (lambda: f.ready, lambda: f.released, lambda: f.failed, lambda: f.release(4)):
+            with self.assertRaises(ferry.Error) as e:  # before: a read of unmapped memory
+                touch()
+            self.assertEqual(e.exception.errno, errno.ENOTCONN)
+
     def test_grant_and_open_between_clients(self):
         owner, producer = self.client(), self.client()
         with owner.alloc(8192) as buf:
