@@ -200,10 +200,10 @@ class Client:
         Safe while other threads use the client: it waits for their calls in
         flight to return, and later calls raise ferry.Error (ENOTCONN). The
         views of reservations not yet used are released (writing one raises
-        ValueError). Where an array made on such a view still lives (numpy's
-        frombuffer, say), the staging memory under it stays mapped, and the
-        connection open, until the last such array is gone: writing it never
-        touches memory ferry gave to anything else. In a forked child this
+        ValueError). Where an array made on a reservation's view (used or
+        not) still lives (numpy's frombuffer, say), the staging memory under
+        it stays mapped, and the connection open, until the last such array
+        is gone: writing it never touches memory ferry gave to anything else. In a forked child this
         only lets go of the child's copy of the connection (it belongs to the
         parent)."""
         if os.getpid() != self._pid:
@@ -239,6 +239,8 @@ class Client:
             self._views += 1
 
     def _view_gone(self):
+        if os.getpid() != self._pid:
+            return  # a forked child's copy: the gate may have been copied held, and nothing is its to close
         with self._gate:
             self._views -= 1
         self._disconnect_when_unviewed()
