@@ -48,11 +48,21 @@ struct Context {
   const Options& options;
   ServerStats stats{};
   bool stopping = false;      // no new clients; copies drain, then the sessions end
-  size_t hellos_pending = 0;  // Hellos waiting for their segment (they count as clients)
-  std::map<uid_t, size_t> hellos{};  // the same by the peer's uid (Limits: per user)
+  // Hellos waiting for their segment, by the peer's uid: they count as
+  // clients, of all users and of theirs (Limits).
+  std::map<uid_t, size_t> hellos{};
   size_t hellos_of(uid_t uid) const {
     auto it = hellos.find(uid);
     return it == hellos.end() ? 0 : it->second;
+  }
+  size_t hellos_pending() const {
+    size_t n = 0;
+    for (const auto& [uid, k] : hellos) n += k;
+    return n;
+  }
+  void hello_started(uid_t uid) { ++hellos[uid]; }
+  void hello_ended(uid_t uid) {
+    if (auto it = hellos.find(uid); it != hellos.end() && --it->second == 0) hellos.erase(it);
   }
   std::function<void()> request_stop{};  // an orderly stop, as SIGTERM (ferryctl drain)
   LogBudget session_log{};

@@ -269,8 +269,8 @@ int TransferEngine::within(const ClientState& c, Quota q, uint64_t bytes) {
     refusal_ = std::move(why);
     return -EDQUOT;
   };
-  const std::string who = "uid " + std::to_string(c.uid);
   const Usage u = usage(c.uid);
+  const std::string who = "uid " + std::to_string(c.uid);  // for a refusal's text
   if (q == Quota::memory) {
     const uint64_t bound = limits_.user_memory;
     if (bound == 0 || (bytes <= bound && u.device_bytes <= bound - bytes)) return 0;

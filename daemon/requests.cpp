@@ -100,7 +100,7 @@ void Requests::on_hello(const proto::Hello& m) {
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
   const Limits& l = o.limits;
-  if (engine.connected_clients() + ctx_.hellos_pending >= l.max_clients) {
+  if (engine.connected_clients() + ctx_.hellos_pending() >= l.max_clients) {
     const std::string why = "ferryd serves " + std::to_string(l.max_clients) + " clients of all users (--max-clients)";
     return peer_.fatal(-EUSERS, why.c_str());
   }
@@ -119,15 +119,13 @@ void Requests::on_hello(const proto::Hello& m) {
   // Nothing else of this session is handled until the Welcome is out; a
   // segment that is not ready is made off the io thread meanwhile.
   peer_.pause();
-  ++ctx_.hellos_pending;
-  ++ctx_.hellos[peer_.uid];
+  ctx_.hello_started(peer_.uid);
   engine.add_client(slots, o.slot_bytes, peer_.cancelled(),
                     [this, keep = peer_.keep_alive(), m](int r, ClientRef c) { welcome(m, r, std::move(c)); });
 }
 
 void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
-  --ctx_.hellos_pending;
-  if (auto it = ctx_.hellos.find(peer_.uid); it != ctx_.hellos.end() && --it->second == 0) ctx_.hellos.erase(it);
+  ctx_.hello_ended(peer_.uid);
   if (r == -ECANCELED) return;  // the connection went meanwhile
   if (r != 0) return peer_.fatal(r, "cannot create the staging segment");
   if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");

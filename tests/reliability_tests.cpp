@@ -378,16 +378,30 @@ TEST_CASE("a new client never sees bytes an earlier one staged", "[isolation][sc
   }
 }
 
-TEST_CASE("SIGTERM with a client that never reads and copies queued past --drain: exit 0", "[faults][shutdown]") {
-  // 8 copies of 10 s each: the daemon ends at --drain, not when they are
-  // done (it waited for the device's queue before, 80 s here).
-  Daemon d({"--drain", "0.1"}, {{"FERRY_SIM_LATENCY_US", "10000000"}, {"FERRY_SIM_BANDWIDTH_GBPS", "0"}});
+namespace {
+// The simulated device's copies take 10 s each with this environment.
+const std::map<std::string, std::string> kSlowCopies = {{"FERRY_SIM_LATENCY_US", "10000000"},
+                                                         {"FERRY_SIM_BANDWIDTH_GBPS", "0"}};
+
+// A client of d (made with kSlowCopies) with n small uploads queued, once the
+// daemon holds them on the device.
+ferry_client* queue_slow_copies(const Daemon& d, int n) {
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
   ferry_buffer b{};
   REQUIRE(ferry_buffer_alloc(c, 4096, &b) == 0);
   uint8_t x[64] = {};
-  for (int i = 0; i < 8; ++i) REQUIRE(ferry_upload(c, b, 0, x, sizeof x, nullptr) == 0);  // 0.8 s of copies
+  for (int i = 0; i < n; ++i) REQUIRE(ferry_upload(c, b, 0, x, sizeof x, nullptr) == 0);
+  REQUIRE(eventually([&] { return d.status().get<uint64_t>("held.copies_in_flight") > 0; }));
+  return c;
+}
+}  // namespace
+
+TEST_CASE("SIGTERM with a client that never reads and copies queued past --drain: exit 0", "[faults][shutdown]") {
+  // 8 copies of 10 s each: the daemon ends at --drain, not when they are
+  // done (it waited for the device's queue before, 80 s here).
+  Daemon d({"--drain", "0.1"}, kSlowCopies);
+  ferry_client* c = queue_slow_copies(d, 8);
   // A client whose replies pile up unread: writes stay pending in the daemon.
   RawClient sleeper(d.socket);
   sleeper.hello();
@@ -395,7 +409,6 @@ TEST_CASE("SIGTERM with a client that never reads and copies queued past --drain
   timeval tv{0, 100'000};
   setsockopt(sleeper.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   for (int i = 0; i < 300; ++i) ::send(sleeper.fd, &s, sizeof s, MSG_NOSIGNAL);
-  CHECK(eventually([&] { return d.status().get<uint64_t>("held.copies_in_flight") > 0; }));
   const std::string path = d.socket;
   CHECK(d.stop_within(std::chrono::seconds(20)) == 0);
   CHECK(::access(path.c_str(), F_OK) != 0);  // its socket went with it
@@ -835,14 +848,8 @@ TEST_CASE("a daemon that exits after --drain leaves a successor's socket alone",
   // Draining, it no longer accepts: a new ferryd takes the socket file for
   // stale and binds its own there. The old one, exiting, removed that file
   // before (the new daemon ran on, unreachable).
-  Daemon old({"--drain", "2"}, {{"FERRY_SIM_LATENCY_US", "10000000"}, {"FERRY_SIM_BANDWIDTH_GBPS", "0"}});
-  ferry_client* c = nullptr;
-  REQUIRE(ferry_connect(old.socket.c_str(), &c) == 0);
-  ferry_buffer b{};
-  REQUIRE(ferry_buffer_alloc(c, 4096, &b) == 0);
-  uint8_t x[64] = {};
-  REQUIRE(ferry_upload(c, b, 0, x, sizeof x, nullptr) == 0);  // 10 s: past --drain
-  REQUIRE(eventually([&] { return old.status().get<uint64_t>("held.copies_in_flight") > 0; }));
+  Daemon old({"--drain", "2"}, kSlowCopies);
+  ferry_client* c = queue_slow_copies(old, 1);  // 10 s: past --drain
   ::kill(old.pid, SIGTERM);
   REQUIRE(eventually([&] {  // it stopped accepting
     const int fd = connect_unix(old.socket);

@@ -126,15 +126,19 @@ class FerryTest(unittest.TestCase):
         # ENOTCONN (it used to free the client under them: SIGSEGV).
         c = ferry.Client(self.d.socket)
         bufs = [c.alloc(100_000) for _ in range(4)]
+        self.close_under_four_threads(c, lambda k: c.wait(bufs[k].upload(bytes([k]) * 100_000)))
+
+    def close_under_four_threads(self, c, step):
+        """Four threads run step(k) until it raises; c.close() meanwhile. Each
+        must end with ENOTCONN (no crash, no other error)."""
         started = threading.Barrier(5)
         outcomes = []
 
         def run(k):
             started.wait()
-            data = bytes([k]) * 100_000
             try:
                 while True:
-                    c.wait(bufs[k].upload(data))
+                    step(k)
             except ferry.Error as e:
                 outcomes.append(e.errno)
 
@@ -210,30 +214,16 @@ class FerryTest(unittest.TestCase):
         # under the writer (it could be, between the reservation and its view).
         for _ in range(5):
             c = ferry.Client(self.d.socket)
-            started = threading.Barrier(5)
-            outcomes = []
 
-            def run():
-                started.wait()
+            def step(_k, c=c):
+                r = c.reserve(4096)
                 try:
-                    while True:
-                        r = c.reserve(4096)
-                        try:
-                            r.view[:] = b"x" * 4096
-                        except ValueError:
-                            pass  # released by close(): refused, not unmapped
-                        r.cancel()
-                except ferry.Error as e:
-                    outcomes.append(e.errno)
+                    r.view[:] = b"x" * 4096
+                except ValueError:
+                    pass  # released by close(): refused, not unmapped
+                r.cancel()
 
-            ts = [threading.Thread(target=run) for _ in range(4)]
-            for t in ts:
-                t.start()
-            started.wait()
-            c.close()
-            for t in ts:
-                t.join()
-            self.assertEqual(outcomes, [errno.ENOTCONN] * 4)
+            self.close_under_four_threads(c, step)
 
     def test_a_fence_after_close_raises(self):
         c = ferry.Client(self.d.socket)
