@@ -389,7 +389,10 @@ class _Life:
     (and the streams record_stream added)."""
 
     def __init__(self, pool, slot, value, stream):
-        self.streams = set()
+        # torch.cuda.Stream objects by handle, not handles alone: torch makes
+        # no stream of handle 0 that is its default stream (ExternalStream(0)
+        # is another, and an event recorded there waited for nothing).
+        self.streams = {}
         weakref.finalize(self, pool.done_with, slot, value, stream, os.getpid(), self.streams)
 
 
@@ -410,7 +413,7 @@ def record_stream(tensor, stream):
                 if m is not None and s.state == "out" and m.ptr <= ptr < m.ptr + m.nbytes:
                     life = s.life() if s.life is not None else None
                     if life is not None:
-                        life.streams.add(stream.cuda_stream)
+                        life.streams[stream.cuda_stream] = stream
                     return
 
 
@@ -556,7 +559,7 @@ class _Pool:
 
         if s.mapping is None:
             s.mapping = _device.open(s.buffer, device=self.device.index)
-        stream = torch.cuda.current_stream(self.device).cuda_stream
+        stream = torch.cuda.current_stream(self.device)
         ready = _device.Ready(s.fence, batch.value)
         life = _Life(self, s, batch.value, stream)
         with self.lock:
@@ -568,7 +571,7 @@ class _Pool:
                 return self._empty(x)
             # bool goes as uint8 and is viewed back: every torch takes that.
             a = s.mapping.array("uint8" if x.dtype == "bool" else x.dtype, x.shape, x.offset, ready=ready,
-                                stream=stream)
+                                stream=stream.cuda_stream)
             a.life = life  # the batch's buffer is busy while this array (and its tensor) lives
             t = torch.from_dlpack(a)
             return t.view(torch.bool) if x.dtype == "bool" else t
@@ -615,13 +618,13 @@ class _Pool:
                 if stream is None:
                     s.fence.release(value)
                 else:
-                    for other in others:  # record_stream: the release waits for those streams' work too
-                        if other != stream:
+                    for handle, other in others.items():  # record_stream: the release waits for their work too
+                        if handle != stream.cuda_stream:
                             ev = torch.cuda.Event()
-                            ev.record(torch.cuda.ExternalStream(other, device=self.device))
-                            torch.cuda.ExternalStream(stream, device=self.device).wait_event(ev)
+                            ev.record(other)
+                            stream.wait_event(ev)
                     cu = s.mapping._cuda
-                    cu.write_value(s.mapping.device, stream,
+                    cu.write_value(s.mapping.device, stream.cuda_stream,
                                    cu.device_word(s.mapping.device, s.fence.released_address), value)
                 s.released = value
             finally:

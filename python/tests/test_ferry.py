@@ -201,9 +201,12 @@ class FerryTest(unittest.TestCase):
         del r
         gc.collect()
         c.close()
+        # (The two may be the same bytes: a cancelled reservation's room is
+        # given out again once ferryd has seen it.)
         kept[:] = 1  # before: SIGSEGV
+        self.assertEqual(int(kept.sum()), 64)
         committed[:] = 2
-        self.assertEqual(int(kept.sum()) + int(committed.sum()), 64 + 128)
+        self.assertEqual(int(committed.sum()), 128)
         del kept, committed
         gc.collect()
         self.assertEqual(segments(), before)
