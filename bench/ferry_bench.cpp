@@ -363,39 +363,34 @@ void bandwidth(Direct& d, const std::string& data_dir) {
   ferry_buffer b = f.alloc(max);
   std::ofstream tsv;
   if (!data_dir.empty()) tsv.open(data_dir + "/bandwidth.tsv");
-  if (tsv) tsv << "# bytes\tsync_GBps\tstaged_GBps\tferry_GBps\n";
+  write_call_done_header(tsv);
   std::printf("## 3. Upload bandwidth against size (pageable source)\n\n");
-  std::printf("Time from the call until the bytes are on the device; GB/s = 1e9 B/s, median of %s.\n\n",
+  std::printf("Time from the call until the bytes are on the device; GB/s = 1e9 B/s, median of %s. "
+              "The call columns: how long each path's call took to return (sync returns when done).\n\n",
               g_quick ? "1 run" : "5 runs (fewer above 64 MiB)");
-  std::printf("| size | sync | staged | **ferry** | ferry / sync |\n|---|---|---|---|---|\n");
+  std::printf("| size | sync | staged | **ferry** | ferry / sync | staged call returns | ferry call returns |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (uint64_t n : sizes) {
     int reps = g_quick ? 1 : (n >= (64ull << 20) ? 3 : 5);
-    auto measure = [&](const std::function<void()>& up) {
-      std::vector<double> gbps;
-      for (int r = 0; r < reps; ++r) {
-        auto t0 = Clock::now();
-        up();
-        gbps.push_back(static_cast<double>(n) / (us_since(t0) * 1000.0));
-      }
-      return stats(gbps).median;
-    };
-    double g_sync = measure([&] { d.sync_upload(dst, src.data(), n); });
-    double g_staged = measure([&] {
-      d.staged_upload(dst, src.data(), n);
-      d.staged_drain();
-    });
-    double g_ferry = measure([&] {
-      ferry_ticket t = 0;
-      FERRY(ferry_upload(f.c, b, 0, src.data(), n, &t));
-      FERRY(ferry_wait(f.c, t, -1));
-    });
+    // Each path's repetitions in a row, as a program that uploads in a loop.
+    CallDone sync, staged, fer;
+    for (int r = 0; r < reps; ++r) sync.time([&] { d.sync_upload(dst, src.data(), n); }, nullptr);
+    for (int r = 0; r < reps; ++r)
+      staged.time([&] { d.staged_upload(dst, src.data(), n); }, [&] { d.staged_drain(); });
+    ferry_ticket t = 0;
+    for (int r = 0; r < reps; ++r)
+      fer.time([&] { FERRY(ferry_upload(f.c, b, 0, src.data(), n, &t)); }, [&] { FERRY(ferry_wait(f.c, t, -1)); });
+    sync.write_row(tsv, n, "sync");
+    staged.write_row(tsv, n, "staged");
+    fer.write_row(tsv, n, "ferry");
+    const double g_sync = sync.gbps(n), g_staged = staged.gbps(n), g_ferry = fer.gbps(n);
     char label[32];
     if (n >= (1ull << 20))
       std::snprintf(label, sizeof label, "%llu MiB", static_cast<unsigned long long>(n >> 20));
     else
       std::snprintf(label, sizeof label, "%llu KiB", static_cast<unsigned long long>(n >> 10));
-    std::printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", label, g_sync, g_staged, g_ferry, g_ferry / g_sync);
-    if (tsv) tsv << n << '\t' << g_sync << '\t' << g_staged << '\t' << g_ferry << '\n';
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.1f µs | %.1f µs |\n", label, g_sync, g_staged, g_ferry,
+                g_ferry / g_sync, stats(staged.call_us).median, stats(fer.call_us).median);
     if (n >= (64ull << 20)) {
       const double link = link_gbps();
       double share = g_ferry / link;
@@ -660,7 +655,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: ferry_bench --socket PATH [--daemon-pid PID] [--data DIR] [--quick] [--only 1,2,...]\n"
                    "Compares ferry with direct Level Zero uploads on the simulated device; prints Markdown.\n"
-                   "bench/run.sh starts the daemon and writes docs/BENCHMARKS.md.\n");
+                   "bench/sim.sh starts the daemon and writes docs/BENCHMARKS.md.\n");
       return a == "--help" || a == "-h" ? 0 : 2;
     }
   }

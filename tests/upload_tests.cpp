@@ -447,15 +447,15 @@ TEST_CASE("SIGTERM: the daemon drains, tells waiting clients, exits 0", "[upload
   ferry_ticket t = 0;
   REQUIRE(ferry_upload(k.c, b, 0, src.data(), src.size(), &t) == 0);
   std::atomic<int> waited{1};
+  std::atomic<bool> waiting{false};
   std::thread waiter([&] {
-    // Waits for a ticket that will never be issued by anyone else: the flush
-    // of a later upload that the daemon will not accept.
+    // A second upload, then a wait for it, under way while the daemon stops.
     ferry_ticket t2 = 0;
     ferry_upload(k.c, b, 0, src.data(), src.size(), &t2);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    waiting = true;
     waited = ferry_wait(k.c, t2, -1);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(eventually([&] { return waiting.load(); }));
   CHECK(d.stop(SIGTERM) == 0);  // it exits (a daemon that hung here would time the test out)
   waiter.join();
   // Copies in flight at SIGTERM finished before the daemon said goodbye.
@@ -469,18 +469,19 @@ TEST_CASE("SIGTERM: the daemon drains, tells waiting clients, exits 0", "[upload
 
 TEST_CASE("a killed daemon: blocked calls return the connection's end, not a timeout", "[upload][shutdown][simonly]") {
   Daemon d({"--slot-size", "65536", "--slots", "2"},
-           {{"FERRY_SIM_BANDWIDTH_GBPS", "0.01"}, {"FERRY_SIM_LATENCY_US", "0"}});
+           {{"FERRY_SIM_BANDWIDTH_GBPS", "0.001"}, {"FERRY_SIM_LATENCY_US", "0"}});
   Conn k(d.socket);
   ferry_buffer b = k.alloc(1 << 20);
   std::vector<uint8_t> src(1 << 20, 9);
   std::atomic<int> result{1};
   std::atomic<bool> returned{false};
   std::thread uploader([&] {
-    // 16 slots' worth through 2 slots on a 10 MB/s link: blocks on slots.
+    // 16 slots' worth through 2 slots on a 1 MB/s link (1 s): blocks on slots.
     result = ferry_upload(k.c, b, 0, src.data(), src.size(), nullptr);
     returned = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  // Both slots' copies are on the device: the upload has pieces left and waits.
+  REQUIRE(eventually([&] { return d.status().get<uint64_t>("held.copies_in_flight") >= 2; }));
   CHECK_FALSE(returned.load());
   d.stop(SIGKILL);
   uploader.join();

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """ferry.torch.DataLoader and ferry.device on a real NVIDIA GPU, against a
-ferryd --backend cuda at $FERRY_SOCKET (scripts/h200-torch.sh runs it on the
+ferryd --backend cuda at $FERRY_SOCKET (`bash bench/gpu.sh`, its tests step, runs it on the
 H200). Skipped without a CUDA device or a socket.
 
 What the simulated device cannot show: batches as CUDA tensors that are

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Builds what scripts/h200.sh needs (Release, CUDA backend and benchmark) and
+# Builds what bench/gpu.sh needs (Release, CUDA backend, benchmarks, tests) and
 # copies the binaries into .device/, laid out as a build tree. libferry reads
 # its staging constants from the environment (FERRY_TUNING_ENV) so the tuning
 # scripts can vary them; unset, they are the shipped defaults.
