@@ -282,6 +282,7 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
     settle(r.client, r.ticket, r.bytes, d.status);
     if (d.status != 0 && !device_lost_ && backend_->lost()) {
       device_lost_ = true;
+      resources_.device_lost();
       FERRY_LOG(error, "the device is lost: every later transfer and allocation is refused (-ENODEV); "
                        "restart ferryd once the device is back");
     }

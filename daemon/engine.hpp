@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: MIT
 // The transfer engine: the only part of ferryd that talks to the device
-// (through the Backend seam). It owns the backend, every client's state, the
-// grants, the device memory lent to clients, and the copies in flight. By
-// what it owns, in four files:
+// (through the Backend seam). It owns the backend, every client's state and
+// the copies in flight; what clients hold besides their segment (memory,
+// event pools, grants) and each user's bounds are its Resources
+// (resources.hpp, its own contract). By what it owns, in four files:
 //   engine_ring.cpp     ring intake: a client's entries, copied out once and
 //                       checked, in ticket order; the poller's sleep/wake
 //   engine_holds.cpp    holds: transfers waiting for a value (after, fenced)
 //   engine.cpp          submission and retirement: a checked transfer to the
 //                       device, its outcome back into the client's segment
-//   engine_clients.cpp  resources and limits: clients, segments, buffers,
-//                       sharing, and each user's bounds (Limits)
+//   engine_clients.cpp  clients: made with their segments, counted active or
+//                       idle, given back at their end
 // ClientState keeps what one client holds; the engine alone writes its
 // engine marks (ClientState's friend), everyone else goes through verbs.
 //
@@ -46,22 +47,14 @@
 #include "buffer.hpp"
 #include "client_state.hpp"
 #include "ferry/proto.hpp"
-#include "grants.hpp"
 #include "log.hpp"
-#include "options.hpp"
+#include "resources.hpp"
 #include "segment_pool.hpp"
 #include "stats.hpp"
 
 namespace ferry::ferryd {
 
 using ClientRef = std::shared_ptr<ClientState>;
-
-// What one user's clients hold together, those still draining included.
-struct Usage {
-  uint32_t clients = 0;  // connected
-  uint64_t buffers = 0, device_bytes = 0;  // its own allocations
-  uint64_t grants = 0, opens = 0, imports = 0, event_pools = 0;
-};
 
 class TransferEngine {
  public:
@@ -74,15 +67,10 @@ class TransferEngine {
   // True once the device reported itself lost: new transfers and buffers are refused.
   bool device_lost() const { return device_lost_; }
   const EngineStats& stats() const { return stats_; }
-  const Holdings& holdings() const { return holdings_; }
-  // The bounds of Limits the engine keeps (per user, and allocations of
-  // all): user_memory and max_buffers_total already resolved to numbers.
-  void set_limits(const Limits& l) { limits_ = l; }
-  // What the clients of `uid` hold (ClientState::uid, set at its Hello).
-  Usage usage(uid_t uid) const;
-  // Why the last call refused past a bound of Limits, for the client (which
-  // bound, whose, its flag); empty for any other error. Cleared by reading.
-  std::string take_refusal() { return std::exchange(refusal_, {}); }
+  // Device memory, event pools and grants of the clients, and each user's
+  // bounds (resources.hpp).
+  Resources& resources() { return resources_; }
+  const Resources& resources() const { return resources_; }
   // Where add_client takes ready-made segments from (none: it makes each itself).
   // Segments made and registered ahead, `ready` at a time, on a thread of their own.
   void use_segment_pool(uint32_t slots, uint64_t slot_bytes, size_t ready) {
@@ -114,21 +102,6 @@ class TransferEngine {
   static constexpr auto kHoldAwake = std::chrono::milliseconds(1);
   // Slot waits as clients published them: the gone ones and the live ones.
   Histogram slot_waits() const;
-
-  // ---- buffers and sharing (engine_clients.cpp); each returns 0 or -errno
-  // Past a bound of the client's user: -EDQUOT, and take_refusal() says which.
-  // *fence (may be null): the allocation's fence, index + 1, 0 if none was free.
-  int alloc(ClientState& c, uint64_t bytes, uint64_t* id, uint32_t* fence = nullptr);
-  int free(ClientState& c, uint64_t id);
-  // A client's own allocation from its IPC handle (h.fd, if any, stays the caller's).
-  int import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id);
-  // An IPC handle of the client's own allocation `id`; h->fd belongs to the driver.
-  int export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes);
-  int open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id);
-  int grant(ClientState& c, uint64_t buffer, uint32_t rights, Token* token);
-  // One grant (token) or, with token == nullptr, every grant of the buffer. *n: how many.
-  int revoke(ClientState& c, uint64_t buffer, const uint8_t* token, size_t* n);
-  int open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t* bytes, uint32_t* rights);
 
   // ---- transfers (engine.cpp)
   // Checks and queues one ring entry of a client (held while its values
@@ -224,13 +197,8 @@ class TransferEngine {
   void arm_idle_check();
   void retire(const std::vector<Done>& batch);
   void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
-  BufferRef lend(void* ptr, uint64_t bytes, bool imported);
   ClientRef new_client(StagingSegment seg, bool registered);
   void release(ClientState* c);
-  enum class Quota { buffers, memory, grants, opens, imports, event_pools };
-  // 0 when one more of `q` (`bytes` more, for memory) keeps c's user within
-  // its bounds; else -EDQUOT with refusal_ set.
-  int within(const ClientState& c, Quota q, uint64_t bytes = 0);
   // Finished copies, without waiting: those the retire thread handed over and
   // those the device reports done now.
   size_t reap_now();
@@ -238,14 +206,10 @@ class TransferEngine {
   boost::asio::io_context& io_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<SegmentPool> pool_;
-  GrantRegistry grants_;
-  Limits limits_;
-  std::string refusal_;  // see take_refusal
   std::map<uint64_t, ClientState*> clients_;
+  Resources resources_{*backend_, clients_};
   uint64_t next_client_ = 0;
   Histogram departed_slot_waits_;  // of clients already gone
-  Holdings holdings_;
-  log::Every refused_total_{std::chrono::seconds(10)};
   std::deque<Record> records_;  // io thread only, in submission order
   uint64_t next_cookie_ = 1;
   bool device_lost_ = false;

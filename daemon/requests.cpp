@@ -106,7 +106,7 @@ void Requests::on_hello(const proto::Hello& m) {
   }
   // No user but an admin takes more than its share: the rest stays for the others.
   admin_ = is_admin(o, peer_.cred);
-  const uint64_t mine = engine.usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
+  const uint64_t mine = engine.resources().usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
   if (!admin_ && mine >= l.share_of(l.max_clients)) {
     const std::string why = "uid " + std::to_string(peer_.uid) + " has " + std::to_string(mine) +
                             " clients, its most of --max-clients " + std::to_string(l.max_clients) + " (--user-share " +
@@ -171,14 +171,14 @@ void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
 void Requests::on_alloc(const proto::Alloc& m) {
   uint64_t id = 0;
   uint32_t fence = 0;
-  int r = ctx_.engine.alloc(*client_, m.bytes, &id, &fence);
+  int r = ctx_.engine.resources().alloc(*client_, m.bytes, &id, &fence);
   FERRY_LOG(debug, "client %llu: alloc %llu bytes -> %s (buffer %llu)", ull(client_->id()), ull(m.bytes),
             r == 0 ? "ok" : std::strerror(-r), ull(id));
   if (!refused_past_bound(m.request, r)) reply(m.request, r, id, fence);
 }
 
 void Requests::on_free(const proto::Free& m) {
-  const int r = ctx_.engine.free(*client_, m.buffer);
+  const int r = ctx_.engine.resources().free(*client_, m.buffer);
   FERRY_LOG(debug, "client %llu: free buffer %llu -> %s", ull(client_->id()), ull(m.buffer), r == 0 ? "ok" : std::strerror(-r));
   reply(m.request, r, 0);
 }
@@ -187,7 +187,7 @@ void Requests::on_grant(const proto::Grant& m) {
   auto r = proto::make<proto::TokenReply>(proto::Type::token_reply);
   r.request = m.request;
   Token token{};
-  r.status = ctx_.engine.grant(*client_, m.buffer, m.rights, &token);
+  r.status = ctx_.engine.resources().grant(*client_, m.buffer, m.rights, &token);
   FERRY_LOG(debug, "client %llu: grant of buffer %llu (rights %u) -> %s", ull(client_->id()), ull(m.buffer), m.rights,
             r.status == 0 ? "ok" : std::strerror(-r.status));
   if (refused_past_bound(m.request, r.status)) return;
@@ -199,7 +199,7 @@ void Requests::on_revoke(const proto::Revoke& m) {
   static const uint8_t kZero[proto::kTokenBytes] = {};
   const bool all = std::memcmp(m.token, kZero, sizeof kZero) == 0;
   size_t n = 0;
-  int r = ctx_.engine.revoke(*client_, m.buffer, all ? nullptr : m.token, &n);
+  int r = ctx_.engine.resources().revoke(*client_, m.buffer, all ? nullptr : m.token, &n);
   FERRY_LOG(debug, "client %llu: revoke %s of buffer %llu -> %zu revoked", ull(client_->id()), all ? "all grants" : "a grant",
             ull(m.buffer), n);
   reply(m.request, r, n);
@@ -208,7 +208,7 @@ void Requests::on_revoke(const proto::Revoke& m) {
 void Requests::on_open(const proto::Open& m) {
   uint64_t id = 0, bytes = 0;
   uint32_t rights = 0;
-  int r = ctx_.engine.open(*client_, m.token, &id, &bytes, &rights);
+  int r = ctx_.engine.resources().open(*client_, m.token, &id, &bytes, &rights);
   FERRY_LOG(debug, "client %llu: open through a token -> %s (buffer %llu, %llu bytes)", ull(client_->id()),
             r == 0 ? "ok" : std::strerror(-r), ull(id), ull(bytes));
   if (!refused_past_bound(m.request, r)) buffer_reply(m.request, r, rights, id, bytes);
@@ -225,7 +225,7 @@ void Requests::on_export(const proto::Export& m) {
   }
   IpcHandle h;
   uint64_t bytes = 0;
-  r.status = ctx_.engine.export_buffer(*client_, m.buffer, &h, &bytes);
+  r.status = ctx_.engine.resources().export_buffer(*client_, m.buffer, &h, &bytes);
   FERRY_LOG(debug, "client %llu: export buffer %llu -> %s", ull(client_->id()), ull(m.buffer),
             r.status == 0 ? "ok" : std::strerror(-r.status));
   // The fd travels with the reply; the client puts its own number in the handle.
@@ -253,7 +253,7 @@ IpcHandle Requests::ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcB
 void Requests::on_import(const proto::Import& m) {
   IpcHandle h = ipc_handle(m.kind, m.handle);
   uint64_t id = 0;
-  int r = ctx_.engine.import_buffer(*client_, h, m.bytes, &id);
+  int r = ctx_.engine.resources().import_buffer(*client_, h, m.bytes, &id);
   FERRY_LOG(debug, "client %llu: import of %llu bytes -> %s", ull(client_->id()), ull(m.bytes), r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);  // the driver keeps its own mapping
   if (refused_past_bound(m.request, r)) return;
@@ -263,7 +263,7 @@ void Requests::on_import(const proto::Import& m) {
 void Requests::on_event_pool(const proto::EventPool& m) {
   IpcHandle h = ipc_handle(m.kind, m.handle);
   uint64_t id = 0;
-  int r = ctx_.engine.open_event_pool(*client_, h, m.count, &id);
+  int r = ctx_.engine.resources().open_event_pool(*client_, h, m.count, &id);
   FERRY_LOG(debug, "client %llu: event pool of %u events -> %s", ull(client_->id()), m.count, r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);
   if (!refused_past_bound(m.request, r)) reply(m.request, r, id);
@@ -312,7 +312,7 @@ void Requests::reply(uint64_t request, int status, uint64_t value, uint32_t fenc
 }
 
 bool Requests::refused_past_bound(uint64_t request, int status) {
-  const std::string why = ctx_.engine.take_refusal();
+  const std::string why = ctx_.engine.resources().take_refusal();
   if (status == 0 || why.empty()) return false;
   auto e = proto::make<proto::Error>(proto::Type::error);
   e.request = request;

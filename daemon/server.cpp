@@ -56,7 +56,7 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
   if (l.user_memory == 0 && l.user_memory_percent != 0 && l.user_memory_percent < 100)
     l.user_memory = engine_.device().memory_bytes / 100 * l.user_memory_percent;
   l.max_buffers_total = buffers_total(opts_);
-  engine_.set_limits(l);
+  engine_.resources().set_limits(l);
   ctx_.connections_by_uid = &sessions_.by_user();
   if (opts.segment_pool != 0)
     engine_.use_segment_pool(opts.slots, opts.slot_bytes, opts.segment_pool);

@@ -74,7 +74,7 @@ json::array users_json(const Context& ctx, bool all, uid_t viewer) {
   json::array rows;
   for (uid_t uid : uids) {
     if (!all && uid != viewer) continue;
-    const Usage u = ctx.engine.usage(uid);
+    const Usage u = ctx.engine.resources().usage(uid);
     auto it = conns.find(uid);
     rows.push_back(json::object{{"uid", uid}, {"connections", it != conns.end() ? it->second : 0}, {"clients", u.clients},
                                 {"buffers", u.buffers}, {"device_bytes", u.device_bytes}, {"grants", u.grants},
@@ -133,7 +133,7 @@ std::string status_json(const Context& ctx, const PeerCred& who) {
   // gets totals, holdings and histograms of its own clients too.
   ClientStats totals{st.uploads, st.upload_pieces, st.upload_bytes, st.downloads, st.failed};
   uint64_t client_connections = ctx.stats.clients, copies = st.in_flight;
-  Holdings h = engine.holdings();
+  Holdings h = engine.resources().holdings();
   Histogram latency = st.upload_latency, slot_wait = engine.slot_waits();
   EngineStats poll = st;
   if (!all) {

@@ -122,17 +122,17 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
     TransferEngine eng(io, backend());
     Limits limits;
     limits.user_memory = 8192;
-    eng.set_limits(limits);
-    const uint64_t buffers_before = eng.holdings().buffers;
+    eng.resources().set_limits(limits);
+    const uint64_t buffers_before = eng.resources().holdings().buffers;
     ClientRef c;
     REQUIRE(eng.add_client(4, 4096, &c) == 0);
     c->uid = 4242;
     uint64_t id = 0;
-    REQUIRE(eng.alloc(*c, 4096, &id) == 0);
-    CHECK(eng.holdings().buffers == buffers_before + 1);
-    CHECK(eng.alloc(*c, 1 << 20, &id) == -EDQUOT);  // over its user's bound
-    CHECK(eng.take_refusal().find("uid 4242 holds 4096 B of device memory") != std::string::npos);
-    CHECK(eng.take_refusal().empty());  // read once
+    REQUIRE(eng.resources().alloc(*c, 4096, &id) == 0);
+    CHECK(eng.resources().holdings().buffers == buffers_before + 1);
+    CHECK(eng.resources().alloc(*c, 1 << 20, &id) == -EDQUOT);  // over its user's bound
+    CHECK(eng.resources().take_refusal().find("uid 4242 holds 4096 B of device memory") != std::string::npos);
+    CHECK(eng.resources().take_refusal().empty());  // read once
     {
       // The bound is the user's: another client of uid 4242 shares it, one of another uid does not.
       ClientRef same, other;
@@ -141,11 +141,11 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
       same->uid = 4242;
       other->uid = 4343;
       uint64_t x = 0;
-      CHECK(eng.alloc(*same, 8192, &x) == -EDQUOT);
-      CHECK(eng.alloc(*other, 8192, &x) == 0);
-      CHECK(eng.usage(4242).device_bytes == 4096);
-      CHECK(eng.usage(4343).device_bytes == 8192);
-      CHECK(eng.usage(4242).clients == 2);
+      CHECK(eng.resources().alloc(*same, 8192, &x) == -EDQUOT);
+      CHECK(eng.resources().alloc(*other, 8192, &x) == 0);
+      CHECK(eng.resources().usage(4242).device_bytes == 4096);
+      CHECK(eng.resources().usage(4343).device_bytes == 8192);
+      CHECK(eng.resources().usage(4242).clients == 2);
     }
     auto buf = c->owned(1);
     REQUIRE(buf);
@@ -154,8 +154,8 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
     while (c->completed() < 1) io.run_one();
     REQUIRE(eng.submit(c, 2, true, c->segment().slot(1), buf->ptr, 4096, buf) == 0);
     // Freed by the client while a copy holds it: the memory stays until the copy ends.
-    CHECK(eng.free(*c, 1) == 0);
-    CHECK(eng.free(*c, 1) == -ENOENT);
+    CHECK(eng.resources().free(*c, 1) == 0);
+    CHECK(eng.resources().free(*c, 1) == -ENOENT);
     buf.reset();
     while (c->completed() < 2) io.run_one();
     CHECK(static_cast<unsigned char>(c->segment().slot(1)[4095]) == 0x42);
@@ -165,7 +165,7 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
     CHECK(eng.stats().uploads == 1);
     CHECK(eng.stats().downloads == 1);
     CHECK(eng.stats().in_flight == 0);
-    CHECK(eng.holdings().buffers == buffers_before);
+    CHECK(eng.resources().holdings().buffers == buffers_before);
   }
 }
 
