@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // What one client holds: its staging segment and ticket window, its table of
 // buffers and event pools, its statistics. Created and released by the
-// engine (TransferEngine::add_client); lives while its session is open or any
+// engine (Clients::add_client); lives while its session is open or any
 // of its copies is in flight, whichever is longer. io thread only.
 //
 // The segment's timeline words (`completed`, `failures`) are written here and
@@ -176,7 +176,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // page drops out of the daemon-wide histogram instead of poisoning it.
   void add_slot_waits(Histogram& h) const;
   // A transfer of this client passed the window check. Returns
-  // whether the client was idle until now (see TransferEngine::publish_clients).
+  // whether the client was idle until now (see Clients::publish).
   bool note_transfer() {
     ++transfers_;
     if (active_) return false;

@@ -27,7 +27,6 @@ TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Back
       backend_(std::move(backend)),
       device_writes_(backend_->info().device_writes),
       hold_timer_(io),
-      idle_timer_(io),
       retirer_([this] { retire_loop(); }) {}
 
 TransferEngine::~TransferEngine() { stop(); }
@@ -40,7 +39,7 @@ void TransferEngine::stop() {
   }
   retire_cv_.notify_one();
   hold_timer_.cancel();
-  idle_timer_.cancel();
+  clients_.stop();
   retirer_.join();
   if (!records_.empty()) {
     // Copies still queued past --drain read their client's segment and write
@@ -55,7 +54,7 @@ void TransferEngine::stop() {
 const char* TransferEngine::transfer(const ClientRef& c, const Entry& e) {
   // Breaking the slot protocol is a broken client: its session closes.
   if (const char* why = c->check_transfer(e.ticket, e.staging, e.length)) return why;
-  if (c->note_transfer()) publish_clients();  // one more client transfers now
+  if (c->note_transfer()) clients_.publish();  // one more client transfers now
   ClientState::Held h;
   h.e = e;
   if (e.fenced() && e.pool != 0) {

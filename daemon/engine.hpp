@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: MIT
 // The transfer engine: the only part of ferryd that talks to the device
-// (through the Backend seam). It owns the backend, every client's state and
-// the copies in flight; what clients hold besides their segment (memory,
-// event pools, grants) and each user's bounds are its Resources
-// (resources.hpp, its own contract). By what it owns, in four files:
-//   engine_ring.cpp     ring intake: a client's entries, copied out once and
+// (through the Backend seam). Its parts, each with its contract at its top:
+//   clients.hpp      Clients: the clients and their segments (made, counted
+//                    active or idle, given back at their end)
+//   resources.hpp    Resources: what clients hold besides their segment
+//                    (device memory, event pools, grants), each user's bounds
+//   this header      the transfers and the copies in flight, by file:
+//     engine_ring.cpp   ring intake: a client's entries, copied out once and
 //                       checked, in ticket order; the poller's sleep/wake
-//   engine_holds.cpp    holds: transfers waiting for a value (after, fenced)
-//   engine.cpp          submission and retirement: a checked transfer to the
+//     engine_holds.cpp  holds: transfers waiting for a value (after, fenced)
+//     engine.cpp        submission and retirement: a checked transfer to the
 //                       device, its outcome back into the client's segment
-//   engine_clients.cpp  clients: made with their segments, counted active or
-//                       idle, given back at their end
 // ClientState keeps what one client holds; the engine alone writes its
 // engine marks (ClientState's friend), everyone else goes through verbs.
 //
@@ -46,6 +46,7 @@
 #include "backend.hpp"
 #include "buffer.hpp"
 #include "client_state.hpp"
+#include "clients.hpp"
 #include "ferry/proto.hpp"
 #include "log.hpp"
 #include "resources.hpp"
@@ -53,8 +54,6 @@
 #include "stats.hpp"
 
 namespace ferry::ferryd {
-
-using ClientRef = std::shared_ptr<ClientState>;
 
 class TransferEngine {
  public:
@@ -71,37 +70,12 @@ class TransferEngine {
   // bounds (resources.hpp).
   Resources& resources() { return resources_; }
   const Resources& resources() const { return resources_; }
-  // Where add_client takes ready-made segments from (none: it makes each itself).
-  // Segments made and registered ahead, `ready` at a time, on a thread of their own.
-  void use_segment_pool(uint32_t slots, uint64_t slot_bytes, size_t ready) {
-    pool_ = std::make_unique<SegmentPool>(slots, slot_bytes, ready, backend_.get());
-  }
-
-  // ---- clients (engine_clients.cpp)
-  // A new client with a staging segment of `slots` slots, registered with the
-  // device where the backend can. Its resources go back when the last
-  // reference goes (its session, or a copy in flight).
-  int add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* out);
-  // The same without making a segment on this thread: `done` is called at
-  // once when one is ready (or there is no pool), else on this thread once
-  // the pool's thread made one (-ECANCELED, no client, when `cancelled` was
-  // set first).
-  using ClientDone = std::function<void(int, ClientRef)>;
-  void add_client(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled, ClientDone done);
-  // Every client whose resources still exist, by id.
-  const std::map<uint64_t, ClientState*>& clients() const { return clients_; }
-  size_t connected_clients() const;
-  // Stores how many connected clients transfer now (at least 1) into every
-  // connected client's segment (proto::Segment::clients): called when one
-  // comes or goes, starts transferring, or has been idle for kIdleCheck.
-  void publish_clients();
-  // A client that moved no transfer for this long counts as idle.
-  static constexpr auto kIdleCheck = std::chrono::milliseconds(500);
+  // The clients and their segments (clients.hpp).
+  Clients& clients() { return clients_; }
+  const Clients& clients() const { return clients_; }
   // A hold is usually answered within the kernels its application queued:
   // for this long after one came or moved the poller does not sleep.
   static constexpr auto kHoldAwake = std::chrono::milliseconds(1);
-  // Slot waits as clients published them: the gone ones and the live ones.
-  Histogram slot_waits() const;
 
   // ---- transfers (engine.cpp)
   // Checks and queues one ring entry of a client (held while its values
@@ -193,23 +167,19 @@ class TransferEngine {
   size_t poll_holds();
   // While the poller sleeps: a look at the holds after a while (kHoldPollMin..Max).
   void arm_holds();
-  // Every kIdleCheck while any client is active: idle ones stop counting.
-  void arm_idle_check();
   void retire(const std::vector<Done>& batch);
   void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
-  ClientRef new_client(StagingSegment seg, bool registered);
-  void release(ClientState* c);
   // Finished copies, without waiting: those the retire thread handed over and
   // those the device reports done now.
   size_t reap_now();
 
   boost::asio::io_context& io_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<SegmentPool> pool_;
-  std::map<uint64_t, ClientState*> clients_;
-  Resources resources_{*backend_, clients_};
-  uint64_t next_client_ = 0;
-  Histogram departed_slot_waits_;  // of clients already gone
+  EngineStats stats_;
+  // Declared before everything that holds a ClientRef or BufferRef: the
+  // deleters of those use both.
+  Clients clients_{io_, *backend_, resources_, stats_};
+  Resources resources_{*backend_, clients_.all()};
   std::deque<Record> records_;  // io thread only, in submission order
   uint64_t next_cookie_ = 1;
   bool device_lost_ = false;
@@ -219,9 +189,6 @@ class TransferEngine {
   bool hold_timer_armed_ = false;
   std::chrono::steady_clock::time_point holds_since_;  // a hold last came or moved
   bool idle_wake_ = false;
-  boost::asio::steady_timer idle_timer_;
-  bool idle_timer_armed_ = false;
-  EngineStats stats_;
   std::atomic<bool> stop_{false};
   std::vector<ClientRef> rings_;  // connected clients with a submission ring
   bool asleep_ = true;            // the poller sleeps (or never polls): rings want Doorbells

@@ -100,7 +100,7 @@ void Requests::on_hello(const proto::Hello& m) {
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
   const Limits& l = o.limits;
-  if (engine.connected_clients() + ctx_.hellos_pending() >= l.max_clients) {
+  if (engine.clients().connected() + ctx_.hellos_pending() >= l.max_clients) {
     const std::string why = "ferryd serves " + std::to_string(l.max_clients) + " clients of all users (--max-clients)";
     return peer_.fatal(-EUSERS, why.c_str());
   }
@@ -120,7 +120,7 @@ void Requests::on_hello(const proto::Hello& m) {
   // segment that is not ready is made off the io thread meanwhile.
   peer_.pause();
   ctx_.hello_started(peer_.uid);
-  engine.add_client(slots, o.slot_bytes, peer_.cancelled(),
+  engine.clients().add_client(slots, o.slot_bytes, peer_.cancelled(),
                     [this, keep = peer_.keep_alive(), m](int r, ClientRef c) { welcome(m, r, std::move(c)); });
 }
 
@@ -161,7 +161,7 @@ void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
   client_ = std::move(c);
   peer_.send(&w, sizeof w, fd);
   ++ctx_.stats.clients;
-  engine.publish_clients();
+  engine.clients().publish();
   FERRY_LOG(info, "client %llu connected: pid %d uid %u \"%s\", %u slots of %llu bytes",
             static_cast<unsigned long long>(client_->id()), peer_.pid, peer_.uid, client_->name.c_str(),
             client_->slot_count(), static_cast<unsigned long long>(o.slot_bytes));
@@ -279,7 +279,7 @@ void Requests::on_admin(const proto::AdminRequest& m) {
     return;
   }
   if (m.action != proto::kAdminDisconnect) return reply(m.request, -EINVAL, 0);
-  const auto& all = ctx_.engine.clients();
+  const auto& all = ctx_.engine.clients().all();
   auto it = all.find(m.client);
   if (it == all.end() || !it->second->connected()) return reply(m.request, -ENOENT, 0);
   auto sink = it->second->sink.lock();

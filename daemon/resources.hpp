@@ -81,10 +81,10 @@ class Resources {
 
   Backend& backend_;
   const std::map<uint64_t, ClientState*>& clients_;
+  Holdings holdings_;  // before grants_: the buffers a grant keeps count here as they go
   GrantRegistry grants_;
   Limits limits_;
   std::string refusal_;
-  Holdings holdings_;
   bool lost_ = false;
   log::Every refused_total_{std::chrono::seconds(10)};
 };

@@ -59,7 +59,7 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
   engine_.resources().set_limits(l);
   ctx_.connections_by_uid = &sessions_.by_user();
   if (opts.segment_pool != 0)
-    engine_.use_segment_pool(opts.slots, opts.slot_bytes, opts.segment_pool);
+    engine_.clients().use_segment_pool(opts.slots, opts.slot_bytes, opts.segment_pool);
   ctx_.stats.started_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -243,7 +243,7 @@ void Server::stop() {
   accept_pause_.cancel();
   acceptor_.close(ec);
   signals_.cancel(ec);
-  for (const auto& [id, c] : engine_.clients())
+  for (const auto& [id, c] : engine_.clients().all())
     if (c->connected()) c->set_daemon_state(2);
   drain_deadline_ = std::chrono::steady_clock::now() +
                     std::chrono::milliseconds(static_cast<int64_t>(opts_.drain_seconds * 1000));

@@ -76,7 +76,7 @@ void Session::close() {
     // last upload, which a consumer's queue may wait for).
     ctx_.engine.drain_ring(c);
     c->disconnect();
-    ctx_.engine.publish_clients();
+    ctx_.engine.clients().publish();
     FERRY_LOG(info, "client %llu (pid %d) gone; %u copies still in flight", static_cast<unsigned long long>(c->id()),
               pid, c->in_flight());
   }

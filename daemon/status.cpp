@@ -70,7 +70,7 @@ json::array users_json(const Context& ctx, bool all, uid_t viewer) {
   const auto& conns = ctx.connections_by_uid != nullptr ? *ctx.connections_by_uid : kNone;
   std::set<uid_t> uids;
   for (const auto& [uid, n] : conns) uids.insert(uid);
-  for (const auto& [id, c] : ctx.engine.clients()) uids.insert(c->uid);
+  for (const auto& [id, c] : ctx.engine.clients().all()) uids.insert(c->uid);
   json::array rows;
   for (uid_t uid : uids) {
     if (!all && uid != viewer) continue;
@@ -104,7 +104,7 @@ std::string status_json(const Context& ctx, const PeerCred& who) {
   // may see: another user's traffic is theirs.
   uint64_t entries_total = 0, busy = 0, bytes_busy = 0;
   json::array clients;
-  for (const auto& [id, c] : engine.clients()) {
+  for (const auto& [id, c] : engine.clients().all()) {
     if (!c->connected()) continue;
     if (!all && c->uid != viewer) continue;
     entries_total += c->ring_entries();
@@ -134,7 +134,7 @@ std::string status_json(const Context& ctx, const PeerCred& who) {
   ClientStats totals{st.uploads, st.upload_pieces, st.upload_bytes, st.downloads, st.failed};
   uint64_t client_connections = ctx.stats.clients, copies = st.in_flight;
   Holdings h = engine.resources().holdings();
-  Histogram latency = st.upload_latency, slot_wait = engine.slot_waits();
+  Histogram latency = st.upload_latency, slot_wait = engine.clients().slot_waits();
   EngineStats poll = st;
   if (!all) {
     totals = ClientStats{};
@@ -142,7 +142,7 @@ std::string status_json(const Context& ctx, const PeerCred& who) {
     h = Holdings{};
     latency = slot_wait = Histogram{};
     poll = EngineStats{};
-    for (const auto& [id, c] : engine.clients()) {
+    for (const auto& [id, c] : engine.clients().all()) {
       if (!c->connected() || c->uid != viewer) continue;
       const ClientStats& cs = c->stats();
       totals.uploads += cs.uploads;
@@ -221,9 +221,9 @@ std::string status_json(const Context& ctx, const PeerCred& who) {
 
 std::string status_line(const TransferEngine& engine) {
   uint64_t entries = 0, busy = 0;
-  for (const auto& [id, c] : engine.clients())
+  for (const auto& [id, c] : engine.clients().all())
     if (c->connected()) entries += c->ring_entries(), busy += c->in_flight();
-  return std::to_string(engine.connected_clients()) + " clients, " + std::to_string(busy) + "/" +
+  return std::to_string(engine.clients().connected()) + " clients, " + std::to_string(busy) + "/" +
          std::to_string(entries) + " transfers in flight, " + std::to_string(engine.stats().uploads) + " uploads" +
          (engine.device_lost() ? ", DEVICE LOST" : "");
 }

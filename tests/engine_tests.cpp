@@ -125,7 +125,7 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
     eng.resources().set_limits(limits);
     const uint64_t buffers_before = eng.resources().holdings().buffers;
     ClientRef c;
-    REQUIRE(eng.add_client(4, 4096, &c) == 0);
+    REQUIRE(eng.clients().add_client(4, 4096, &c) == 0);
     c->uid = 4242;
     uint64_t id = 0;
     REQUIRE(eng.resources().alloc(*c, 4096, &id) == 0);
@@ -136,8 +136,8 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
     {
       // The bound is the user's: another client of uid 4242 shares it, one of another uid does not.
       ClientRef same, other;
-      REQUIRE(eng.add_client(4, 4096, &same) == 0);
-      REQUIRE(eng.add_client(4, 4096, &other) == 0);
+      REQUIRE(eng.clients().add_client(4, 4096, &same) == 0);
+      REQUIRE(eng.clients().add_client(4, 4096, &other) == 0);
       same->uid = 4242;
       other->uid = 4343;
       uint64_t x = 0;

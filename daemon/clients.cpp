@@ -1,16 +1,15 @@
 // SPDX-License-Identifier: MIT
-// The engine's clients: made (with a segment from the pool, or here), counted
-// as active or idle for the cores they share, and given back at their end.
+// The daemon's clients and their segments (clients.hpp).
 #include <algorithm>
 #include <cerrno>
 
 #include <boost/asio/post.hpp>
 
-#include "engine.hpp"
+#include "clients.hpp"
 
 namespace ferry::ferryd {
 
-ClientRef TransferEngine::new_client(StagingSegment seg, bool registered) {
+ClientRef Clients::adopt(StagingSegment seg, bool registered) {
   auto* raw = new ClientState(++next_client_);
   // The deleter gives everything back: the last reference may be the
   // session's, or a copy that finishes after the client left.
@@ -24,7 +23,7 @@ ClientRef TransferEngine::new_client(StagingSegment seg, bool registered) {
   return c;
 }
 
-int TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* out) {
+int Clients::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* out) {
   // Made ahead by the pool's thread where it can: a segment costs milliseconds.
   // Registered once, for the client's whole life: copies from it then skip
   // the per-call import a pageable source costs. The pool's segments come
@@ -38,13 +37,13 @@ int TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* o
   } else {
     ++stats_.segments_made;
     // The whole segment, header included: the device writes the timeline there.
-    registered = backend_->register_host(seg.header(), seg.bytes()) == 0;
+    registered = backend_.register_host(seg.header(), seg.bytes()) == 0;
   }
-  *out = new_client(std::move(seg), registered);
+  *out = adopt(std::move(seg), registered);
   return 0;
 }
 
-void TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled,
+void Clients::add_client(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled,
                                 ClientDone done) {
   StagingSegment seg;
   bool registered = false;
@@ -55,7 +54,7 @@ void TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, std::shared
       return done(r, std::move(c));
     }
     ++stats_.segments_pooled;
-    return done(0, new_client(std::move(seg), registered));
+    return done(0, adopt(std::move(seg), registered));
   }
   // None ready: the pool's thread makes this one, and the io thread goes on
   // serving everyone else meanwhile; the Hello is answered when it is made.
@@ -74,7 +73,7 @@ void TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, std::shared
                                  }
                                  if (r != 0) return (*shared)(r, nullptr);
                                  ++stats_.segments_ordered;
-                                 (*shared)(0, new_client(std::move(*made), reg));
+                                 (*shared)(0, adopt(std::move(*made), reg));
                                });
                              });
   if (r == 0) return;
@@ -85,7 +84,7 @@ void TransferEngine::add_client(uint32_t slots, uint64_t slot_bytes, std::shared
   (*shared)(made, std::move(c));
 }
 
-void TransferEngine::release(ClientState* c) {
+void Clients::release(ClientState* c) {
   c->add_slot_waits(departed_slot_waits_);
   resources_.client_gone(*c);
   // Its buffers go with the object itself, right after this: each one's
@@ -93,19 +92,19 @@ void TransferEngine::release(ClientState* c) {
   if (pool_ != nullptr) {
     pool_->discard(c->take_segment(), c->registered());
   } else if (c->registered()) {
-    backend_->unregister_host(c->segment().header());
+    backend_.unregister_host(c->segment().header());
   }
   clients_.erase(c->id());
 }
 
-size_t TransferEngine::connected_clients() const {
+size_t Clients::connected() const {
   size_t n = 0;
   for (const auto& [id, c] : clients_)
     if (c->connected() && c->slot_count() != 0) ++n;
   return n;
 }
 
-void TransferEngine::publish_clients() {
+void Clients::publish() {
   uint32_t active = 0;
   for (const auto& [id, c] : clients_) active += c->connected() && c->slot_count() != 0 && c->active();
   // At least 1: an idle reader reads the word only as it starts to transfer.
@@ -115,7 +114,7 @@ void TransferEngine::publish_clients() {
   if (active != 0 && !idle_timer_armed_) arm_idle_check();
 }
 
-void TransferEngine::arm_idle_check() {
+void Clients::arm_idle_check() {
   idle_timer_armed_ = true;
   idle_timer_.expires_after(kIdleCheck);
   idle_timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -128,12 +127,12 @@ void TransferEngine::arm_idle_check() {
       changed = changed || was != now;
       any = any || now;
     }
-    if (changed) publish_clients();
+    if (changed) publish();
     if (any && !idle_timer_armed_) arm_idle_check();
   });
 }
 
-Histogram TransferEngine::slot_waits() const {
+Histogram Clients::slot_waits() const {
   Histogram h = departed_slot_waits_;
   for (const auto& [id, c] : clients_)
     if (c->connected()) c->add_slot_waits(h);
