@@ -398,18 +398,14 @@ void bandwidth(const std::string& data_dir, unsigned staging_threads) {
     if (g_quick) reps = 1;
     // Each path's repetitions in a row, as a program that uploads in a loop.
     CallDone pageable, async, pin, fer;
-    for (int r = 0; r < reps; ++r) pageable.time([&] { CU(cudaMemcpy(dst, src.data(), n, cudaMemcpyHostToDevice)); }, nullptr);
-    for (int r = 0; r < reps; ++r)
-      async.time([&] { CU(cudaMemcpyAsync(dst, src.data(), n, cudaMemcpyHostToDevice, s)); },
-                 [&] { CU(cudaStreamSynchronize(s)); });
-    for (int r = 0; r < reps; ++r)
-      pin.time([&] { CU(cudaMemcpyAsync(dst, pinned, n, cudaMemcpyHostToDevice, s)); },
-               [&] { CU(cudaStreamSynchronize(s)); });
+    const auto sync = [&] { CU(cudaStreamSynchronize(s)); };
+    pageable.time(reps, [&] { CU(cudaMemcpy(dst, src.data(), n, cudaMemcpyHostToDevice)); }, nullptr);
+    async.time(reps, [&] { CU(cudaMemcpyAsync(dst, src.data(), n, cudaMemcpyHostToDevice, s)); }, sync);
+    pin.time(reps, [&] { CU(cudaMemcpyAsync(dst, pinned, n, cudaMemcpyHostToDevice, s)); }, sync);
     std::vector<double> st;
     for (int r = 0; r < reps; ++r) st.push_back(staging_rate(src.data(), pinned, n, staging_threads));
     ferry_ticket t = 0;
-    for (int r = 0; r < reps; ++r)
-      fer.time([&] { FERRY(ferry_upload(f.c, b, 0, src.data(), n, &t)); }, [&] { FERRY(ferry_wait(f.c, t, -1)); });
+    fer.time(reps, [&] { FERRY(ferry_upload(f.c, b, 0, src.data(), n, &t)); }, [&] { FERRY(ferry_wait(f.c, t, -1)); });
     pageable.write_row(tsv, n, "cudaMemcpy");
     async.write_row(tsv, n, "cudaMemcpyAsync");
     pin.write_row(tsv, n, "pinned-source");

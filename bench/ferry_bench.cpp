@@ -374,12 +374,10 @@ void bandwidth(Direct& d, const std::string& data_dir) {
     int reps = g_quick ? 1 : (n >= (64ull << 20) ? 3 : 5);
     // Each path's repetitions in a row, as a program that uploads in a loop.
     CallDone sync, staged, fer;
-    for (int r = 0; r < reps; ++r) sync.time([&] { d.sync_upload(dst, src.data(), n); }, nullptr);
-    for (int r = 0; r < reps; ++r)
-      staged.time([&] { d.staged_upload(dst, src.data(), n); }, [&] { d.staged_drain(); });
+    sync.time(reps, [&] { d.sync_upload(dst, src.data(), n); }, nullptr);
+    staged.time(reps, [&] { d.staged_upload(dst, src.data(), n); }, [&] { d.staged_drain(); });
     ferry_ticket t = 0;
-    for (int r = 0; r < reps; ++r)
-      fer.time([&] { FERRY(ferry_upload(f.c, b, 0, src.data(), n, &t)); }, [&] { FERRY(ferry_wait(f.c, t, -1)); });
+    fer.time(reps, [&] { FERRY(ferry_upload(f.c, b, 0, src.data(), n, &t)); }, [&] { FERRY(ferry_wait(f.c, t, -1)); });
     sync.write_row(tsv, n, "sync");
     staged.write_row(tsv, n, "staged");
     fer.write_row(tsv, n, "ferry");

@@ -59,6 +59,9 @@ struct CallDone {
     if (finish) finish();
     done_us.push_back(us_since(t0));
   }
+  void time(int reps, const std::function<void()>& call, const std::function<void()>& finish) {
+    for (int r = 0; r < reps; ++r) time(call, finish);
+  }
   double gbps(uint64_t bytes) const { return static_cast<double>(bytes) / (stats(done_us).median * 1000.0); }
   void write_row(std::ofstream& tsv, uint64_t bytes, const char* path) const {
     if (!tsv || call_us.empty()) return;
