@@ -27,11 +27,13 @@ batch's copies (the upload publishes a value into the buffer's fence, see
 ferry.Client.upload_gather), and a buffer is reused only once that stream is
 done with the batch that was in it: when the batch's last tensor goes, a
 write of the fence's released word is queued on the stream the batch was
-delivered on, and the worker's next upload into that buffer is held by
-ferryd until the stream gets there. As with torch's caching allocator, use a
-batch on another stream only after that stream waited for this one
-(stream.wait_stream). Batches you keep keep their device memory; the loader
-allocates more buffers as it needs them.
+delivered on (after the work queued so far on the streams that
+ferry.torch.record_stream named), and the worker's next upload into that
+buffer is held by ferryd until the stream gets there. As with torch's
+caching allocator, use a batch on another stream only after that stream
+waited for this one (stream.wait_stream), and name it with record_stream.
+Batches you keep keep their device memory; the loader allocates more
+buffers as it needs them.
 
 device="cpu" (a host without a GPU torch can use, the simulated device in
 ferry's tests): each batch is read back from its device buffer into CPU
@@ -60,6 +62,7 @@ import errno
 import os
 import sys
 import threading
+import warnings
 import weakref
 
 import torch
@@ -376,7 +379,8 @@ class _Slot:
         self.released = 0     # the value whose release was queued last: the next upload waits for it
         # "task": a worker fills it; "arrived": its batch came, not delivered yet;
         # "out": a delivered batch's tensors live; "orphan": a batch that will
-        # never be delivered (an epoch ended first) is landing in it (`pending`).
+        # never be delivered (an epoch ended first) is landing in it (`pending`);
+        # "dead": its release could be ordered neither on the device nor on the host.
         self.state = "free"
         self.pending = 0
         self.life = None      # the delivered batch's _Life, weakly
@@ -408,12 +412,14 @@ def record_stream(tensor, stream):
     ptr = tensor.data_ptr()
     for pool in list(_pools):
         with pool.lock:
-            for s in pool.slots.values():
+            # A copy: a finalizer run by a collection in here may retire a slot.
+            for s in list(pool.slots.values()):
                 m = s.mapping
                 if m is not None and s.state == "out" and m.ptr <= ptr < m.ptr + m.nbytes:
                     life = s.life() if s.life is not None else None
                     if life is not None:
-                        life.streams[stream.cuda_stream] = stream
+                        # By device and handle: every device's default stream is handle 0.
+                        life.streams[(str(stream.device), stream.cuda_stream)] = stream
                     return
 
 
@@ -445,7 +451,7 @@ class _Pool:
     # ---- tasks
     def _slot(self, capacity):
         """A free slot of at least `capacity` bytes, made if none is."""
-        for s in self.slots.values():
+        for s in list(self.slots.values()):
             if s.state == "orphan" and s.fence.ready >= s.pending:
                 s.state = "free"  # the batch nobody will take landed: the buffer is free
             if s.state == "free" and not s.retired and s.capacity >= capacity:
@@ -610,7 +616,8 @@ class _Pool:
     def done_with(self, s, value, stream, pid, others):
         """The batch's last tensor went: release its buffer after `stream`
         and `others` (CUDA), or now (read back to the host). Runs in a
-        finalizer: whatever fails, the slot does not stay taken."""
+        finalizer: whatever fails, the slot is not handed out again before
+        every stream is done with it."""
         if pid != os.getpid() or sys.is_finalizing():
             return  # a forked child's copy of the trainer's objects, or the interpreter's end
         with self.lock:
@@ -618,19 +625,38 @@ class _Pool:
                 if stream is None:
                     s.fence.release(value)
                 else:
-                    for handle, other in others.items():  # record_stream: the release waits for their work too
-                        if handle != stream.cuda_stream:
-                            ev = torch.cuda.Event()
-                            ev.record(other)
-                            stream.wait_event(ev)
-                    cu = s.mapping._cuda
-                    cu.write_value(s.mapping.device, stream.cuda_stream,
-                                   cu.device_word(s.mapping.device, s.fence.released_address), value)
+                    self._release_on_device(s, value, stream, others.values())
                 s.released = value
+            except BaseException as e:
+                # The device write could not be queued: wait on the host, then release.
+                try:
+                    if stream is not None:
+                        for st in (stream, *others.values()):
+                            st.synchronize()
+                    s.fence.release(value)
+                    s.released = value
+                except BaseException:
+                    s.state, s.life = "dead", None  # cannot be ordered: never handed out, nor freed
+                    warnings.warn(f"ferry: a batch's buffer could not be released ({e!r}); it is no longer used",
+                                  RuntimeWarning)
+                    return
             finally:
-                s.state, s.life = "free", None
-                if self.closing or s.capacity < self.capacity:
-                    self._retire(s)  # too small for the batches now, or the loader is done
+                if s.state != "dead":
+                    s.state, s.life = "free", None
+                    if self.closing or s.capacity < self.capacity:
+                        self._retire(s)  # too small for the batches now, or the loader is done
+
+    def _release_on_device(self, s, value, stream, others):
+        """Queues the write of the fence's released word on `stream`, after
+        the work queued so far on every stream of `others`."""
+        for other in others:
+            if other != stream:  # torch's Stream equality: the same device and handle
+                ev = torch.cuda.Event()
+                ev.record(other)
+                stream.wait_event(ev)
+        cu = s.mapping._cuda
+        cu.write_value(s.mapping.device, stream.cuda_stream, cu.device_word(s.mapping.device, s.fence.released_address),
+                       value)
 
     def _check_failures(self):
         """Raises if an upload of a batch already delivered failed (its tensors
@@ -658,7 +684,7 @@ class _Pool:
             # Buffers of tasks never delivered go too: a worker's upload still
             # in flight to one ends first (ferryd sees to that).
             for s in self.slots.values():
-                if s.state != "out":
+                if s.state not in ("out", "dead"):
                     s.state = "free"
                     s.retired = True
             self.by_task.clear()

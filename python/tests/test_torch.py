@@ -13,6 +13,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -368,6 +369,68 @@ class LoaderTest(unittest.TestCase):
         self.assertEqual(n, 41)
         self.assertIsInstance(loader, torch.utils.data.DataLoader)
 
+
+
+@unittest.skipIf(torch is None, "torch is not installed (python3-torch)")
+class ReleaseTest(unittest.TestCase):
+    """done_with, the release of a batch's buffer, when the device write of the
+    fence's released word cannot be queued (a CUDA error, an interrupt)."""
+
+    class Fence:
+        released_address = 0x1000
+
+        def __init__(self, fails=False):
+            self.fails, self.released = fails, []
+
+        def release(self, value):
+            if self.fails:
+                raise OSError("fence gone")
+            self.released.append(value)
+
+    class Stream:
+        def __init__(self):
+            self.synced = 0
+
+        def synchronize(self):
+            self.synced += 1
+
+    def pool_and_slot(self, fence):
+        pool = object.__new__(ft._Pool)
+        pool.lock, pool.closing, pool.capacity, pool.slots = threading.RLock(), False, 4096, {}
+        pool.forgotten, pool.pid, pool.next_slot = [], os.getpid(), 1
+
+        def fail(*args):
+            raise RuntimeError("cuStreamWriteValue64: an error")
+        pool._release_on_device = fail
+        slot = object.__new__(ft._Slot)
+        slot.id, slot.capacity, slot.fence, slot.released = 1, 4096, fence, 3
+        slot.state, slot.life, slot.retired, slot.mapping = "out", None, False, None
+        pool.slots[1] = slot
+        return pool, slot
+
+    def test_a_release_the_device_cannot_take_waits_on_the_host(self):
+        pool, slot = self.pool_and_slot(self.Fence())
+        delivered, recorded = self.Stream(), self.Stream()
+        pool.done_with(slot, 5, delivered, os.getpid(), {("cuda:0", 7): recorded})
+        # Before: the slot was free with released still 3, and the next upload
+        # into it was not held while the streams still read the batch.
+        self.assertEqual((delivered.synced, recorded.synced), (1, 1))
+        self.assertEqual(slot.fence.released, [5])
+        self.assertEqual((slot.state, slot.released), ("free", 5))
+
+    def test_a_release_that_cannot_be_ordered_takes_the_buffer_out_of_use(self):
+        pool, slot = self.pool_and_slot(self.Fence(fails=True))
+        with self.assertWarns(RuntimeWarning):
+            pool.done_with(slot, 5, self.Stream(), os.getpid(), {})
+        self.assertEqual(slot.state, "dead")
+        made = []
+        real = ft._Slot
+        ft._Slot = lambda p, ident, cap: made.append(ident) or real.__new__(real)
+        try:
+            self.assertIsNot(pool._slot(4096), slot)  # a new buffer, not this one
+        finally:
+            ft._Slot = real
+        self.assertEqual(made, [pool.next_slot])
 
 if __name__ == "__main__":
     unittest.main()
