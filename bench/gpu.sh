@@ -34,22 +34,46 @@
 #             becomes bench/gpu_latest.md; bandwidth.tsv (all rounds of B) for
 #             `bash bench/plot.sh bandwidth.tsv docs/bench_gpu.png`; and all.tgz,
 #             into which everything else is packed at the end
+#   WORK, WORKERS, MIB  the torch and loader steps' workloads, worker counts and sizes
+#             (see bench/torch_loader_bench.py and bench/loader_bench --help)
 set -u
-B=${B:-.device}
-A=${A:-}
+if (($#)); then
+  sed -n '3,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  [[ $1 == -h || $1 == --help ]] && exit 0 || exit 2
+fi
+abs() { (cd "$1" && pwd); }
+B=$(abs "${B:-.device}") || exit 2
+A=${A:+$(abs "$A")}
+[[ $A == "$B" ]] && { echo "bench/gpu.sh: A and B are the same pack" >&2; exit 2; }
 OUT=${OUT:-/tmp/ferry-gpu}
 STEPS=${STEPS:-tests bench}
 SECTIONS=${SECTIONS:-order bandwidth producers}
 ROUNDS=${ROUNDS:-2}
 REPS=${REPS:-3}
 MPSCTL=/usr/local/nvidia/bin/nvidia-cuda-mps-control
+# A fresh folder: the summary counts every round file in it, and the end
+# packs and removes what is there.
+if [[ -e $OUT ]] && [[ -n $(ls -A "$OUT") ]]; then
+  echo "bench/gpu.sh: OUT=$OUT is not empty; give it a new folder" >&2
+  exit 2
+fi
+for s in $SECTIONS; do
+  case $s in order | bandwidth | producers | flood) ;; *) echo "bench/gpu.sh: no section '$s'" >&2; exit 2 ;; esac
+done
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-{ nvidia-smi -L; echo "$(nproc) cores"; git log -1 --format='commit %h' 2>/dev/null; } >"$OUT/machine.txt"
+gpus=$(nvidia-smi -L)
+{
+  echo "gpus: $(echo "$gpus" | wc -l) × $(echo "$gpus" | head -1 | sed 's/^GPU 0: //; s/ (UUID.*//')"
+  echo "cores: $(nproc)"
+  echo "commit: $(git log -1 --format=%h 2>/dev/null || echo unknown)"
+} >"$OUT/machine.txt"
 
 want() { [[ " $STEPS " == *" $1 "* ]]; }
-name() { basename "$1" | sed 's/^\.//'; }
+# Each pack's results under its role, A or B (the paths go in the summary).
+label() { [[ $1 == "$B" ]] && echo B || echo A; }
 log() { echo "$*" | tee -a "$OUT/runs.txt"; }
+machine() { sed -n "s/^$1: //p" "$OUT/machine.txt"; }
 
 # A ferryd of pack $1 on socket $2 (further ferryd flags after); sets D.
 start_ferryd() {
@@ -65,24 +89,32 @@ start_ferryd() {
 }
 stop_ferryd() { kill -TERM "$D" 2>/dev/null; wait "$D"; }
 
+# An MPS control daemon of this script's own, in pipe and log directories of
+# its own: one the user runs elsewhere is neither used nor stopped.
+MPS_OURS=0
 mps_up() {  # flags of the control daemon
+  mps_down
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/ferry-gpu-mps CUDA_MPS_LOG_DIRECTORY=/tmp/ferry-gpu-mps-log
-  timeout 5 sh -c "echo quit | $MPSCTL" >/dev/null 2>&1
-  pkill -9 -x nvidia-cuda-mps 2>/dev/null && sleep 0.5
   rm -rf "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   chmod 0777 "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   "$MPSCTL" "$@" || { log "no MPS control daemon"; return 1; }
+  MPS_OURS=1
 }
 mps_down() {
-  [[ -n ${CUDA_MPS_PIPE_DIRECTORY:-} ]] || return 0
+  ((MPS_OURS)) || return 0
+  # A control daemon whose servers still wait for queued clients does not
+  # quit: its servers (those of this pipe directory) are ended.
   timeout 5 sh -c "echo quit | $MPSCTL" >/dev/null 2>&1
-  pkill -9 -x nvidia-cuda-mps 2>/dev/null
+  for p in $(pgrep -x nvidia-cuda-mps 2>/dev/null); do
+    grep -qz "CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY" "/proc/$p/environ" 2>/dev/null && kill -9 "$p"
+  done
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  MPS_OURS=0
 }
 trap mps_down EXIT
 [[ ${MPS:-0} == 1 ]] && { mps_up -d || exit 1; }
-mps_flag() { [[ -n ${CUDA_MPS_PIPE_DIRECTORY:-} ]] && echo --mps; }
+mps_flag() { ((MPS_OURS)) && echo --mps; }
 
 step_tests() {
   local t
@@ -108,7 +140,7 @@ step_tests() {
   if command -v python3 >/dev/null && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     local t
     for t in $(grep -o 'def test_[a-z_0-9]*' python/tests/test_torch_cuda.py | cut -c5-); do
-      FERRY_LIBRARY=$PWD/$B/client/libferry.so.0 FERRY_SOCKET=$sock FERRY_TEST_HANG_S=50 timeout 60 \
+      FERRY_LIBRARY=$B/client/libferry.so.0 FERRY_SOCKET=$sock FERRY_TEST_HANG_S=50 timeout 60 \
         python3 python/tests/test_torch_cuda.py -v "CudaLoaderTest.$t" >>"$OUT/test-torch_cuda.log" 2>&1
       log "python $t: exit $?"
     done
@@ -120,7 +152,7 @@ step_tests() {
 
 bench_run() {  # pack section round
   local pack=$1 section=$2 round=$3 args=() f
-  f=$OUT/$section-$(name "$pack")-$round
+  f=$OUT/$section.$(label "$pack").$round
   case $section in
     order) args=(--order-only) ;;
     bandwidth) args=(--bandwidth-only --data "$f") ;;
@@ -135,7 +167,7 @@ bench_run() {  # pack section round
     FERRY_STAGING_THREADS=8 timeout 200 "$pack/bench/cuda_bench" --socket /tmp/ferry-gpu-bench.sock "${args[@]}" \
       $(mps_flag) >"$f.md" 2>"$f.err"
   fi
-  log "$section $(name "$pack") round $round: exit $?"
+  log "$section $(label "$pack") round $round: exit $?"
   stop_ferryd
 }
 step_bench() {
@@ -150,21 +182,21 @@ step_bench() {
       echo "### $s"
       for p in $A $B; do
         echo
-        echo "#### $(name "$p"): median (min–max) of $ROUNDS runs"
+        echo "#### $(label "$p") ($p): median (min–max) of $ROUNDS runs"
         echo
-        python3 bench/summarize.py "$OUT/$s-$(name "$p")"-[0-9]*.md | sed 's/^#/###/'
+        python3 bench/summarize.py "$OUT/$s.$(label "$p")".[0-9]*.md | sed 's/^#/###/'
       done
       echo
     } >>"$OUT/sections.md"
   done
   # Every round's call and completion times of B, for bench/plot.sh (here: docs/bench_gpu.png).
   [[ " $SECTIONS " == *" bandwidth "* ]] &&
-    python3 bench/summarize.py --tsv "$OUT/bandwidth-$(name "$B")"-[0-9]*/bandwidth.tsv >"$OUT/bandwidth.tsv"
+    python3 bench/summarize.py --tsv "$OUT/bandwidth.B".[0-9]*/bandwidth.tsv >"$OUT/bandwidth.tsv"
 }
 
 step_torch() {
   start_ferryd "$B" /tmp/ferry-gpu-torch.sock || return
-  FERRY_LIBRARY=$PWD/$B/client/libferry.so.0 timeout 420 python3 bench/torch_loader_bench.py \
+  FERRY_LIBRARY=$B/client/libferry.so.0 timeout 420 python3 bench/torch_loader_bench.py \
     --socket /tmp/ferry-gpu-torch.sock --ferryd-pid "$D" --work "${WORK:-bytes16,bytes64,images,step16}" \
     --workers "${WORKERS:-1,8,16}" --reps "$REPS" --label "$([[ -n $(mps_flag) ]] && echo MPS || echo no MPS)" \
     >"$OUT/torch.md" 2>"$OUT/torch.err"
@@ -182,8 +214,10 @@ step_loader() {
 
 step_probe() {
   local b
-  for b in 262144 1048576; do "$B/bench/submit_probe" --bytes $b --runs 41 >>"$OUT/probe.md" 2>&1; done
-  log "submit_probe: exit $?"
+  for b in 262144 1048576; do
+    "$B/bench/submit_probe" --bytes $b --runs 41 >>"$OUT/probe.md" 2>&1
+    log "submit_probe $b bytes: exit $?"
+  done
 }
 
 step_multi-gpu() {
@@ -191,9 +225,13 @@ step_multi-gpu() {
   n=$(nvidia-smi -L | wc -l)
   ((n >= 2)) || { log "multi-gpu: skipped ($n GPU)"; return; }
   for g in 0 1; do
-    start_ferryd "$B" /tmp/ferry-gpu-$g.sock --device $g || return
+    start_ferryd "$B" /tmp/ferry-gpu-$g.sock --device $g || break
     pids+=("$D")
   done
+  if ((${#pids[@]} < 2)); then
+    for D in "${pids[@]}"; do stop_ferryd; done
+    return
+  fi
   "$B/bench/link_check" >"$OUT/link_check.md" 2>&1
   log "link_check: exit $?"
   local jobs=()
@@ -222,7 +260,7 @@ step_mps-users() {
       "$dir/daemon/ferryd" --backend cuda --socket "$sock" --slots 16 --slot-size 4194304 --log-level info \
       2>"$OUT/ferryd-mps-$mode.log" &
     D=$!
-    for _ in $(seq 400); do [[ -S $sock ]] && break; sleep 0.05; done
+    for _ in $(seq 400); do [[ -S $sock ]] && break; kill -0 $D 2>/dev/null || break; sleep 0.05; done
     local limit=120
     [[ $mode == per-user ]] && limit=12  # the per-user server queues another uid's client
     for r in $(seq "$ROUNDS"); do
@@ -243,7 +281,7 @@ done
   echo "## NVIDIA GPU: the latest \`bench/gpu.sh\` run"
   echo
   echo "\`STEPS=\"$STEPS\" SECTIONS=\"$SECTIONS\" ROUNDS=$ROUNDS MPS=${MPS:-0}$([[ -n $A ]] && echo " A=$A") B=$B bash bench/gpu.sh\`"
-  echo "on $(date -u +%Y-%m-%d): $(sed -n 1p "$OUT/machine.txt"), $(sed -n 2p "$OUT/machine.txt"); $(sed -n 3p "$OUT/machine.txt")."
+  echo "on $(date -u +%Y-%m-%d): $(machine gpus) GPU, $(machine cores) cores; commit $(machine commit)."
   echo
   echo "Runs and tests, with their exit status:"
   echo

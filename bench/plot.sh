@@ -7,24 +7,25 @@
 #   bash bench/plot.sh DATA.tsv OUT.png "title"
 set -euo pipefail
 tsv=$1 png=$2 title=${3:-upload paths against size}
+q() { local v=${1//\\/\\\\}; printf '%s' "${v//\"/\\\"}"; }  # inside a gnuplot "string"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-# One file per path, in the order the paths first appear.
-paths=$(awk -F'\t' '!/^#/ && !seen[$2]++ {print $2}' "$tsv")
-for p in $paths; do awk -F'\t' -v p="$p" '$2 == p' "$tsv" >"$dir/$p.tsv"; done
+# One file per path (numbered), in the order the paths first appear.
+mapfile -t paths < <(awk -F'\t' '!/^#/ && !seen[$2]++ {print $2}' "$tsv")
+for i in "${!paths[@]}"; do awk -F'\t' -v p="${paths[$i]}" '$2 == p' "$tsv" >"$dir/$i.tsv"; done
 panel() {  # $1: first column of the median, min, max
-  local sep="" c=$1 cmd=""
-  for p in $paths; do
-    local w=1; [[ $p == ferry ]] && w=3
-    cmd+="$sep\"$dir/$p.tsv\" using 1:$c:$((c + 1)):$((c + 2)) with yerrorlines lw $w title \"$p\""
+  local sep="" c=$1 cmd="" i w
+  for i in "${!paths[@]}"; do
+    w=1; [[ ${paths[$i]} == ferry ]] && w=3
+    cmd+="$sep\"$(q "$dir/$i.tsv")\" using 1:$c:$((c + 1)):$((c + 2)) with yerrorlines lw $w title \"$(q "${paths[$i]}")\""
     sep=", "
   done
   echo "$cmd"
 }
 gnuplot <<GP
 set terminal pngcairo size 1200,520 font ",10"
-set output "$png"
-set multiplot layout 1,2 title "$title"
+set output "$(q "$png")"
+set multiplot layout 1,2 title "$(q "$title")"
 set logscale xy
 set xrange [2048:2147483648]
 set xlabel "upload size (bytes)"

@@ -10,8 +10,9 @@
 #                                     section's tables as median (min–max) per build
 #   bash bench/sim.sh --flood [RUNS] [flood_bench options]
 #                                     socket floods beside a ring client, and an unanswered hold
-# BUILD trees must have the benchmarks: build/release (this script makes it) or a
-# worktree's build/cuda made by scripts/gpu-pack.sh.
+# --ab and --flood build nothing: their BUILD trees must have the benchmarks
+# already (build/release, which the full run makes, or a worktree's build/cuda
+# made by scripts/gpu-pack.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-full}
@@ -20,6 +21,8 @@ build=${FERRY_BUILD_DIR:-$root/build/release}
 # direct paths inside ferry_bench.
 unset FERRY_SIM_FAST ZE_ENABLE_VALIDATION_LAYER ZE_ENABLE_PARAMETER_VALIDATION
 
+daemon=""
+trap '[[ -n $daemon ]] && kill $daemon 2>/dev/null; rm -f "${sock:-}"' EXIT
 start_ferryd() {  # $1: build tree; sets sock and daemon
   export FERRY_SIM_DRIVER=$1/sim/libze_ferry_sim.so.1
   sock=$(mktemp -u /tmp/ferry-bench-XXXXXX.sock)
@@ -30,6 +33,7 @@ start_ferryd() {  # $1: build tree; sets sock and daemon
 stop_ferryd() {
   kill -TERM "$daemon"
   wait "$daemon" || true
+  daemon=""
   rm -f "$sock"
 }
 
@@ -38,6 +42,7 @@ case $mode in
     A=${A:?A: the "before" build tree} B=${B:-$build}
     SECTIONS=${SECTIONS:-1234} ROUNDS=${ROUNDS:-3}
     out=$(mktemp -d)
+    trap '[[ -n $daemon ]] && kill $daemon 2>/dev/null; rm -rf "$out" "${sock:-}"' EXIT
     for r in $(seq "$ROUNDS"); do
       for x in A B; do
         start_ferryd "${!x}"
@@ -50,11 +55,11 @@ case $mode in
       echo
       python3 "$root/bench/summarize.py" "$out/$x"-*.md | sed 's/^#/##/'
     done
-    rm -rf "$out"
     exit 0 ;;
   --flood)
-    runs=${2:-3}
-    shift $(($# >= 2 ? 2 : 1))
+    runs=3
+    shift
+    [[ ${1:-} =~ ^[0-9]+$ ]] && { runs=$1; shift; }
     for run in $(seq "$runs"); do
       start_ferryd "$build"
       echo "run $run"
@@ -73,7 +78,6 @@ if [[ $mode == full ]] && ! { command -v gnuplot && command -v valgrind && comma
 fi
 bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF >/dev/null
 start_ferryd "$build"
-trap 'kill $daemon 2>/dev/null || true; rm -f "$sock"' EXIT
 
 if [[ $mode == --quick ]]; then
   "$build/bench/ferry_bench" --socket "$sock" --daemon-pid $daemon --quick
@@ -83,7 +87,6 @@ fi
 data=$(mktemp -d)
 body=$("$build/bench/ferry_bench" --socket "$sock" --daemon-pid $daemon --data "$data")
 stop_ferryd
-trap - EXIT
 profile=$(bash "$root/bench/profile.sh" "$build" 20000)
 out=$root/docs/BENCHMARKS.md
 {

@@ -2,9 +2,14 @@
 # SPDX-License-Identifier: MIT
 """Several runs of one benchmark section (Markdown, as ferry_bench and
 cuda_bench print it) as one: each table with every numeric cell replaced by
-the median of the runs and their range, "median (min–max)", in the unit the
-cell had (a run's own range in a cell is left out). Tables are matched by their position and header, rows by their first
-cell; a cell that is not a number is taken from the first run.
+the median of the runs and their range, "median (min–max) unit". A run's own
+range in a cell ("7.1 µs (6.9–7.3)") is left out: the summary's range is the
+runs'. A cell that is not one number (a verdict, a list of numbers) shows each
+distinct value with how many runs had it ("met ×3, **missed** ×1"); cells
+whose units differ between runs are shown so too. Tables are matched by their
+heading, header and place under that heading; rows by their first cell and
+place among rows of that name. A cell missing from some runs says in how many
+it was ("[3 of 4 runs]").
 
     python3 bench/summarize.py run1.md run2.md run3.md
 
@@ -14,46 +19,59 @@ greatest maximum, so bench/plot.sh draws the spread of every run.
 
     python3 bench/summarize.py --tsv run1/bandwidth.tsv run2/bandwidth.tsv > all.tsv
 """
+import collections
 import re
 import statistics
 import sys
 
-# A number, its unit and what follows (a run's own p10–p90 range, dropped: the
-# summary's range is the runs').
-NUMBER = re.compile(r"^\s*(\**)(-?\d+(?:\.\d+)?)(\**)\s*([^\s(]*)")
+# One number, an optional unit, an optional parenthesised range of the run's own.
+NUMBER = re.compile(r"^([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?:\s*([^\s\d(][^\s(]*))?(?:\s*\([^()]*\))?$")
+TSV_HEADER = "# bytes\tpath\tcall_us\tcall_min\tcall_max\tdone_us\tdone_min\tdone_max\n"
 
 
 def tables(path):
-    """[(heading, header_line, [rows as lists of cells])] in file order."""
-    out, heading, cur = [], "", None
+    """{(heading, header, n): (heading, header, {(first cell, n): cells})}, in file order."""
+    out, heading, cur, seen = {}, "", None, collections.Counter()
     for line in open(path, encoding="utf-8"):
         line = line.rstrip("\n")
         if line.startswith("#"):
             heading = line
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if cur is None:
-                cur = (heading, line, [])
-                out.append(cur)
-            elif not set("".join(cells)) <= set("-: "):
-                cur[2].append(cells)
-        else:
+        if not line.startswith("|"):
             cur = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cur is None:
+            n = seen[(heading, line)]
+            seen[(heading, line)] += 1
+            cur = out[(heading, line, n)] = (heading, line, {})
+            names = collections.Counter()
+        elif not set("".join(cells)) <= set("-: "):
+            k = (cells[0], names[cells[0]])
+            names[cells[0]] += 1
+            cur[2][k] = cells
     return out
 
 
-def merge(cells, width):
-    parsed = [NUMBER.match(c) for c in cells]
-    # A list of numbers (one per process, say) is not summarised.
-    if not cells or not all(parsed) or any(re.match(r"-?\d", m.group(4)) for m in parsed):
-        return cells[0] if cells else ""
-    vals = [float(m.group(2)) for m in parsed]
-    digits = max(len(m.group(2).partition(".")[2]) for m in parsed)
-    stars, unit = parsed[0].group(1), parsed[0].group(4)
-    f = lambda v: f"{v:.{digits}f}"
-    body = f(statistics.median(vals)) if len(vals) == 1 else \
-        f"{f(statistics.median(vals))} ({f(min(vals))}–{f(max(vals))})"
-    return f"{stars}{body}{stars}" + (f" {unit}" if unit else "")
+def parse(cell):
+    """(value, unit, bold) of a cell holding one number, else None."""
+    bold = len(cell) > 4 and cell.startswith("**") and cell.endswith("**")
+    m = NUMBER.match(cell[2:-2].strip() if bold else cell)
+    return (m.group(1), m.group(2) or "", bold) if m else None
+
+
+def merge(cells, runs):
+    parsed = [parse(c) for c in cells]
+    if cells and all(parsed) and len({(u, b) for _, u, b in parsed}) == 1:
+        vals = [float(v) for v, _, _ in parsed]
+        digits = max(len(v.partition(".")[2]) if "e" not in v.lower() else 2 for v, _, _ in parsed)
+        f = lambda x: f"{x:.{digits}f}"
+        body = f(vals[0]) if len(vals) == 1 else f"{f(statistics.median(vals))} ({f(min(vals))}–{f(max(vals))})"
+        unit, bold = parsed[0][1], parsed[0][2]
+        text = (f"**{body}**" if bold else body) + (f" {unit}" if unit else "")
+    else:
+        counts = collections.Counter(cells)
+        text = cells[0] if len(counts) == 1 else ", ".join(f"{v} ×{n}" for v, n in counts.items())
+    return text + (f" [{len(cells)} of {runs} runs]" if len(cells) < runs else "")
 
 
 def main(paths):
@@ -61,25 +79,27 @@ def main(paths):
     if not runs or not runs[0]:
         print("(no tables)")
         return
+    keys = list(dict.fromkeys(k for r in runs for k in r))  # every table of any run, first seen first
     shown = None
-    for i, (heading, header, rows) in enumerate(runs[0]):
-        same = [r[i] for r in runs if i < len(r) and r[i][1] == header]
+    for key in keys:
+        heading, header, _ = key
+        same = [r[key][2] for r in runs if key in r]
         if heading and heading != shown:
             print(heading)
             shown = heading
         print("\n" + header)
         print("|" + "---|" * (header.count("|") - 1))
-        for row in rows:
+        for row in dict.fromkeys(k for t in same for k in t):
+            width = max(len(t[row]) for t in same if row in t)
             merged = [row[0]]
-            for col in range(1, len(row)):
-                cells = [c for t in same for r in t[2] if r and r[0] == row[0] and col < len(r) for c in [r[col]]]
-                merged.append(merge(cells, len(same)))
+            for col in range(1, width):
+                merged.append(merge([t[row][col] for t in same if row in t and col < len(t[row])], len(paths)))
             print("| " + " | ".join(merged) + " |")
         print()
 
 
 def merge_tsv(paths):
-    rows, order = {}, []
+    rows, order, header = {}, [], TSV_HEADER
     for path in paths:
         for line in open(path, encoding="utf-8"):
             if line.startswith("#"):
@@ -99,7 +119,11 @@ def merge_tsv(paths):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--tsv"]:
-        merge_tsv(sys.argv[2:])
+    args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if args else 2)
+    if args[0] == "--tsv":
+        merge_tsv(args[1:])
     else:
-        main(sys.argv[1:])
+        main(args)

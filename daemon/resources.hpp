@@ -4,7 +4,7 @@
 // grants and the buffers opened through them.
 //
 // Contract: every call runs on the io thread and returns 0 or -errno; on an
-// error nothing changed. A call that would take a user past a bound of
+// error nothing the client holds changed (only the refusal's text is kept). A call that would take a user past a bound of
 // Limits returns -EDQUOT and take_refusal() says which bound, whose, and
 // its flag. A user's holdings are the sum over all its clients (those still
 // draining included): nothing is counted twice, nothing is kept apart. A
