@@ -2,6 +2,8 @@
 // The daemon's clients and their segments (clients.hpp).
 #include <algorithm>
 #include <cerrno>
+#include <map>
+#include <thread>
 
 #include <boost/asio/post.hpp>
 
@@ -104,13 +106,28 @@ size_t Clients::connected() const {
   return n;
 }
 
+uint32_t Clients::staging_share(uint64_t cores, uint32_t active, uint32_t users, uint32_t of_user) {
+  if (active <= 1) return 0;
+  const uint64_t share = cores / (4 * uint64_t{std::max(users, 1u)} * std::max(of_user, 1u));
+  return static_cast<uint32_t>(std::clamp<uint64_t>(share, 1, UINT32_MAX));
+}
+
 void Clients::publish() {
+  static const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  std::map<uid_t, uint32_t> of_user;  // clients transferring now, by user
   uint32_t active = 0;
-  for (const auto& [id, c] : clients_) active += c->connected() && c->slot_count() != 0 && c->active();
-  // At least 1: an idle reader reads the word only as it starts to transfer.
-  const uint32_t n = std::max<uint32_t>(active, 1);
   for (const auto& [id, c] : clients_)
-    if (c->connected() && c->slot_count() != 0) c->segment().header()->clients.store(n, std::memory_order_relaxed);
+    if (c->connected() && c->slot_count() != 0 && c->active()) ++of_user[c->uid], ++active;
+  for (const auto& [id, c] : clients_) {
+    if (!c->connected() || c->slot_count() == 0) continue;
+    // An idle client reads the word as it starts to transfer: its share as one more.
+    const auto mine = of_user.find(c->uid);
+    const bool counted = c->active();
+    const uint32_t users = static_cast<uint32_t>(of_user.size()) + (mine == of_user.end());
+    const uint32_t of = (mine == of_user.end() ? 0 : mine->second) + !counted;
+    c->segment().header()->staging_threads.store(staging_share(cores, active + !counted, users, of),
+                                                 std::memory_order_relaxed);
+  }
   if (active != 0 && !idle_timer_armed_) arm_idle_check();
 }
 

@@ -55,10 +55,15 @@ class Clients {
   // Every client whose resources still exist, by id.
   const std::map<uint64_t, ClientState*>& all() const { return clients_; }
   size_t connected() const;
-  // Stores how many connected clients transfer now (at least 1) into every
-  // connected client's segment (proto::Segment::clients): called when one
-  // comes or goes, starts transferring, or has been idle for kIdleCheck.
+  // Stores each connected client's staging threads (staging_share) into its
+  // segment (proto::Segment::staging_threads): called when one comes or
+  // goes, starts transferring, or has been idle for kIdleCheck.
   void publish();
+  // A client's staging threads when `active` clients of `users` users
+  // transfer, `of_user` of them its user's (itself counted): 0 (its whole
+  // pool) when it is alone, else a quarter of `cores` shared out by user,
+  // then among the user's clients, at least 1.
+  static uint32_t staging_share(uint64_t cores, uint32_t active, uint32_t users, uint32_t of_user);
   // A client that moved no transfer for this long counts as idle.
   static constexpr auto kIdleCheck = std::chrono::milliseconds(500);
   // Slot waits as clients published them: the gone ones and the live ones.

@@ -169,6 +169,23 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
   }
 }
 
+TEST_CASE("staging threads: a quarter of the cores by user, then among the user's clients", "[engine][share]") {
+  // cores, clients transferring, users among them, the client's user's; threads.
+  struct Case {
+    uint64_t cores;
+    uint32_t active, users, of_user, want;
+  };
+  for (const Case& k : {Case{16, 0, 0, 1, 0}, Case{16, 1, 1, 1, 0},   // alone: its whole pool
+                        Case{16, 2, 1, 2, 2}, Case{16, 8, 1, 8, 1},   // one user's clients share its quarter
+                        Case{64, 4, 1, 4, 4}, Case{2, 2, 2, 1, 1},    // never none
+                        // Two users: one with 8 connections transferring, one with 1. The
+                        // second keeps half the quarter, as with two clients in all.
+                        Case{64, 9, 2, 1, 8}, Case{64, 9, 2, 8, 1}, Case{64, 2, 2, 1, 8}}) {
+    INFO(k.cores << " cores, " << k.active << " active, " << k.users << " users, " << k.of_user << " of its user's");
+    CHECK(Clients::staging_share(k.cores, k.active, k.users, k.of_user) == k.want);
+  }
+}
+
 TEST_CASE("MPS is reported only while a control daemon answers in its pipe directory", "[engine][mps]") {
   char dir[] = "/tmp/ferry-mps-XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);

@@ -641,7 +641,7 @@ TEST_CASE("a failed connect says which socket and what to do", "[connect]") {
   ferry_disconnect(c);
 }
 
-TEST_CASE("each segment says how many clients transfer now (libferry shares the cores by it)", "[upload][share]") {
+TEST_CASE("each segment says how many threads its client may stage with (ferryd shares the cores)", "[upload][share]") {
   Daemon d;
   ferry_client *a = nullptr, *b = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &a) == 0);
@@ -650,12 +650,14 @@ TEST_CASE("each segment says how many clients transfer now (libferry shares the 
   REQUIRE(ferry_get_timeline(a, &tl) == 0);
   const auto* seg = static_cast<const ferry::proto::Segment*>(tl.segment);
   auto becomes = [&](uint32_t n, const std::function<void()>& meanwhile = {}) {
-    for (int i = 0; i < 400 && seg->clients.load() != n; ++i) {
+    for (int i = 0; i < 400 && seg->staging_threads.load() != n; ++i) {
       if (meanwhile) meanwhile();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    return seg->clients.load() == n;
+    return seg->staging_threads.load() == n;
   };
+  // Two clients of one user transferring share a quarter of the cores.
+  const uint32_t two = std::max(1u, std::thread::hardware_concurrency() / 8);
   ferry_buffer ba{}, bb{};
   REQUIRE(ferry_buffer_alloc(a, 4096, &ba) == 0);
   REQUIRE(ferry_buffer_alloc(b, 4096, &bb) == 0);
@@ -665,18 +667,18 @@ TEST_CASE("each segment says how many clients transfer now (libferry shares the 
     REQUIRE(ferry_upload(c, buf, 0, &byte, 1, &t) == 0);
     REQUIRE(ferry_wait(c, t, -1) == 0);
   };
-  // Connected but idle clients do not count; at least 1 is shown.
-  CHECK(becomes(1));
+  // Connected but idle clients do not count: alone, a client has its whole pool (0).
+  CHECK(becomes(0));
   touch(a, ba);
-  CHECK(becomes(1));
+  CHECK(becomes(0));
   touch(b, bb);
-  CHECK(becomes(2));
-  // b falls idle (within a second) while a goes on: a has the cores again.
-  CHECK(becomes(1, [&] { touch(a, ba); }));
+  CHECK(becomes(two));
+  // b falls idle (within a second) while a goes on: a has its pool again.
+  CHECK(becomes(0, [&] { touch(a, ba); }));
   touch(b, bb);
-  CHECK(becomes(2));
+  CHECK(becomes(two));
   ferry_disconnect(b);
-  CHECK(becomes(1));
+  CHECK(becomes(0));
   // A large upload still stages and lands whole with the pool shared out.
   ferry_buffer buf{};
   const uint64_t n = 8u << 20;

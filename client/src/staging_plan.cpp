@@ -45,9 +45,8 @@ StagingPlan plan_staging(const StagingInput& in, const StagingTuning& t) {
   return p;
 }
 
-uint64_t thread_share(uint64_t pool, uint32_t active_clients, uint64_t cores) {
-  if (active_clients <= 1) return pool;
-  return std::clamp<uint64_t>(cores / (4 * uint64_t{active_clients}), 1, pool);
+uint64_t thread_share(uint64_t pool, uint32_t published) {
+  return published == 0 ? pool : std::clamp<uint64_t>(published, 1, pool);
 }
 
 const StagingTuning& tuning() {

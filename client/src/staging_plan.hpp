@@ -49,10 +49,10 @@ StagingPlan plan_staging(const StagingInput& in, const StagingTuning& t = {});
 // there: a client's staging threads are started only when first wanted.
 bool wants_threads(const StagingInput& in, const StagingTuning& t = {});
 
-// Threads one client stages a large upload with: its whole pool while it is
-// the only client of ferryd moving data, else a quarter of the host's cores
-// per such client (ferryd counts them: proto::Segment::clients), at least 1.
-uint64_t thread_share(uint64_t pool, uint32_t active_clients, uint64_t cores);
+// Threads one client stages a large upload with: what ferryd published for
+// it (proto::Segment::staging_threads), at most its pool; its whole pool
+// while ferryd publishes 0 (it is the only client moving data).
+uint64_t thread_share(uint64_t pool, uint32_t published);
 
 // The shipped tuning, or (built with FERRY_TUNING_ENV) the environment's
 // FERRY_MIN_PIECE, FERRY_MIN_PIECES, FERRY_PARALLEL_FROM, FERRY_FIRST_PIECE.

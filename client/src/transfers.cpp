@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Uploads and downloads through the client's slots.
 #include <algorithm>
-#include <thread>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -19,8 +18,7 @@ namespace {
 
 // Threads that stage one large upload, this one included (thread_share).
 uint64_t staging_threads(ferry_client* c) {
-  static const uint64_t cores = std::thread::hardware_concurrency();  // a system call: once
-  return thread_share(c->stager.workers() + 1, c->seg->clients.load(std::memory_order_relaxed), cores);
+  return thread_share(c->stager.workers() + 1, c->seg->staging_threads.load(std::memory_order_relaxed));
 }
 
 // One transfer of ticket t, as the daemon takes it: an entry in the

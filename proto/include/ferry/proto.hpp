@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// ferry wire protocol, version 3 (one data plane): every message between
+// ferry wire protocol, version 4 (one data plane): every message between
 // libferry and ferryd, and the layout of a client's staging segment. This
 // file is the single source of truth; both sides include it.
 //
@@ -45,7 +45,7 @@
 namespace ferry::proto {
 
 inline constexpr uint32_t kMagic = 0x59524546;  // "FERY"
-inline constexpr uint16_t kVersion = 3;  // 3: transfers and outcomes only in the segment
+inline constexpr uint16_t kVersion = 4;  // 3: transfers and outcomes only in the segment; 4: staging_threads
 
 // Feature bits, announced in Hello (wanted) and Welcome (granted).
 enum Feature : uint64_t {
@@ -472,12 +472,14 @@ struct alignas(64) Segment {
   // the ring once more; the client stores its entry, then looks here (both
   // with seq_cst fences): one of them sees the other.
   alignas(64) std::atomic<uint32_t> doorbell;
-  // Clients of this daemon that transfer now (connected, and a transfer
-  // within the last 0.5-1 s), at least 1; stored by the daemon when the
-  // number changes: libferry shares the host's cores among them when it
-  // stages with several threads (a hint; a client that lies only slows
-  // itself).
-  std::atomic<uint32_t> clients;
+  // The threads this client may stage one upload with, its caller's
+  // included, decided by ferryd for all its clients at once (0: the client
+  // is the only one transferring, and uses its whole pool). A quarter of the
+  // host's cores is shared out by user first, then among one user's clients
+  // that transfer now (a transfer within the last 0.5-1 s), at least 1 each:
+  // no user's connections shrink another user's share. Stored when those
+  // numbers change; a hint (a client that ignores it competes for the cores).
+  std::atomic<uint32_t> staging_threads;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(offsetof(Segment, completed) == 64);
@@ -489,7 +491,7 @@ static_assert(offsetof(Segment, wake) == 384);
 static_assert(offsetof(Segment, sleepers) == 388);
 static_assert(offsetof(Segment, wake_at) == 392);
 static_assert(offsetof(Segment, doorbell) == 448);
-static_assert(offsetof(Segment, clients) == 452);
+static_assert(offsetof(Segment, staging_threads) == 452);
 static_assert(sizeof(Segment) == 512);
 inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // the ring starts on the next page
 
