@@ -23,6 +23,12 @@ namespace {
 using namespace ze;
 
 class LevelZero final : public Backend {
+  static constexpr uint32_t kPoolEvents = 256;  // the events copies signal, in pools made as needed
+  struct OwnPool {
+    ze_event_pool_handle_t pool = nullptr;
+    std::vector<ze_event_handle_t> events;
+  };
+
  public:
   ~LevelZero() override {
     // Copies may still be queued (a stop past --drain): they signal our
@@ -33,9 +39,7 @@ class LevelZero final : public Backend {
           ze_.zeEventHostSynchronize(ev, UINT64_MAX);
       }
     }
-    for (auto* e : all_events_) ze_.zeEventDestroy(e);
-    for (auto* p : pools_)
-      if (ze_.zeEventPoolDestroy(p) != ZE_RESULT_SUCCESS) FERRY_LOG(error, "the driver refused to destroy an event pool");
+    for (auto& p : own_) destroy(p);
     if (list_ != nullptr) ze_.zeCommandListDestroy(list_);
     if (ctx_ != nullptr) ze_.zeContextDestroy(ctx_);
     // The loader stays loaded: unloading it while driver threads may still
@@ -206,11 +210,9 @@ class LevelZero final : public Backend {
         [](ze_result_t r) { return r != ZE_RESULT_NOT_READY; }, to_errno,
         [&](ze_event_handle_t e) {
           ze_.zeEventHostReset(e);
-          std::lock_guard lock(mu_);
-          free_events_.push_back(e);
+          give_event(e);
         });
   }
-
 
  private:
   bool setup(std::string& why) {
@@ -330,30 +332,40 @@ class LevelZero final : public Backend {
       }
     }
     // Grow by a pool of kPoolEvents host-visible events.
-    constexpr uint32_t kPoolEvents = 256;
     ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr, ZE_EVENT_POOL_FLAG_HOST_VISIBLE, kPoolEvents};
-    ze_event_pool_handle_t pool = nullptr;
-    if (ze_.zeEventPoolCreate(ctx_, &pd, 1, &device_, &pool) != ZE_RESULT_SUCCESS) return nullptr;
-    pools_.push_back(pool);
-    std::vector<ze_event_handle_t> made;
+    OwnPool made;
+    if (ze_.zeEventPoolCreate(ctx_, &pd, 1, &device_, &made.pool) != ZE_RESULT_SUCCESS) return nullptr;
     for (uint32_t i = 0; i < kPoolEvents; ++i) {
       ze_event_desc_t ed{ZE_STRUCTURE_TYPE_EVENT_DESC, nullptr, i, 0, ZE_EVENT_SCOPE_FLAG_HOST};
       ze_event_handle_t e = nullptr;
-      if (ze_.zeEventCreate(pool, &ed, &e) == ZE_RESULT_SUCCESS) made.push_back(e);
+      if (ze_.zeEventCreate(made.pool, &ed, &e) == ZE_RESULT_SUCCESS) made.events.push_back(e);
     }
-    if (made.empty()) return nullptr;
-    ze_event_handle_t first = made.back();
-    made.pop_back();
+    if (made.events.empty()) return destroy(made), nullptr;
     std::lock_guard lock(mu_);
-    all_events_.insert(all_events_.end(), made.begin(), made.end());
-    all_events_.push_back(first);
-    free_events_.insert(free_events_.end(), made.begin(), made.end());
+    free_events_.insert(free_events_.end(), made.events.begin(), made.events.end() - 1);
+    ze_event_handle_t first = made.events.back();
+    own_events_ += made.events.size();
+    own_.push_back(std::move(made));
     return first;
   }
 
+  // An event back (its copy retired, or never queued). Once all are back, the
+  // pools past the first go: a burst does not keep its events for good.
   void give_event(ze_event_handle_t e) {
     std::lock_guard lock(mu_);
     free_events_.push_back(e);
+    if (own_.size() > 1 && free_events_.size() == own_events_) {
+      for (size_t i = 1; i < own_.size(); ++i) destroy(own_[i]);
+      own_.resize(1);
+      free_events_ = own_[0].events;
+      own_events_ = free_events_.size();
+    }
+  }
+
+  void destroy(OwnPool& p) {
+    for (auto* e : p.events) ze_.zeEventDestroy(e);
+    if (p.pool != nullptr && ze_.zeEventPoolDestroy(p.pool) != ZE_RESULT_SUCCESS)
+      FERRY_LOG(error, "the driver refused to destroy an event pool");
   }
 
   Ze ze_;
@@ -371,8 +383,8 @@ class LevelZero final : public Backend {
   std::mutex mu_;  // events and client pools
   InFlight<ze_event_handle_t> inflight_;
   std::vector<ze_event_handle_t> free_events_;
-  std::vector<ze_event_handle_t> all_events_;
-  std::vector<ze_event_pool_handle_t> pools_;
+  std::vector<OwnPool> own_;
+  size_t own_events_ = 0;  // events in own_
   std::map<uint64_t, ClientPool> client_pools_;
   uint64_t next_pool_ = 0;
 };

@@ -9,9 +9,11 @@
 #include <fcntl.h>
 #include <spawn.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "daemon_fixture.hpp"
 #include "ze_app.hpp"
@@ -675,4 +677,41 @@ TEST_CASE("what a client held goes back at free and at disconnect: the daemon's 
   CHECK(eventually([&] { return sockets() == 1 && counts() == before; }));
   for (auto* p : pools) zeEventPoolDestroy(p);
   for (void* m : theirs) zeMemFree(k.ctx, m);
+}
+
+TEST_CASE("a burst of copies grows the daemon's event pools, which shrink back once it is over", "[sharing][limits][simonly]") {
+  // A slow simulated link keeps copies in flight: 6 clients with 64 tickets
+  // each queue more copies than one pool of the daemon's events holds (256).
+  Daemon d({"--segment-pool", "0"}, {{"FERRY_SIM_LATENCY_US", "2000"}});
+  REQUIRE(d.holds_nothing());
+  std::vector<ferry_client*> cs(6, nullptr);
+  std::vector<ferry_buffer> bufs(cs.size());
+  for (size_t i = 0; i < cs.size(); ++i) {
+    REQUIRE(ferry_connect(d.socket.c_str(), &cs[i]) == 0);
+    REQUIRE(ferry_buffer_alloc(cs[i], 1 << 16, &bufs[i]) == 0);
+  }
+  // Every copy once, so the first pool exists and the count below is idle's.
+  for (size_t i = 0; i < cs.size(); ++i) {
+    ferry_ticket t = 0;
+    const uint8_t byte = 1;
+    REQUIRE(ferry_upload(cs[i], bufs[i], 0, &byte, 1, &t) == 0);
+    REQUIRE(ferry_wait(cs[i], t, -1) == 0);
+  }
+  const size_t idle = fd_count(d.pid);
+  std::vector<uint8_t> src(4096, 7);
+  std::vector<std::thread> burst;
+  std::atomic<int> failed{0};  // (Catch's assertions are for this thread only)
+  for (size_t i = 0; i < cs.size(); ++i)
+    burst.emplace_back([&, i] {
+      ferry_ticket t = 0;
+      for (int k = 0; k < 64; ++k) failed += ferry_upload(cs[i], bufs[i], 0, src.data(), src.size(), &t) != 0;
+      failed += ferry_wait(cs[i], t, -1) != 0;
+    });
+  // The burst made a second pool (one descriptor more in the simulation)...
+  CHECK(eventually([&] { return fd_count(d.pid) > idle; }, std::chrono::seconds(10)));
+  for (auto& t : burst) t.join();
+  CHECK(failed == 0);
+  // ...which goes once no copy is in flight (before: it stayed for good).
+  CHECK(eventually([&] { return fd_count(d.pid) == idle; }));
+  for (auto* c : cs) ferry_disconnect(c);
 }
