@@ -44,6 +44,8 @@ class ProgressSink {
   virtual void end(int code, const char* why) = 0;
 };
 
+using ClientRef = std::shared_ptr<ClientState>;
+
 // One transfer as ferryd took it from the ring: every word copied out of
 // shared memory once (proto::SubmitEntry), and only this copy used.
 struct Entry {
@@ -221,7 +223,8 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
  private:
   // The engine's own marks on this client, written by it alone (io thread).
   friend class TransferEngine;
-  bool holder_ = false;      // in the engine's list of clients with held transfers
+  friend class Holds;
+  bool holder_ = false;      // in Holds' list of clients with held transfers
   bool lone_write_ = false;  // a timeline write without a copy is queued on the device (one at a time)
   bool ring_waits_ = false;  // the ring's next entry waits for a large transfer to retire
   bool draining_ = false;    // drain_ring is on the stack (a settle inside it drains no further)

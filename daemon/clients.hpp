@@ -27,8 +27,6 @@
 
 namespace ferry::ferryd {
 
-using ClientRef = std::shared_ptr<ClientState>;
-
 class Clients {
  public:
   // `resources` may still be under construction: it is used only from the

@@ -26,7 +26,6 @@ TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Back
     : io_(io),
       backend_(std::move(backend)),
       device_writes_(backend_->info().device_writes),
-      hold_timer_(io),
       retirer_([this] { retire_loop(); }) {}
 
 TransferEngine::~TransferEngine() { stop(); }
@@ -38,7 +37,7 @@ void TransferEngine::stop() {
     retire_wanted_ = true;
   }
   retire_cv_.notify_one();
-  hold_timer_.cancel();
+  holds_.stop();
   clients_.stop();
   retirer_.join();
   if (!records_.empty()) {
@@ -70,13 +69,7 @@ const char* TransferEngine::transfer(const ClientRef& c, const Entry& e) {
   // Behind an earlier hold, or before its own values: kept here, on the
   // host, never as a wait in the device's queue that every client shares.
   if (!c->held().empty() || !c->hold_over(h)) {
-    if (!c->holder_) {
-      c->holder_ = true;
-      holders_.push_back(c);  // kept until its holds are gone, connected or not
-    }
-    holds_since_ = std::chrono::steady_clock::now();  // a hold came
-    c->hold(h);
-    if (asleep_) arm_holds();  // awake, the poller looks on every round
+    holds_.add(c, h);
     return nullptr;
   }
   issue(c, e);

@@ -3,12 +3,12 @@
 // (through the Backend seam). Its parts, each with its contract at its top:
 //   clients.hpp      Clients: the clients and their segments (made, counted
 //                    active or idle, given back at their end)
+//   holds.hpp        Holds: transfers waiting for a value (after, fenced)
 //   resources.hpp    Resources: what clients hold besides their segment
 //                    (device memory, event pools, grants), each user's bounds
 //   this header      the transfers and the copies in flight, by file:
 //     engine_ring.cpp   ring intake: a client's entries, copied out once and
 //                       checked, in ticket order; the poller's sleep/wake
-//     engine_holds.cpp  holds: transfers waiting for a value (after, fenced)
 //     engine.cpp        submission and retirement: a checked transfer to the
 //                       device, its outcome back into the client's segment
 // ClientState keeps what one client holds; the engine alone writes its
@@ -47,6 +47,7 @@
 #include "buffer.hpp"
 #include "client_state.hpp"
 #include "clients.hpp"
+#include "holds.hpp"
 #include "ferry/proto.hpp"
 #include "log.hpp"
 #include "resources.hpp"
@@ -73,9 +74,6 @@ class TransferEngine {
   // The clients and their segments (clients.hpp).
   Clients& clients() { return clients_; }
   const Clients& clients() const { return clients_; }
-  // A hold is usually answered within the kernels its application queued:
-  // for this long after one came or moved the poller does not sleep.
-  static constexpr auto kHoldAwake = std::chrono::milliseconds(1);
 
   // ---- transfers (engine.cpp)
   // Checks and queues one ring entry of a client (held while its values
@@ -119,14 +117,12 @@ class TransferEngine {
   size_t poll();
   // Whether the last wake-up of a sleeping poller only looked at holds and
   // released none (the poller then goes back to sleep at once); clears it.
-  bool take_idle_wake() { return std::exchange(idle_wake_, false); }
-  // A hold came or moved within kHoldAwake: the value it waits for is likely near.
-  bool hold_near() const {
-    return !holders_.empty() && std::chrono::steady_clock::now() - holds_since_ < kHoldAwake;
-  }
+  bool take_idle_wake() { return holds_.take_idle_wake(); }
+  // A hold came or moved within Holds::kAwake: the value it waits for is likely near.
+  bool hold_near() const { return holds_.near(); }
   // The poller goes to sleep: every ring asks for a Doorbell, the rings are
   // looked at once more (false, and still awake, if that found work, or a
-  // hold came or moved within kHoldAwake), and the retire thread waits on
+  // hold came or moved within Holds::kAwake), and the retire thread waits on
   // the device meanwhile.
   bool sleep_begin();
   // The poller woke up: no more Doorbells, the retire thread parks.
@@ -163,10 +159,6 @@ class TransferEngine {
   // The device write of the client's new frontier, if it moved and the
   // device writes timelines; nullptr otherwise.
   bool timeline_write(ClientState& c, DeviceWrites* w);
-  // Releases held transfers whose value came; how many.
-  size_t poll_holds();
-  // While the poller sleeps: a look at the holds after a while (kHoldPollMin..Max).
-  void arm_holds();
   void retire(const std::vector<Done>& batch);
   void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
   // Finished copies, without waiting: those the retire thread handed over and
@@ -184,11 +176,10 @@ class TransferEngine {
   uint64_t next_cookie_ = 1;
   bool device_lost_ = false;
   bool device_writes_ = false;  // the backend writes timelines; off after a device failure
-  std::vector<ClientRef> holders_;  // clients with held transfers: they live while any is held
-  boost::asio::steady_timer hold_timer_;
-  bool hold_timer_armed_ = false;
-  std::chrono::steady_clock::time_point holds_since_;  // a hold last came or moved
-  bool idle_wake_ = false;
+  Holds holds_{io_, asleep_, [this](const ClientRef& c, const Entry& e) { issue(c, e); },
+               [](ClientRef owner, uint32_t fence, uint64_t value) {
+                 write_fence(FenceWrite{std::move(owner), fence, value}, true);
+               }};
   std::atomic<bool> stop_{false};
   std::vector<ClientRef> rings_;  // connected clients with a submission ring
   bool asleep_ = true;            // the poller sleeps (or never polls): rings want Doorbells

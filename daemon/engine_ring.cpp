@@ -96,7 +96,7 @@ size_t TransferEngine::poll() {
     n += drain_ring(rings_[i]);
     ++i;
   }
-  if (!holders_.empty()) n += poll_holds();
+  if (!holds_.empty()) n += holds_.poll();
   return n + reap_now();
 }
 
@@ -125,7 +125,7 @@ bool TransferEngine::sleep_begin() {
   // A hold that came or moved lately is likely answered soon (the
   // application's queue is running the kernels it waits for): the poller
   // stays awake for it rather than leaving it to a timer and a wake-up.
-  if (hold_near()) return false;
+  if (holds_.near()) return false;
   asleep_ = true;
   for (const ClientRef& c : rings_) c->segment().header()->doorbell.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -140,8 +140,8 @@ bool TransferEngine::sleep_begin() {
   }
   retire_cv_.notify_one();
   // Held transfers are looked at by a timer while the poller sleeps.
-  idle_wake_ = false;
-  arm_holds();
+  holds_.clear_idle_wake();
+  holds_.arm();
   ++stats_.poller_sleeps;
   return true;
 }

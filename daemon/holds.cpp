@@ -1,12 +1,9 @@
 // SPDX-License-Identifier: MIT
-// Held transfers (upload_after, upload_fenced): released when their value
-// comes, looked at by the poller on every round while it is awake and by a
-// backing-off timer while it sleeps. io thread only.
-#include <algorithm>
-#include <cerrno>
-#include <chrono>
+// Held transfers (holds.hpp).
+#include "holds.hpp"
 
-#include "engine.hpp"
+#include <algorithm>
+#include <chrono>
 
 namespace ferry::ferryd {
 
@@ -21,21 +18,31 @@ constexpr auto kHoldPollMin = std::chrono::microseconds(20);
 constexpr auto kHoldPollMax = std::chrono::milliseconds(8);
 }  // namespace
 
-void TransferEngine::arm_holds() {
-  if (hold_timer_armed_ || holders_.empty()) return;
-  hold_timer_armed_ = true;
-  const auto age = std::chrono::steady_clock::now() - holds_since_;
-  hold_timer_.expires_after(std::clamp<std::chrono::steady_clock::duration>(age / 16, kHoldPollMin, kHoldPollMax));
-  hold_timer_.async_wait([this](const boost::system::error_code& ec) {
-    hold_timer_armed_ = false;
+void Holds::add(const ClientRef& c, const ClientState::Held& h) {
+  if (!c->holder_) {
+    c->holder_ = true;
+    holders_.push_back(c);  // kept until its holds are gone, connected or not
+  }
+  since_ = std::chrono::steady_clock::now();  // a hold came
+  c->hold(h);
+  if (asleep_) arm();  // awake, the poller looks on every round
+}
+
+void Holds::arm() {
+  if (timer_armed_ || holders_.empty()) return;
+  timer_armed_ = true;
+  const auto age = std::chrono::steady_clock::now() - since_;
+  timer_.expires_after(std::clamp<std::chrono::steady_clock::duration>(age / 16, kHoldPollMin, kHoldPollMax));
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    timer_armed_ = false;
     if (ec) return;
     // Nothing released: the poller may go back to sleep at once.
-    if (poll_holds() == 0) idle_wake_ = true;
-    if (asleep_) arm_holds();
+    if (poll() == 0) idle_wake_ = true;
+    if (asleep_) arm();
   });
 }
 
-size_t TransferEngine::poll_holds() {
+size_t Holds::poll() {
   size_t released = 0;
   for (size_t i = 0; i < holders_.size();) {
     // A copy, not a reference: issuing may settle tickets, drain the ring
@@ -54,7 +61,7 @@ size_t TransferEngine::poll_holds() {
         if (h.e.fenced() && h.e.event != 0) {
           int err = 0;
           if (BufferRef b = c->find(h.e.buffer, proto::kRightUpload, &err); b && b->fence != 0)
-            if (ClientRef owner = b->owner.lock()) write_fence(FenceWrite{std::move(owner), b->fence, h.e.event}, true);
+            if (ClientRef owner = b->owner.lock()) fail_fence_(std::move(owner), b->fence, h.e.event);
         }
         held.pop_front();
         ++released;
@@ -65,10 +72,10 @@ size_t TransferEngine::poll_holds() {
       if (c->large(h.e.length) && !c->large_room()) break;
       const Entry go = h.e;
       held.pop_front();
-      issue(c, go);
+      issue_(c, go);
       ++released;
     }
-    if (released != 0) holds_since_ = std::chrono::steady_clock::now();
+    if (released != 0) since_ = std::chrono::steady_clock::now();
     if (held.empty()) {
       c->holder_ = false;
       holders_[i] = std::move(holders_.back());  // no hold keeps it any more
