@@ -121,6 +121,10 @@ class Backend {
   // Whether the device is gone for good (after a failed copy, say). A lost
   // device takes no more work.
   virtual bool lost() = 0;
+
+  // io thread, as the poller goes to sleep: what a burst of copies made and
+  // no copy has used for a while (ferryd's own event pools) may go.
+  virtual void trim() {}
 };
 
 // Each returns nullptr with `why` set when the backend cannot run here.

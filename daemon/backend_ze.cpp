@@ -14,6 +14,7 @@
 
 #include "backend.hpp"
 #include "ze_api.hpp"
+#include "ze_events.hpp"
 #include "inflight.hpp"
 #include "log.hpp"
 
@@ -23,23 +24,17 @@ namespace {
 using namespace ze;
 
 class LevelZero final : public Backend {
-  static constexpr uint32_t kPoolEvents = 256;  // the events copies signal, in pools made as needed
-  struct OwnPool {
-    ze_event_pool_handle_t pool = nullptr;
-    std::vector<ze_event_handle_t> events;
-  };
-
  public:
   ~LevelZero() override {
     // Copies may still be queued (a stop past --drain): they signal our
     // events, so the queue finishes before the events go.
     if (list_ != nullptr) {
-      if (ze_event_handle_t ev = take_event(); ev != nullptr) {
+      if (ze_event_handle_t ev = events_.take(); ev != nullptr) {
         if (ze_.zeCommandListAppendBarrier(list_, ev, 0, nullptr) == ZE_RESULT_SUCCESS)
           ze_.zeEventHostSynchronize(ev, UINT64_MAX);
       }
     }
-    for (auto& p : own_) destroy(p);
+    events_.clear();
     if (list_ != nullptr) ze_.zeCommandListDestroy(list_);
     if (ctx_ != nullptr) ze_.zeContextDestroy(ctx_);
     // The loader stays loaded: unloading it while driver threads may still
@@ -123,7 +118,7 @@ class LevelZero final : public Backend {
       if (client_event == nullptr) return -EINVAL;
     }
     if (n != 0 && write_ == nullptr) return -ENOTSUP;
-    ze_event_handle_t ev = take_event();
+    ze_event_handle_t ev = events_.take();
     if (ev == nullptr) return -ENOMEM;
     ze_result_t r = ZE_RESULT_SUCCESS;
     if (client_event == nullptr && n == 0) {
@@ -141,7 +136,7 @@ class LevelZero final : public Backend {
       if (r == ZE_RESULT_SUCCESS) r = ze_.zeCommandListAppendBarrier(list_, ev, 0, nullptr);
     }
     if (r != ZE_RESULT_SUCCESS) {
-      give_event(ev);
+      events_.give(ev);
       return to_errno(r);
     }
     inflight_.push(ev, cookie);
@@ -201,6 +196,8 @@ class LevelZero final : public Backend {
     client_pools_.erase(it);
   }
 
+  void trim() override { events_.trim(); }
+
   bool lost() override { return ze_.zeDeviceGetStatus(device_) == ZE_RESULT_ERROR_DEVICE_LOST; }
 
   size_t reap(std::vector<Done>& out, int64_t timeout_ns) override {
@@ -210,7 +207,7 @@ class LevelZero final : public Backend {
         [](ze_result_t r) { return r != ZE_RESULT_NOT_READY; }, to_errno,
         [&](ze_event_handle_t e) {
           ze_.zeEventHostReset(e);
-          give_event(e);
+          events_.give(e);
         });
   }
 
@@ -251,6 +248,7 @@ class LevelZero final : public Backend {
       why = "Level Zero: zeContextCreate failed";
       return false;
     }
+    events_.open(ctx_, device_);
     // Prefer a copy-only queue group: uploads then never queue behind kernels
     // of other users of the device.
     uint32_t ngroups = 0;
@@ -322,52 +320,6 @@ class LevelZero final : public Backend {
     return e;
   }
 
-  ze_event_handle_t take_event() {
-    {
-      std::lock_guard lock(mu_);
-      if (!free_events_.empty()) {
-        ze_event_handle_t e = free_events_.back();
-        free_events_.pop_back();
-        return e;
-      }
-    }
-    // Grow by a pool of kPoolEvents host-visible events.
-    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr, ZE_EVENT_POOL_FLAG_HOST_VISIBLE, kPoolEvents};
-    OwnPool made;
-    if (ze_.zeEventPoolCreate(ctx_, &pd, 1, &device_, &made.pool) != ZE_RESULT_SUCCESS) return nullptr;
-    for (uint32_t i = 0; i < kPoolEvents; ++i) {
-      ze_event_desc_t ed{ZE_STRUCTURE_TYPE_EVENT_DESC, nullptr, i, 0, ZE_EVENT_SCOPE_FLAG_HOST};
-      ze_event_handle_t e = nullptr;
-      if (ze_.zeEventCreate(made.pool, &ed, &e) == ZE_RESULT_SUCCESS) made.events.push_back(e);
-    }
-    if (made.events.empty()) return destroy(made), nullptr;
-    std::lock_guard lock(mu_);
-    free_events_.insert(free_events_.end(), made.events.begin(), made.events.end() - 1);
-    ze_event_handle_t first = made.events.back();
-    own_events_ += made.events.size();
-    own_.push_back(std::move(made));
-    return first;
-  }
-
-  // An event back (its copy retired, or never queued). Once all are back, the
-  // pools past the first go: a burst does not keep its events for good.
-  void give_event(ze_event_handle_t e) {
-    std::lock_guard lock(mu_);
-    free_events_.push_back(e);
-    if (own_.size() > 1 && free_events_.size() == own_events_) {
-      for (size_t i = 1; i < own_.size(); ++i) destroy(own_[i]);
-      own_.resize(1);
-      free_events_ = own_[0].events;
-      own_events_ = free_events_.size();
-    }
-  }
-
-  void destroy(OwnPool& p) {
-    for (auto* e : p.events) ze_.zeEventDestroy(e);
-    if (p.pool != nullptr && ze_.zeEventPoolDestroy(p.pool) != ZE_RESULT_SUCCESS)
-      FERRY_LOG(error, "the driver refused to destroy an event pool");
-  }
-
   Ze ze_;
   DeviceInfo info_;
   ze_driver_handle_t driver_ = nullptr;
@@ -380,11 +332,9 @@ class LevelZero final : public Backend {
   import_fn import_ = nullptr;
   release_fn release_ = nullptr;
 
-  std::mutex mu_;  // events and client pools
+  std::mutex mu_;  // client pools
   InFlight<ze_event_handle_t> inflight_;
-  std::vector<ze_event_handle_t> free_events_;
-  std::vector<OwnPool> own_;
-  size_t own_events_ = 0;  // events in own_
+  OwnEvents events_{ze_};
   std::map<uint64_t, ClientPool> client_pools_;
   uint64_t next_pool_ = 0;
 };

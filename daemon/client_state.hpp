@@ -221,7 +221,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   std::weak_ptr<ProgressSink> sink;
 
  private:
-  // The engine's own marks on this client, written by it alone (io thread).
+  // The engine's own marks on this client, written by it and its Holds alone (io thread).
   friend class TransferEngine;
   friend class Holds;
   bool holder_ = false;      // in Holds' list of clients with held transfers

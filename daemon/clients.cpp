@@ -125,8 +125,9 @@ void Clients::publish() {
     const bool counted = c->active();
     const uint32_t users = static_cast<uint32_t>(of_user.size()) + (mine == of_user.end());
     const uint32_t of = (mine == of_user.end() ? 0 : mine->second) + !counted;
-    c->segment().header()->staging_threads.store(staging_share(cores, active + !counted, users, of),
-                                                 std::memory_order_relaxed);
+    auto& word = c->segment().header()->staging_threads;  // its line holds the doorbell too: stored only if new
+    if (const uint32_t v = staging_share(cores, active + !counted, users, of); word.load(std::memory_order_relaxed) != v)
+      word.store(v, std::memory_order_relaxed);
   }
   if (active != 0 && !idle_timer_armed_) arm_idle_check();
 }

@@ -6,8 +6,9 @@
 // Contract: everything runs on the io thread; the pool's thread hands a
 // segment made on order over by a post. A client's resources go back when
 // its last reference goes (its session's, or a copy in flight's): its grants
-// and event pools (Resources), its segment (back to the pool, or
-// unregistered from the device), its slot waits (into the departed ones).
+// and event pools (Resources), its segment (handed to the pool's thread,
+// which unregisters and unmaps it, or that done here), its slot waits (into
+// the departed ones).
 #pragma once
 
 #include <boost/asio/io_context.hpp>

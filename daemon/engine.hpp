@@ -11,8 +11,8 @@
 //                       checked, in ticket order; the poller's sleep/wake
 //     engine.cpp        submission and retirement: a checked transfer to the
 //                       device, its outcome back into the client's segment
-// ClientState keeps what one client holds; the engine alone writes its
-// engine marks (ClientState's friend), everyone else goes through verbs.
+// ClientState keeps what one client holds; the engine and its Holds alone
+// write their marks (ClientState's friends), everyone else goes through verbs.
 //
 // Threads and locks, all of them: everything here runs on the io_context's
 // thread, except the retire thread (which waits on the device only while the
@@ -176,13 +176,13 @@ class TransferEngine {
   uint64_t next_cookie_ = 1;
   bool device_lost_ = false;
   bool device_writes_ = false;  // the backend writes timelines; off after a device failure
+  bool asleep_ = true;  // the poller sleeps (or never polls): rings want Doorbells; before holds_, which reads it
   Holds holds_{io_, asleep_, [this](const ClientRef& c, const Entry& e) { issue(c, e); },
                [](ClientRef owner, uint32_t fence, uint64_t value) {
                  write_fence(FenceWrite{std::move(owner), fence, value}, true);
                }};
   std::atomic<bool> stop_{false};
   std::vector<ClientRef> rings_;  // connected clients with a submission ring
-  bool asleep_ = true;            // the poller sleeps (or never polls): rings want Doorbells
   std::vector<Done> reaped_;      // reap_now's batch, kept for its capacity
   // The three locks: see the top of this file.
   std::mutex reap_mu_;

@@ -142,6 +142,7 @@ bool TransferEngine::sleep_begin() {
   // Held transfers are looked at by a timer while the poller sleeps.
   holds_.clear_idle_wake();
   holds_.arm();
+  backend_->trim();  // what a burst made and nothing used for a while
   ++stats_.poller_sleeps;
   return true;
 }

@@ -7,9 +7,10 @@
 // until its last hold goes, connected or not; its holds leave in ticket
 // order, each handed to `issue` once its value came (and, for a large one,
 // once a slot's worth is free). A client that left drops holds waiting on
-// its own application's value (that value never comes) and has the fence
-// they would have published into marked failed (`fail_fence`), so the
-// owner's queue goes on. The poller looks on every round while awake; while
+// its own application's value (that value never comes; their tickets are
+// never settled, as no one waits for them) and has the fence they would
+// have published into marked failed (`fail_fence`), so the owner's queue
+// goes on. The poller looks on every round while awake; while
 // it sleeps, a timer looks, backing off from 20 µs to 8 ms.
 #pragma once
 

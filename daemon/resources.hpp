@@ -81,7 +81,7 @@ class Resources {
 
   Backend& backend_;
   const std::map<uint64_t, ClientState*>& clients_;
-  Holdings holdings_;  // before grants_: the buffers a grant keeps count here as they go
+  Holdings holdings_;  // before grants_: counted in as buffers go, whatever goes last
   GrantRegistry grants_;
   Limits limits_;
   std::string refusal_;

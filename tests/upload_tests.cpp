@@ -658,19 +658,25 @@ TEST_CASE("each segment says how many threads its client may stage with (ferryd 
   };
   // Two clients of one user transferring share a quarter of the cores.
   const uint32_t two = std::max(1u, std::thread::hardware_concurrency() / 8);
+  // A client counts once it moves large pieces (a quarter slot and up); a
+  // 1-byte upload does not make it count (it stages with no threads).
+  const uint64_t piece = 1 << 20;  // a slot (ferryd's default): its pieces are large
   ferry_buffer ba{}, bb{};
-  REQUIRE(ferry_buffer_alloc(a, 4096, &ba) == 0);
-  REQUIRE(ferry_buffer_alloc(b, 4096, &bb) == 0);
-  const uint8_t byte = 1;
-  auto touch = [&](ferry_client* c, ferry_buffer buf) {
+  REQUIRE(ferry_buffer_alloc(a, piece, &ba) == 0);
+  REQUIRE(ferry_buffer_alloc(b, piece, &bb) == 0);
+  const std::vector<uint8_t> bytes(piece, 1);
+  auto upload = [&](ferry_client* c, ferry_buffer buf, uint64_t n) {
     ferry_ticket t = 0;
-    REQUIRE(ferry_upload(c, buf, 0, &byte, 1, &t) == 0);
+    REQUIRE(ferry_upload(c, buf, 0, bytes.data(), n, &t) == 0);
     REQUIRE(ferry_wait(c, t, -1) == 0);
   };
+  auto touch = [&](ferry_client* c, ferry_buffer buf) { upload(c, buf, piece); };
   // Connected but idle clients do not count: alone, a client has its whole pool (0).
   CHECK(becomes(0));
   touch(a, ba);
   CHECK(becomes(0));
+  for (int i = 0; i < 20; ++i) upload(b, bb, 1);
+  CHECK(seg->staging_threads.load() == 0);  // stored before those copies were issued, had b counted
   touch(b, bb);
   CHECK(becomes(two));
   // b falls idle (within a second) while a goes on: a has its pool again.

@@ -47,7 +47,7 @@ Decoded decode(const void* data, size_t bytes) {
     d.why = why;
     return d;
   };
-  if (want == 0) return bad("not a message type of protocol 3 (transfers go through the submission ring)");
+  if (want == 0) return bad("not a message type of this protocol (transfers go through the submission ring)");
   if (d.type == Type::status_reply) {
     if (h.size < want || h.size > want + kMaxStatusJson) return bad("status reply of impossible size");
   } else if (h.size != want) {

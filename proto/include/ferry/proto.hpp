@@ -476,7 +476,8 @@ struct alignas(64) Segment {
   // included, decided by ferryd for all its clients at once (0: the client
   // is the only one transferring, and uses its whole pool). A quarter of the
   // host's cores is shared out by user first, then among one user's clients
-  // that transfer now (a transfer within the last 0.5-1 s), at least 1 each:
+  // that transfer now (a large piece, a quarter slot or more, into a buffer
+  // within the last 0.5-1 s), at least 1 each:
   // no user's connections shrink another user's share. Stored when those
   // numbers change; a hint (a client that ignores it competes for the cores).
   std::atomic<uint32_t> staging_threads;
