@@ -31,7 +31,8 @@
 #   OUT       the results folder (/tmp/ferry-gpu): one file per run; summary.md (the
 #             machine, every run's exit status, each section's tables as median
 #             (min–max) over the rounds per build, by bench/summarize.py), which
-#             becomes bench/gpu_latest.md; bandwidth.tsv (all rounds of B) for
+#             becomes bench/gpu_latest.md, written also when a SIGTERM (from
+#             `timeout`, well under the device's limit) stops the run; bandwidth.tsv (all rounds of B) for
 #             `bash bench/plot.sh bandwidth.tsv docs/bench_gpu.png`; and all.tgz,
 #             into which everything else is packed at the end
 #   WORK, WORKERS, MIB  the torch and loader steps' workloads, worker counts and sizes
@@ -112,7 +113,6 @@ mps_down() {
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   MPS_OURS=0
 }
-trap mps_down EXIT
 [[ ${MPS:-0} == 1 ]] && { mps_up -d || exit 1; }
 mps_flag() { ((MPS_OURS)) && echo --mps; }
 
@@ -177,12 +177,18 @@ step_bench() {
       for p in $A $B; do bench_run "$p" "$s" "$r"; done
     done
   done
+}
+
+# Each section's tables over the rounds that ran, per pack (also after a stop).
+summarize_sections() {
+  local s p
   for s in $SECTIONS; do
+    compgen -G "$OUT/$s.B.[0-9]*.md" >/dev/null || continue
     {
       echo "### $s"
       for p in $A $B; do
         echo
-        echo "#### $(label "$p") ($p): median (min–max) of $ROUNDS runs"
+        echo "#### $(label "$p") ($p): median (min–max) of $(compgen -G "$OUT/$s.$(label "$p").[0-9]*.md" | wc -l) runs"
         echo
         python3 bench/summarize.py "$OUT/$s.$(label "$p")".[0-9]*.md | sed 's/^#/###/'
       done
@@ -190,8 +196,9 @@ step_bench() {
     } >>"$OUT/sections.md"
   done
   # Every round's call and completion times of B, for bench/plot.sh (here: docs/bench_gpu.png).
-  [[ " $SECTIONS " == *" bandwidth "* ]] &&
+  if compgen -G "$OUT/bandwidth.B.[0-9]*/bandwidth.tsv" >/dev/null; then
     python3 bench/summarize.py --tsv "$OUT/bandwidth.B".[0-9]*/bandwidth.tsv >"$OUT/bandwidth.tsv"
+  fi
 }
 
 step_torch() {
@@ -273,24 +280,34 @@ step_mps-users() {
   done
 }
 
+# summary.md: what bench/sim.sh puts into docs/BENCHMARKS.md (kept as bench/gpu_latest.md),
+# written however the run ends (a stop by SIGTERM, from `timeout`, included; the
+# step under way ends first).
+finish() {
+  trap - EXIT
+  mps_down
+  summarize_sections
+  {
+    echo "## NVIDIA GPU: the latest \`bench/gpu.sh\` run"
+    echo
+    echo "\`STEPS=\"$STEPS\" SECTIONS=\"$SECTIONS\" ROUNDS=$ROUNDS MPS=${MPS:-0}$([[ -n $A ]] && echo " A=$A") B=$B bash bench/gpu.sh\`"
+    echo "on $(date -u +%Y-%m-%d): $(machine gpus) GPU, $(machine cores) cores; commit $(machine commit)."
+    echo
+    echo "Runs and tests, with their exit status:"
+    echo
+    sed 's/^/    /' "$OUT/runs.txt" 2>/dev/null
+    echo
+    [[ -f $OUT/sections.md ]] && cat "$OUT/sections.md"
+    [[ -f $OUT/bandwidth.tsv ]] && echo "![call return and time until on the device against size, NVIDIA GPU](bench_gpu.png)"
+  } >"$OUT/summary.md"
+  # The device tool brings back a bounded number of files: everything in one.
+  tar -C "$OUT" -czf /tmp/ferry-gpu-all.tgz . &&
+    find "$OUT" -mindepth 1 -maxdepth 1 ! -name summary.md ! -name bandwidth.tsv -exec rm -rf {} + &&
+    mv /tmp/ferry-gpu-all.tgz "$OUT/all.tgz"
+}
+trap finish EXIT
+trap 'log "stopped by a signal"; exit 143' TERM INT
+
 for s in tests bench torch loader probe multi-gpu mps-users; do
   want "$s" && "step_$s"
 done
-# summary.md: what bench/sim.sh puts into docs/BENCHMARKS.md (kept as bench/gpu_latest.md).
-{
-  echo "## NVIDIA GPU: the latest \`bench/gpu.sh\` run"
-  echo
-  echo "\`STEPS=\"$STEPS\" SECTIONS=\"$SECTIONS\" ROUNDS=$ROUNDS MPS=${MPS:-0}$([[ -n $A ]] && echo " A=$A") B=$B bash bench/gpu.sh\`"
-  echo "on $(date -u +%Y-%m-%d): $(machine gpus) GPU, $(machine cores) cores; commit $(machine commit)."
-  echo
-  echo "Runs and tests, with their exit status:"
-  echo
-  sed 's/^/    /' "$OUT/runs.txt"
-  echo
-  [[ -f $OUT/sections.md ]] && cat "$OUT/sections.md"
-  [[ -f $OUT/bandwidth.tsv ]] && echo "![call return and time until on the device against size, NVIDIA GPU](bench_gpu.png)"
-} >"$OUT/summary.md"
-# The device tool brings back a bounded number of files: everything in one.
-tar -C "$OUT" -czf /tmp/ferry-gpu-all.tgz . &&
-  find "$OUT" -mindepth 1 -maxdepth 1 ! -name summary.md ! -name bandwidth.tsv -exec rm -rf {} + &&
-  mv /tmp/ferry-gpu-all.tgz "$OUT/all.tgz"
