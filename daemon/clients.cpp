@@ -46,7 +46,7 @@ int Clients::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* out) {
 }
 
 void Clients::add_client(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled,
-                                ClientDone done) {
+                         ClientDone done) {
   StagingSegment seg;
   bool registered = false;
   if (pool_ == nullptr || pool_->take(slots, slot_bytes, &seg, &registered)) {
