@@ -24,7 +24,8 @@
 //   retire_mu_ + retire_cv_  park and wake the retire thread (sleep_begin/end).
 //   done_mu_   the retire thread's finished copies, until the io thread
 //              takes them (one post drains them all).
-// The backends' InFlight queue has its own short lock for push against pop;
+// The backends' own short locks: their InFlight queue (push against pop) and
+// their event lists (ze_events.hpp, taken at submit, given back at reap);
 // nothing else is shared between threads.
 #pragma once
 
