@@ -769,7 +769,8 @@ TEST_CASE("out of descriptors, accept backs off instead of spinning, and serves 
   // Strangers are allowed many connections here, so the descriptor limit
   // (64) is what runs out: accept then fails with EMFILE. It used to retry at
   // once: 3 s of CPU and 900,000 log lines in 3 s.
-  Daemon d({"--max-connections", "1000", "--max-clients", "4", "--hello-timeout", "30"}, {}, 64);
+  constexpr rlim_t kLimit = 64;
+  Daemon d({"--max-connections", "1000", "--max-clients", "4", "--hello-timeout", "30"}, {}, kLimit);
   // From here on it may be full: a failed accept is followed by a 100 ms
   // pause, so at most one failure per 100 ms of this, however slow the
   // machine (a slower daemon fails fewer times, never more).
@@ -779,12 +780,19 @@ TEST_CASE("out of descriptors, accept backs off instead of spinning, and serves 
     const int fd = connect_unix(d.socket);
     if (fd >= 0) strangers.push_back(fd);
   }
-  REQUIRE(eventually([&] { return fd_count(d.pid) >= 60; }));  // its table is full
-  const int extra = connect_unix(d.socket);  // waits in the backlog: accept fails on it
+  const int extra = connect_unix(d.socket);  // more than it has descriptors for: some wait in the backlog
+  // Its table is full: the accept after the one that filled it fails, and
+  // nothing else is accepted until that failure is counted (one accept is
+  // pending at a time), so the status read below sees it.
+  REQUIRE(eventually([&] { return fd_count(d.pid) >= kLimit; }, std::chrono::seconds(20)));
+  // Full a while longer: a daemon that retried at once would fail thousands
+  // of times in this.
+  const auto filled = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - filled < std::chrono::milliseconds(500))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const auto full_ms = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - full_since).count();
   };
-  while (full_ms() < 500) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   for (int fd : strangers) ::close(fd);
   if (extra >= 0) ::close(extra);
   // The places come back: a real client gets in and works.
