@@ -67,7 +67,9 @@ gpus=$(nvidia-smi -L)
 {
   echo "gpus: $(echo "$gpus" | wc -l) × $(echo "$gpus" | head -1 | sed 's/^GPU 0: //; s/ (UUID.*//')"
   echo "cores: $(nproc)"
-  echo "commit: $(git log -1 --format=%h 2>/dev/null || echo unknown)"
+  # The pack's own commit (scripts/gpu-pack.sh writes it): the machine's copy
+  # of the tree may carry an older .git.
+  echo "commit: $(cat "$B/COMMIT" 2>/dev/null || echo unknown)$([[ -n $A ]] && echo ", A: $(cat "$A/COMMIT" 2>/dev/null || echo unknown)")"
 } >"$OUT/machine.txt"
 
 want() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -309,5 +311,9 @@ trap finish EXIT
 trap 'log "stopped by a signal"; exit 143' TERM INT
 
 for s in tests bench torch loader probe multi-gpu mps-users; do
-  want "$s" && "step_$s"
+  if want "$s"; then "step_$s"; fi
 done
+# Exit status 1 when any run or test did not exit 0 (MPS's per-user server
+# keeping another uid's client queued is what it is expected to do).
+! grep ': exit [1-9]' "$OUT/runs.txt" | grep -qv 'per-user.*exit 124'
+

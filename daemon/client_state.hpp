@@ -124,6 +124,9 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // slot_count of them are in flight at once (the ring waits for the next).
   bool large(uint64_t length) const { return length * 4 >= slot_bytes_; }
   bool large_room() const { return large_in_flight_ < slot_count_; }
+  // A piece as large as libferry's staging threads stage (at least a
+  // quarter slot where slots are smaller): the client counts as transferring.
+  bool threaded_piece(uint64_t length) const { return length >= proto::kThreadedPiece || large(length); }
   void mark_in_flight(uint64_t ticket, uint64_t bytes);
   void unmark_in_flight(uint64_t ticket, uint64_t bytes);  // the device refused it after all
   // Records the outcome of one ticket; returns true when `completed` moved.

@@ -54,8 +54,8 @@ const char* TransferEngine::transfer(const ClientRef& c, const Entry& e) {
   // Breaking the slot protocol is a broken client: its session closes.
   if (const char* why = c->check_transfer(e.ticket, e.staging, e.length)) return why;
   // The cores are shared among clients that stage with threads: those moving
-  // large pieces into their buffers (not 1-byte or buffer-less entries).
-  if (c->large(e.length) && e.buffer != proto::kNoBuffer && c->note_transfer()) clients_.publish();
+  // their pieces into buffers (not 1-byte or buffer-less entries).
+  if (c->threaded_piece(e.length) && e.buffer != proto::kNoBuffer && c->note_transfer()) clients_.publish();
   ClientState::Held h;
   h.e = e;
   if (e.fenced() && e.pool != 0) {

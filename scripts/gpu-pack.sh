@@ -18,4 +18,5 @@ done
 # sharing_tests links the Level Zero loader (the GPU machine has none); only its grant tests run there.
 mkdir -p "$root/.device/lib"
 cp -L /usr/lib/x86_64-linux-gnu/libze_loader.so.1 "$root/.device/lib/"
+git -C "$root" describe --always --dirty >"$root/.device/COMMIT"
 du -sh "$root/.device"

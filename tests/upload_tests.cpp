@@ -642,7 +642,11 @@ TEST_CASE("a failed connect says which socket and what to do", "[connect]") {
 }
 
 TEST_CASE("each segment says how many threads its client may stage with (ferryd shares the cores)", "[upload][share]") {
-  Daemon d;
+  // Slots of 8 MiB: the 1 MiB pieces below are under a quarter slot, as the
+  // 256 KiB pieces of a staging thread are in 4 MiB slots; they count all
+  // the same (counting only quarter slots left every producer its whole
+  // pool: 4 of them on 16 cores moved 12-21 GB/s instead of 36).
+  Daemon d({"--slot-size", "8388608", "--slots", "4"});
   ferry_client *a = nullptr, *b = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &a) == 0);
   REQUIRE(ferry_connect(d.socket.c_str(), &b) == 0);
@@ -658,9 +662,9 @@ TEST_CASE("each segment says how many threads its client may stage with (ferryd 
   };
   // Two clients of one user transferring share a quarter of the cores.
   const uint32_t two = std::max(1u, std::thread::hardware_concurrency() / 8);
-  // A client counts once it moves large pieces (a quarter slot and up); a
+  // A client counts once it moves pieces of proto::kThreadedPiece and up; a
   // 1-byte upload does not make it count (it stages with no threads).
-  const uint64_t piece = 1 << 20;  // a slot (ferryd's default): its pieces are large
+  const uint64_t piece = 1 << 20;
   ferry_buffer ba{}, bb{};
   REQUIRE(ferry_buffer_alloc(a, piece, &ba) == 0);
   REQUIRE(ferry_buffer_alloc(b, piece, &bb) == 0);
