@@ -97,6 +97,9 @@ void Requests::on_hello(const proto::Hello& m) {
     return peer_.fatal(-EPROTONOSUPPORT, why.c_str());
   }
   if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
+  // Gone already: a segment made for it would cost milliseconds of a core for
+  // nothing (made, then unmapped), at whatever rate a flood connects.
+  if (peer_.hung_up()) return peer_.close();
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
   const Limits& l = o.limits;

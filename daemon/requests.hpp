@@ -24,6 +24,11 @@ class Peer {
   virtual void send(const void* data, size_t bytes, int fd = -1) = 0;
   // Refuses the session: an Error marked fatal, then the connection closes.
   virtual void fatal(int code, const char* why) = 0;
+  // The peer shut its end already (a connect, Hello and close): nothing it
+  // asked for is worth doing, a staging segment least of all.
+  virtual bool hung_up() const = 0;
+  // Closes the connection now, quietly.
+  virtual void close() = 0;
   // A descriptor that arrived with the message being handled, or -1.
   virtual int take_fd() = 0;
   // Nothing was sent to this peer yet (the Welcome must come first).

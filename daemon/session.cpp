@@ -2,6 +2,7 @@
 #include "session.hpp"
 
 #include <linux/sockios.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -173,6 +174,11 @@ size_t Session::unread_bytes() const {
   int n = 0;
   if (::ioctl(const_cast<socket_type&>(socket_).native_handle(), SIOCOUTQ, &n) != 0 || n < 0) return 0;
   return static_cast<size_t>(n);
+}
+
+bool Session::hung_up() const {
+  pollfd p{const_cast<socket_type&>(socket_).native_handle(), POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 int Session::take_fd() {

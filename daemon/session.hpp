@@ -33,7 +33,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
 
   void start();
   // Closes the connection now; queued bytes are dropped.
-  void close();
+  void close() override;
   // Sends Shutdown, then closes once it is written.
   void shut_down();
 
@@ -43,6 +43,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   // Peer
   void send(const void* data, size_t bytes, int fd = -1) override;
   void fatal(int code, const char* why) override;
+  bool hung_up() const override;
   int take_fd() override;
   bool untouched() const override { return outbox_.untouched(); }
   size_t queued_fds() const override { return outbox_.queued_fds(); }

@@ -581,6 +581,40 @@ TEST_CASE("connection churn: segments are made and registered off the io thread"
   }
 }
 
+TEST_CASE("a Hello from a peer that already hung up gets no segment", "[faults][churn][flood]") {
+  // connect+Hello+close from any user used to take a ready segment each time
+  // the daemon read the Hello before the close: the pool's thread then made
+  // and unmapped 16 MiB for nothing, a core's worth on a small machine.
+  Daemon d;
+  const Made before = churn(d, 0);
+  auto h = proto::make<proto::Hello>(proto::Type::hello);
+  h.magic = proto::kMagic;
+  h.version = proto::kVersion;
+  // Stopped, the daemon sees each Hello with its peer's close behind it.
+  REQUIRE(::kill(d.pid, SIGSTOP) == 0);
+  const int n = 8;
+  for (int i = 0; i < n; ++i) {
+    const int fd = connect_unix(d.socket);  // into the listen backlog
+    REQUIRE(fd >= 0);
+    CHECK(::send(fd, &h, sizeof h, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h));
+    ::close(fd);
+  }
+  REQUIRE(::kill(d.pid, SIGCONT) == 0);
+  // Its sessions have ended once only the status connection is left (the
+  // 8 came first in the backlog: accepted before it).
+  REQUIRE(eventually([&] {
+    uint64_t open = 0;
+    const auto t = status(d.socket);
+    for (const auto& [k, u] : t.get_child("users")) open += u.get<uint64_t>("connections");
+    return open <= 1;
+  }));
+  const Made after = churn(d, 0);
+  CHECK(after.pooled + after.ordered + after.inline_ == before.pooled + before.ordered + before.inline_);
+  // A real client still gets one.
+  const Made served = churn(d, 1);
+  CHECK(served.pooled + served.ordered == after.pooled + after.ordered + 1);
+}
+
 TEST_CASE("a Hello that finds no segment ready is answered once the pool's thread made one; what came after it waits",
           "[faults][churn]") {
   Daemon d;
