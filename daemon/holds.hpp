@@ -11,7 +11,7 @@
 // never settled, as no one waits for them) and has the fence they would
 // have published into marked failed (`fail_fence`), so the owner's queue
 // goes on. The poller looks on every round while awake; while
-// it sleeps, a timer looks, backing off from 20 µs to 8 ms.
+// it sleeps, a timer looks, backing off from 20 µs to 32 ms.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
