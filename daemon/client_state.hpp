@@ -124,9 +124,6 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // slot_count of them are in flight at once (the ring waits for the next).
   bool large(uint64_t length) const { return length * 4 >= slot_bytes_; }
   bool large_room() const { return large_in_flight_ < slot_count_; }
-  // A piece as large as libferry's staging threads stage (at least a
-  // quarter slot where slots are smaller): the client counts as transferring.
-  bool threaded_piece(uint64_t length) const { return length >= proto::kThreadedPiece || large(length); }
   void mark_in_flight(uint64_t ticket, uint64_t bytes);
   void unmark_in_flight(uint64_t ticket, uint64_t bytes);  // the device refused it after all
   // Records the outcome of one ticket; returns true when `completed` moved.
@@ -180,9 +177,15 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // slots, none longer than its connection): a client that scribbles on its
   // page drops out of the daemon-wide histogram instead of poisoning it.
   void add_slot_waits(Histogram& h) const;
-  // A transfer of this client passed the window check. Returns
-  // whether the client was idle until now (see Clients::publish).
-  bool note_transfer() {
+  // A piece of an upload call is being copied (`last`: the call's last
+  // piece). The client counts as transferring once one call reaches
+  // proto::kThreadedUpload, the size libferry stages with threads from.
+  // Returns whether the client was idle until now (see Clients::publish).
+  bool note_upload(uint64_t bytes, bool last) {
+    call_bytes_ += bytes;
+    const bool threaded = call_bytes_ >= proto::kThreadedUpload;
+    if (last) call_bytes_ = 0;
+    if (!threaded) return false;
     ++transfers_;
     if (active_) return false;
     active_ = true;
@@ -259,6 +262,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   uint32_t opened_ = 0;    // table entries opened through grants
   uint64_t transfers_ = 0; // transfers accepted
   uint64_t transfers_seen_ = 0;  // transfers_ at the last still_active()
+  uint64_t call_bytes_ = 0;      // of the upload call being copied (note_upload)
   bool active_ = false;          // moved a transfer lately (still_active)
   uint32_t imported_ = 0;  // table entries that are imports
   struct Entry {

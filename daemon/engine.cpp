@@ -53,9 +53,6 @@ void TransferEngine::stop() {
 const char* TransferEngine::transfer(const ClientRef& c, const Entry& e) {
   // Breaking the slot protocol is a broken client: its session closes.
   if (const char* why = c->check_transfer(e.ticket, e.staging, e.length)) return why;
-  // The cores are shared among clients that stage with threads: those moving
-  // their pieces into buffers (not 1-byte or buffer-less entries).
-  if (c->threaded_piece(e.length) && e.buffer != proto::kNoBuffer && c->note_transfer()) clients_.publish();
   ClientState::Held h;
   h.e = e;
   if (e.fenced() && e.pool != 0) {
@@ -100,6 +97,10 @@ void TransferEngine::issue(const ClientRef& c, const Entry& e) {
     if (!c->event_pool(e.pool, &signal.pool)) return fail(c, e.ticket, -ENOENT);
     signal.index = static_cast<uint32_t>(e.event);
   }
+  // The cores are shared among clients that stage with threads: those whose
+  // uploads are that large, into buffers they may write (not small or
+  // buffer-less entries, nor ones that copy nothing).
+  if (!e.download() && c->note_upload(e.length, e.last_piece())) clients_.publish();
   char* slot = c->segment().slots_begin() + uint64_t{e.staging} * proto::kStagingAlign;
   // CUDA device addresses are not host pointers: plain integer arithmetic.
   auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + e.offset);

@@ -13,8 +13,9 @@ namespace {
 // While polling, sockets are looked at this often: control requests wait
 // at most this long.
 constexpr auto kIoEvery = std::chrono::microseconds(10);
-// Socket work between two looks at the rings and the device: at most this
-// many ready handlers, and none started after kIoBudget. However much
+// Socket work between two rounds of the loop: at most this many ready
+// handlers, with a look at the rings and the device between any two, and
+// none started after kIoBudget (those looks count in it). However much
 // socket traffic arrives (connects, Hellos, Doorbells, status requests, from
 // any user), the rings and the device's completions are served in between.
 constexpr int kIoBatch = 8;
@@ -91,10 +92,11 @@ void Poller::run() {
 size_t Poller::run_io(Clock::time_point start) {
   size_t n = 0;
   for (int i = 0; i < kIoBatch && Clock::now() - start < kIoBudget; ++i) {
-    if (io_.poll_one() == 0) break;
     // The rings between any two socket handlers: an entry waits for one
-    // handler at most, not for the batch.
-    n += 1 + engine_.poll();
+    // handler at most, not for the batch (the loop looks after the last).
+    if (i != 0) n += engine_.poll();
+    if (io_.poll_one() == 0) break;
+    ++n;
   }
   return n;
 }

@@ -6,6 +6,7 @@
 #include <dirent.h>
 
 #include <fstream>
+#include <iterator>
 
 #include <signal.h>
 #include <spawn.h>
@@ -112,6 +113,21 @@ inline size_t fd_count(pid_t pid) {
   }
   return n;
 }
+// Whether every thread of a process is stopped (state T, after SIGSTOP).
+inline bool all_threads_stopped(pid_t pid) {
+  DIR* d = opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+  if (d == nullptr) return false;
+  bool all = true;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');  // the name may hold spaces and parentheses
+    all = all && close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'T';
+  }
+  closedir(d);
+  return all;
+}
 inline size_t memfd_map_count(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
   size_t n = 0;
@@ -136,22 +152,30 @@ inline int admin_request(const std::string& socket, uint32_t action, uint64_t cl
   return ok ? rep.status : 1001;
 }
 
-// The daemon's status document, fetched over a raw connection.
-inline boost::property_tree::ptree status(const std::string& socket) {
-  int fd = connect_unix(socket);
-  REQUIRE(fd >= 0);
+// The daemon's status document, over an open raw connection (a session may
+// ask again and again).
+inline boost::property_tree::ptree status(int fd) {
   auto req = proto::make<proto::StatusRequest>(proto::Type::status_request);
   req.request = 1;
   REQUIRE(proto::send_all(fd, &req, sizeof req) == 0);
   std::vector<uint8_t> msg;
   REQUIRE(proto::read_message(fd, msg) == 0);
-  ::close(fd);
   REQUIRE(proto::type_of(msg) == proto::Type::status_reply);
   std::string json(msg.begin() + sizeof(proto::StatusReply), msg.end());
   boost::property_tree::ptree t;
   std::istringstream in(json);
   boost::property_tree::read_json(in, t);
   return t;
+}
+// The same over a connection of its own.
+inline boost::property_tree::ptree status(const std::string& socket) {
+  const int fd = connect_unix(socket);
+  REQUIRE(fd >= 0);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  return status(fd);
 }
 
 class Daemon {

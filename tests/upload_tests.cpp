@@ -642,9 +642,9 @@ TEST_CASE("a failed connect says which socket and what to do", "[connect]") {
 }
 
 TEST_CASE("each segment says how many threads its client may stage with (ferryd shares the cores)", "[upload][share]") {
-  // Slots of 8 MiB: the 1 MiB pieces below are under a quarter slot, as the
-  // 256 KiB pieces of a staging thread are in 4 MiB slots; they count all
-  // the same (counting only quarter slots left every producer its whole
+  // Slots of 8 MiB: the 1 MiB uploads below come in pieces under a quarter
+  // slot, as a staging thread's 256 KiB pieces do in 4 MiB slots; they count
+  // all the same (counting only quarter slots left every producer its whole
   // pool: 4 of them on 16 cores moved 12-21 GB/s instead of 36).
   Daemon d({"--slot-size", "8388608", "--slots", "4"});
   ferry_client *a = nullptr, *b = nullptr;
@@ -662,9 +662,10 @@ TEST_CASE("each segment says how many threads its client may stage with (ferryd 
   };
   // Two clients of one user transferring share a quarter of the cores.
   const uint32_t two = std::max(1u, std::thread::hardware_concurrency() / 8);
-  // A client counts once it moves pieces of proto::kThreadedPiece and up; a
-  // 1-byte upload does not make it count (it stages with no threads).
-  const uint64_t piece = 1 << 20;
+  // A client counts once an upload of proto::kThreadedUpload or more is
+  // copied; smaller ones do not make it count (they stage with no threads),
+  // even in pieces of 256 KiB.
+  const uint64_t piece = proto::kThreadedUpload;
   ferry_buffer ba{}, bb{};
   REQUIRE(ferry_buffer_alloc(a, piece, &ba) == 0);
   REQUIRE(ferry_buffer_alloc(b, piece, &bb) == 0);
@@ -680,6 +681,7 @@ TEST_CASE("each segment says how many threads its client may stage with (ferryd 
   touch(a, ba);
   CHECK(becomes(0));
   for (int i = 0; i < 20; ++i) upload(b, bb, 1);
+  for (int i = 0; i < 20; ++i) upload(b, bb, 768 << 10);  // pieces of 64 + 256 + 256 + 192 KiB
   CHECK(seg->staging_threads.load() == 0);  // stored before those copies were issued, had b counted
   touch(b, bb);
   CHECK(becomes(two));

@@ -16,9 +16,9 @@ namespace ferry::client {
 // FERRY_TUNING_ENV reads overrides from the environment, for measuring them
 // (tuning_from_environment()).
 struct StagingTuning {
-  uint64_t min_piece = proto::kThreadedPiece;  // every piece costs ferryd a submission
+  uint64_t min_piece = 256 * 1024;      // every piece costs ferryd a submission
   uint64_t min_pieces = 4;              // an upload of a few slots: this many, to overlap staging and copying
-  uint64_t parallel_from = 1ull << 20;  // the staging threads' wake-ups pay from here
+  uint64_t parallel_from = proto::kThreadedUpload;  // the staging threads' wake-ups pay from here
   uint64_t first_piece = 64 * 1024;     // an upload alone leads with a quarter piece, at least this (0: none)
   uint64_t hot_below = 2ull << 20;      // alone and this small: plain stores into cache-hot bytes
   uint64_t stream_below = 128ull << 20; // streaming stores pay below this; above, plain stores won

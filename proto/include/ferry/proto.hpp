@@ -188,10 +188,11 @@ inline constexpr uint64_t kStagingAlign = 64;
 // (a reservation given up, ferry_upload_cancel), inside the window as every
 // other ticket. Buffer ids start at 1.
 inline constexpr uint64_t kNoBuffer = 0;
-// The smallest piece libferry's staging threads stage (StagingTuning's
-// min_piece; a piece is also at most a slot). ferryd counts a client as
-// transferring, for Segment::staging_threads, from pieces this large.
-inline constexpr uint64_t kThreadedPiece = 256 * 1024;
+// The smallest upload libferry stages with threads (StagingTuning's
+// parallel_from). ferryd counts a client as transferring, for
+// Segment::staging_threads, once one upload call of this many bytes into a
+// buffer it may write was accepted.
+inline constexpr uint64_t kThreadedUpload = 1ull << 20;
 
 inline constexpr uint16_t kErrorFatal = 1;  // Header.flags of Error: the session closes
 inline constexpr size_t kErrorTextBytes = 112;
@@ -480,9 +481,8 @@ struct alignas(64) Segment {
   // included, decided by ferryd for all its clients at once (0: the client
   // is the only one transferring, and uses its whole pool). A quarter of the
   // host's cores is shared out by user first, then among one user's clients
-  // that transfer now (a piece of kThreadedPiece or more, or of a quarter
-  // slot where slots are smaller, into a buffer within the last 0.5-1 s), at
-  // least 1 each:
+  // that transfer now (an upload of kThreadedUpload or more into a buffer
+  // within the last 0.5-1 s), at least 1 each:
   // no user's connections shrink another user's share. Stored when those
   // numbers change; a hint (a client that ignores it competes for the cores).
   std::atomic<uint32_t> staging_threads;
