@@ -260,6 +260,25 @@ TEST_CASE("ring: a client rewriting its whole ring at random ends only its own s
   CHECK(waitpid(d.pid, &st, WNOHANG) == 0);  // still running
 }
 
+TEST_CASE("a flood of Doorbells is read at a pace; the ring is served meanwhile and what follows is answered",
+          "[ring][flood]") {
+  // A Doorbell only wakes a sleeping poller: a turn of Doorbells alone puts
+  // the session's next turn off (its sender's socket fills) rather than the
+  // io thread reading millions of them.
+  Daemon d;
+  RingClient r(d.socket);
+  const uint64_t rung = d.status().get<uint64_t>("poller.doorbells");
+  const std::vector<proto::Doorbell> bells(4096, proto::make<proto::Doorbell>(proto::Type::doorbell));
+  r.send_bytes(bells.data(), bells.size() * sizeof bells[0]);
+  // Uploads through the ring complete while the Doorbells wait to be read.
+  for (uint64_t t = 1; t <= 8; ++t) r.publish(t, proto::Type::upload, 4096, r.buffer, 0, 0, false);
+  REQUIRE(eventually([&] { return r.completed() >= 8; }));
+  // A request after them is answered, after every one of them was read.
+  const uint64_t b = r.alloc(4096);
+  CHECK(b != 0);
+  CHECK(d.status().get<uint64_t>("poller.doorbells") - rung == bells.size());
+}
+
 TEST_CASE("wake_at: ferryd wakes a sleeping client only once completed reaches what it waits for", "[ring][wake]") {
   Daemon d;
   RingClient r(d.socket);
