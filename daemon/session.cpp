@@ -25,13 +25,6 @@ constexpr size_t kMaxPending = 1 << 20;  // bytes queued for a client before it 
 // turn (a post), so one connection's burst delays the rings and the other
 // sessions by a bounded amount.
 constexpr int kMessagesPerTurn = 64;
-// A Doorbell only wakes a sleeping poller, so one is enough; a turn of this
-// many and nothing else is a flood (libferry rings once per sleep, one per
-// thread at most): the session's next turn comes after kDoorbellPause. Its
-// ring is served all the while; its socket fills and its sender blocks,
-// instead of the io thread reading millions of them.
-constexpr int kDoorbellFlood = 16;
-constexpr auto kDoorbellPause = std::chrono::milliseconds(1);
 }  // namespace
 
 Session::Session(socket_type socket, Context& ctx, std::function<void(const std::shared_ptr<Session>&)> closed)
@@ -47,8 +40,7 @@ Session::Session(socket_type socket, Context& ctx, std::function<void(const std:
                [this] { close(); }}),
       requests_(ctx, *this),
       hello_deadline_(socket_.get_executor()),
-      close_deadline_(socket_.get_executor()),
-      doorbell_pause_(socket_.get_executor()) {
+      close_deadline_(socket_.get_executor()) {
   cred = peer_cred(socket_.native_handle());
   pid = cred.pid;
   uid = cred.uid;
@@ -76,7 +68,6 @@ void Session::close() {
   cancelled_->store(true);
   hello_deadline_.cancel();
   close_deadline_.cancel();
-  doorbell_pause_.cancel();
   close_fds();
   outbox_.drop();
   boost::system::error_code ec;
@@ -134,8 +125,7 @@ bool Session::consume() {
   } done{consuming_};
   size_t off = 0;
   bool more = false;
-  int handled = 0, doorbells = 0;
-  for (; !closed_ && !outbox_.closing() && !paused_; ++handled) {
+  for (int handled = 0; !closed_ && !outbox_.closing() && !paused_; ++handled) {
     if (handled == kMessagesPerTurn) {
       more = true;
       break;
@@ -154,7 +144,6 @@ bool Session::consume() {
       return false;
     }
     requests_.handle(d.type, in_.data() + off);
-    doorbells += d.type == proto::Type::doorbell;
     off += d.consumed;
   }
   requests_.end_of_batch();
@@ -164,13 +153,6 @@ bool Session::consume() {
   // Descriptors no message claimed were not expected: they are not kept.
   // (One that came with a message still arriving waits for it.)
   if (!paused_ && (in_used_ == 0 || fds_in_.size() > 2)) close_fds();
-  if (doorbells >= kDoorbellFlood && doorbells == handled) {
-    doorbell_pause_.expires_after(kDoorbellPause);
-    doorbell_pause_.async_wait([this, self = shared_from_this()](const boost::system::error_code& ec) {
-      if (!ec && !closed_ && consume()) read();
-    });
-    return false;
-  }
   if (more) {
     boost::asio::post(socket_.get_executor(), [this, self = shared_from_this()] {
       if (!closed_ && consume()) read();

@@ -83,7 +83,6 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   std::deque<int> fds_in_;  // received, not yet claimed by a message
   boost::asio::steady_timer hello_deadline_;
   boost::asio::steady_timer close_deadline_;
-  boost::asio::steady_timer doorbell_pause_;  // a turn of Doorbells alone: the next one waits
   bool closed_ = false;
   bool reading_ = false;  // a read is armed
   bool paused_ = false;   // a Hello is being answered: messages wait
