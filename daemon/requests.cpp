@@ -99,7 +99,10 @@ void Requests::on_hello(const proto::Hello& m) {
   if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
   // Gone already: a segment made for it would cost milliseconds of a core for
   // nothing (made, then unmapped), at whatever rate a flood connects.
-  if (peer_.hung_up()) return peer_.close();
+  if (peer_.hung_up()) {
+    ++ctx_.stats.hellos_gone;
+    return peer_.close();
+  }
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
   const Limits& l = o.limits;

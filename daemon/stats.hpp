@@ -64,6 +64,7 @@ struct ServerStats {
   uint64_t clients = 0;      // Hellos since start: connections of clients
   uint64_t refused = 0;      // connections closed at once, past a bound of Limits
   uint64_t accept_failures = 0;  // accepts that failed for want of descriptors or memory (each then pauses)
+  uint64_t hellos_gone = 0;      // Hellos whose peer had hung up already: closed, no segment taken
   uint64_t log_lines_left_out = 0;  // "closing session" lines past the rate limit (LogBudget)
 };
 

@@ -196,6 +196,7 @@ std::string status_json(const Context& ctx, const PeerCred& who) {
         {"status_requests", all ? ctx.stats.connections - ctx.stats.clients : 0},
         {"connections_refused", all ? ctx.stats.refused : 0},
         {"accept_failures", all ? ctx.stats.accept_failures : 0},
+        {"hellos_gone", all ? ctx.stats.hellos_gone : 0},
         {"log_lines_left_out", all ? ctx.stats.log_lines_left_out : 0}}},
       {"poller",
        {{"ring_entries", poll.ring_entries},

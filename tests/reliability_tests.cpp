@@ -612,6 +612,7 @@ TEST_CASE("a Hello from a peer that already hung up gets no segment", "[faults][
   }));
   const Made after = churn(d, 0);
   CHECK(after.pooled + after.ordered + after.inline_ == before.pooled + before.ordered + before.inline_);
+  CHECK(d.status().get<uint64_t>("totals.hellos_gone") == n);  // counted, for whoever looks at a flood
   // A real client still gets one.
   const Made served = churn(d, 1);
   CHECK(served.pooled + served.ordered == after.pooled + after.ordered + 1);
