@@ -35,6 +35,7 @@
 #             `timeout`, well under the device's limit) stops the run; bandwidth.tsv (all rounds of B) for
 #             `bash bench/plot.sh bandwidth.tsv docs/bench_gpu.png`; and all.tgz,
 #             into which everything else is packed at the end
+#   FERRYD_NICE  every ferryd at this nice (as root; the systemd unit's is -10), else 0
 #   WORK, WORKERS, MIB  the torch and loader steps' workloads, worker counts and sizes
 #             (see bench/torch_loader_bench.py and bench/loader_bench --help)
 set -u
@@ -83,7 +84,7 @@ start_ferryd() {
   local pack=$1 sock=$2
   shift 2
   rm -f "$sock"
-  LD_LIBRARY_PATH=$pack/lib "$pack/daemon/ferryd" --backend cuda --socket "$sock" --slot-size 4194304 --slots 16 \
+  LD_LIBRARY_PATH=$pack/lib ${FERRYD_NICE:+nice -n "$FERRYD_NICE"} "$pack/daemon/ferryd" --backend cuda --socket "$sock" --slot-size 4194304 --slots 16 \
     --log-level warn "$@" 2>>"$OUT/ferryd-$(basename "$sock" .sock).log" &
   D=$!
   for _ in $(seq 400); do [[ -S $sock ]] && return 0; kill -0 $D 2>/dev/null || break; sleep 0.05; done
@@ -292,7 +293,7 @@ finish() {
   {
     echo "## NVIDIA GPU: the latest \`bench/gpu.sh\` run"
     echo
-    echo "\`STEPS=\"$STEPS\" SECTIONS=\"$SECTIONS\" ROUNDS=$ROUNDS MPS=${MPS:-0}$([[ -n $A ]] && echo " A=$A") B=$B bash bench/gpu.sh\`"
+    echo "\`STEPS=\"$STEPS\" SECTIONS=\"$SECTIONS\" ROUNDS=$ROUNDS MPS=${MPS:-0}${FERRYD_NICE:+ FERRYD_NICE=$FERRYD_NICE}$([[ -n $A ]] && echo " A=$A") B=$B bash bench/gpu.sh\`"
     echo "on $(date -u +%Y-%m-%d): $(machine gpus) GPU, $(machine cores) cores; commit $(machine commit)."
     echo
     echo "Runs and tests, with their exit status:"

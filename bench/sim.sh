@@ -10,7 +10,12 @@
 #                                     section's tables as median (min–max) per build
 #   bash bench/sim.sh --flood [RUNS] [flood_bench options]
 #                                     socket floods beside a ring client, and an unanswered hold
-# --ab and --flood build nothing: their BUILD trees must have the benchmarks
+#   [NICES="0 -10"] bash bench/sim.sh --loaded [RUNS]
+#                                     the reused-region loop (section 2) quiet and beside one
+#                                     CPU-bound process, ferryd at each of NICES (default 0;
+#                                     a negative one as root), alternating
+# FERRYD_NICE=N starts every ferryd of --ab and --flood at nice N.
+# --ab, --flood and --loaded build nothing: their BUILD trees must have the benchmarks
 # already (build/release, which the full run makes, or a worktree's build/cuda
 # made by scripts/gpu-pack.sh).
 set -euo pipefail
@@ -26,7 +31,7 @@ trap '[[ -n $daemon ]] && kill $daemon 2>/dev/null; rm -f "${sock:-}"' EXIT
 start_ferryd() {  # $1: build tree; sets sock and daemon
   export FERRY_SIM_DRIVER=$1/sim/libze_ferry_sim.so.1
   sock=$(mktemp -u /tmp/ferry-bench-XXXXXX.sock)
-  "$1/daemon/ferryd" --sim --socket "$sock" --log-level error &
+  ${FERRYD_NICE:+nice -n "$FERRYD_NICE"} "$1/daemon/ferryd" --sim --socket "$sock" --log-level error &
   daemon=$!
   for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
 }
@@ -67,8 +72,39 @@ case $mode in
       stop_ferryd
     done
     exit 0 ;;
+  --loaded)
+    runs=${2:-3}
+    nices=${NICES:-0}
+    out=$(mktemp -d)
+    hog=""
+    trap '[[ -n $daemon ]] && kill $daemon 2>/dev/null; [[ -n $hog ]] && kill $hog 2>/dev/null; rm -rf "$out" "${sock:-}"' EXIT
+    for run in $(seq "$runs"); do
+      for load in quiet loaded; do
+        for FERRYD_NICE in $nices; do
+          start_ferryd "$build"
+          [[ $load == loaded ]] && { bash -c 'while :; do :; done' & hog=$!; }
+          "$build/bench/ferry_bench" --socket "$sock" --daemon-pid "$daemon" --only 2 >"$out/run.md"
+          [[ -n $hog ]] && { kill $hog; wait $hog 2>/dev/null || true; hog=""; }
+          stop_ferryd
+          sed -n 's/.*device-side waits: \*\*\([0-9.]*\)×\*\* in-process.*/\1/p' "$out/run.md" >>"$out/$load.$FERRYD_NICE"
+        done
+      done
+    done
+    unset FERRYD_NICE
+    echo "The reused-region loop with device-side waits ÷ in-process staging, $runs runs each, median (min–max):"
+    echo
+    echo "| machine | ferryd nice | ratio |"
+    echo "|---|---|---|"
+    for load in quiet loaded; do
+      for n in $nices; do
+        python3 -c 'import statistics, sys; v = sorted(float(x) for x in open(sys.argv[1]).read().split())
+print(f"| {sys.argv[2]} | {sys.argv[3]} | " + (f"{statistics.median(v):.2f}× ({v[0]:.2f}–{v[-1]:.2f})" if v else "no ratio printed") + " |")' \
+          "$out/$load.$n" "$([[ $load == quiet ]] && echo quiet || echo "one CPU-bound process beside it")" "$n"
+      done
+    done
+    exit 0 ;;
   --quick | full) ;;
-  *) echo "usage: bench/sim.sh [--quick | --ab | --flood [RUNS] [options]]" >&2; exit 2 ;;
+  *) echo "usage: bench/sim.sh [--quick | --ab | --flood [RUNS] [options] | --loaded [RUNS]]" >&2; exit 2 ;;
 esac
 
 bash "$root/scripts/setup.sh"
