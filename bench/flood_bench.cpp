@@ -22,6 +22,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -210,8 +211,9 @@ int main(int argc, char** argv) {
         if (nice_flood) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
         flood(stop, count);
       });
-    // The flood is running before the victim starts.
-    while (count.load() < 16) std::this_thread::yield();
+    // The flood is running before the victim starts (or has failed to, for 5 s).
+    for (const auto t0 = Clock::now(); count.load() < 16 && Clock::now() - t0 < std::chrono::seconds(5);)
+      std::this_thread::yield();
     Phase p = victim(name, c, b, ops, static_cast<uint8_t>(3 + phases.size()));
     p.connect_ms = worst_connect(socket);
     stop = true;
@@ -245,7 +247,10 @@ int main(int argc, char** argv) {
       const int fd = dial(socket);
       if (fd < 0) continue;
       // Waits for the Welcome (its segment's descriptor is discarded unread), so
-      // ferryd hands a segment to every connection.
+      // ferryd hands a segment to every connection; at most a second, so a
+      // daemon that never answers cannot hang the benchmark.
+      const timeval limit{1, 0};
+      (void)::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
       if (::send(fd, &h, sizeof h, MSG_NOSIGNAL) == sizeof h) (void)::recv(fd, reply, sizeof reply, 0);
       ::close(fd);
       ++n;

@@ -35,7 +35,7 @@
 #             `timeout`, well under the device's limit) stops the run; bandwidth.tsv (all rounds of B) for
 #             `bash bench/plot.sh bandwidth.tsv docs/bench_gpu.png`; and all.tgz,
 #             into which everything else is packed at the end
-#   FERRYD_NICE  every ferryd at this nice (a negative one as root), else 0
+#   FERRYD_NICE  every ferryd but mps-users' at this nice (a negative one as root), else 0
 #   WORK, WORKERS, MIB  the torch and loader steps' workloads, worker counts and sizes
 #             (see bench/torch_loader_bench.py and bench/loader_bench --help)
 set -u

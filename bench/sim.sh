@@ -14,7 +14,8 @@
 #                                     the reused-region loop (section 2) quiet and beside one
 #                                     CPU-bound process, ferryd at each of NICES (default 0;
 #                                     a negative one as root), alternating
-# FERRYD_NICE=N starts every ferryd of --ab and --flood at nice N.
+# FERRYD_NICE=N starts every ferryd this script starts at nice N (the full run's
+# too); a negative N needs root.
 # --ab, --flood and --loaded build nothing: their BUILD trees must have the benchmarks
 # already (build/release, which the full run makes, or a worktree's build/cuda
 # made by scripts/gpu-pack.sh).
@@ -75,6 +76,10 @@ case $mode in
   --loaded)
     runs=${2:-3}
     nices=${NICES:-0}
+    for n in $nices; do
+      [[ $n =~ ^-?[0-9]+$ ]] || { echo "bench/sim.sh: NICES: $n is not a number" >&2; exit 2; }
+      ((n >= 0 || $(id -u) == 0)) || { echo "bench/sim.sh: nice $n needs root" >&2; exit 2; }
+    done
     out=$(mktemp -d)
     hog=""
     trap '[[ -n $daemon ]] && kill $daemon 2>/dev/null; [[ -n $hog ]] && kill $hog 2>/dev/null; rm -rf "$out" "${sock:-}"' EXIT
@@ -83,7 +88,8 @@ case $mode in
         for FERRYD_NICE in $nices; do
           start_ferryd "$build"
           [[ $load == loaded ]] && { bash -c 'while :; do :; done' & hog=$!; }
-          "$build/bench/ferry_bench" --socket "$sock" --daemon-pid "$daemon" --only 2 >"$out/run.md"
+          "$build/bench/ferry_bench" --socket "$sock" --daemon-pid "$daemon" --only 2 >"$out/run.md" ||
+            echo "ferry_bench failed ($load, nice $FERRYD_NICE): $?" >&2
           [[ -n $hog ]] && { kill $hog; wait $hog 2>/dev/null || true; hog=""; }
           stop_ferryd
           sed -n 's/.*device-side waits: \*\*\([0-9.]*\)×\*\* in-process.*/\1/p' "$out/run.md" >>"$out/$load.$FERRYD_NICE"
@@ -91,14 +97,14 @@ case $mode in
       done
     done
     unset FERRYD_NICE
-    echo "The reused-region loop with device-side waits ÷ in-process staging, $runs runs each, median (min–max):"
+    echo "The reused-region loop with device-side waits ÷ in-process staging, median (min–max) of the runs:"
     echo
-    echo "| machine | ferryd nice | ratio |"
-    echo "|---|---|---|"
+    echo "| machine | ferryd nice | ratio | runs |"
+    echo "|---|---|---|---|"
     for load in quiet loaded; do
       for n in $nices; do
         python3 -c 'import statistics, sys; v = sorted(float(x) for x in open(sys.argv[1]).read().split())
-print(f"| {sys.argv[2]} | {sys.argv[3]} | " + (f"{statistics.median(v):.2f}× ({v[0]:.2f}–{v[-1]:.2f})" if v else "no ratio printed") + " |")' \
+print(f"| {sys.argv[2]} | {sys.argv[3]} | " + (f"{statistics.median(v):.2f}× ({v[0]:.2f}–{v[-1]:.2f})" if v else "no ratio printed") + f" | {len(v)} |")' \
           "$out/$load.$n" "$([[ $load == quiet ]] && echo quiet || echo "one CPU-bound process beside it")" "$n"
       done
     done
