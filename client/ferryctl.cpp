@@ -329,10 +329,15 @@ void print_status(const json::object& d) {
               "BUFFERS", "UPLOADS", "BYTES", "ERRORS", "CONNECTED SINCE");
   for (const auto& v : clients(d)) {
     const json::object& c = v.as_object();
-    const std::string slots = std::to_string(num(c, "transfers_in_flight")) + "/" + std::to_string(num(c, "entries"));
+    // A client's direct uploads (copied by its own queue) count in its row,
+    // as it reports them: in flight as "ferryd's+direct".
+    std::string slots = std::to_string(num(c, "transfers_in_flight"));
+    if (num(c, "direct_uploads") != 0) slots += "+" + std::to_string(num(c, "direct_in_flight"));
+    slots += "/" + std::to_string(num(c, "entries"));
     std::printf("%-5llu %-8llu %-10.10s %-16s %-11s %-8llu %-10llu %-11s %-6llu %s\n", num(c, "id"), num(c, "pid"),
-                user_name(num(c, "uid")).c_str(), str(c, "name", "").c_str(), slots.c_str(), num(c, "buffers"), num(c, "uploads"),
-                human_bytes(num(c, "upload_bytes")).c_str(), num(c, "errors"),
+                user_name(num(c, "uid")).c_str(), str(c, "name", "").c_str(), slots.c_str(), num(c, "buffers"),
+                num(c, "uploads") + num(c, "direct_uploads"),
+                human_bytes(num(c, "upload_bytes") + num(c, "direct_bytes")).c_str(), num(c, "errors"),
                 since(static_cast<long long>(num(c, "connected_since"))).c_str());
   }
   if (!flag(d, "all_clients_visible")) std::printf("(only your own clients are shown)\n");
@@ -392,7 +397,8 @@ int print_watch(const std::string& socket, const json::object& d, Seen* seen, in
   std::map<unsigned long long, std::pair<unsigned long long, unsigned long long>> next;
   for (const auto& v : cs) {
     const json::object& c = v.as_object();
-    const unsigned long long id = num(c, "id"), cu = num(c, "uploads"), cb = num(c, "upload_bytes");
+    const unsigned long long id = num(c, "id"), cu = num(c, "uploads") + num(c, "direct_uploads"),
+                             cb = num(c, "upload_bytes") + num(c, "direct_bytes");
     next[id] = {cu, cb};
     if (rows > 0 && used >= rows - 1 && shown + 1 < cs.size()) continue;  // keep a line for "N more"
     ++shown;
@@ -405,7 +411,8 @@ int print_watch(const std::string& socket, const json::object& d, Seen* seen, in
       std::snprintf(gbs, sizeof gbs, "%.3f", per_s(cb, prev->second.second, dt) / 1e9);
     }
     std::printf("%-5llu %-7llu %-8.8s %-12.12s %-12s %-9s %-8s %llu\n", id, num(c, "pid"), user_name(num(c, "uid")).c_str(),
-                str(c, "name", "").c_str(), bar(num(c, "transfers_in_flight"), num(c, "entries"), 10).c_str(), ups, gbs,
+                str(c, "name", "").c_str(),
+                bar(num(c, "transfers_in_flight") + num(c, "direct_in_flight"), num(c, "entries"), 10).c_str(), ups, gbs,
                 num(c, "errors"));
   }
   if (shown < cs.size()) {
@@ -525,6 +532,12 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
         {"ferry_client_upload_bytes_total", "counter", "upload_bytes", "Bytes this client uploaded."},
         {"ferry_client_errors_total", "counter", "errors", "Transfers of this client that failed."},
         {"ferry_client_device_memory_bytes", "gauge", "device_bytes", "Device memory this client holds."},
+        {"ferry_client_direct_uploads_total", "counter", "direct_uploads",
+         "ferry_upload_direct calls of this client, as the client reports them."},
+        {"ferry_client_direct_upload_bytes_total", "counter", "direct_bytes",
+         "Bytes this client uploaded through its own queue, as the client reports them."},
+        {"ferry_client_direct_in_flight", "gauge", "direct_in_flight",
+         "Direct uploads of this client whose copy its queue has not yet finished."},
     };
     for (const auto& m : kClient)
       for (const auto& v : clients(d)) {

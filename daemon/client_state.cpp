@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 
@@ -263,6 +264,20 @@ void ClientState::add_slot_waits(Histogram& h) const {
   h.count += mine.count;
   h.sum_ns += mine.sum_ns;
   for (size_t i = 0; i < proto::kLatencyBuckets; ++i) h.buckets[i] += mine.buckets[i];
+}
+
+ClientState::Direct ClientState::direct() const {
+  Direct d;
+  if (segment_.header() == nullptr) return d;
+  const auto* w = reinterpret_cast<const proto::DirectWords*>(reinterpret_cast<const char*>(segment_.header()) +
+                                                              proto::kDirectOffset);
+  // One copy of each word: the client may rewrite them while we look.
+  d.uploads = w->uploads.load(std::memory_order_relaxed);
+  d.bytes = w->bytes.load(std::memory_order_relaxed);
+  const uint64_t issued = w->issued.load(std::memory_order_relaxed);
+  const uint64_t done = w->completed.load(std::memory_order_relaxed);
+  d.in_flight = std::min<uint64_t>(issued > done ? issued - done : 0, uint64_t{entries_} * 2);
+  return d;
 }
 
 void ClientState::set_daemon_state(uint32_t s) {

@@ -177,6 +177,14 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // slots, none longer than its connection): a client that scribbles on its
   // page drops out of the daemon-wide histogram instead of poisoning it.
   void add_slot_waits(Histogram& h) const;
+  // What the client says of its direct uploads (proto::DirectWords), for its
+  // own row alone: calls and bytes as it counts them, and the numbers its
+  // queue has not yet written back, at most the placements a client can have
+  // in flight (2 * ring_entries). All 0 without a segment.
+  struct Direct {
+    uint64_t uploads = 0, bytes = 0, in_flight = 0;
+  };
+  Direct direct() const;
   // A piece of an upload call is being copied (`last`: the call's last
   // piece). The client counts as transferring once one call reaches
   // proto::kThreadedUpload, the size libferry stages with threads from.

@@ -111,6 +111,7 @@ std::string status_json(const Context& ctx, const PeerCred& who) {
     busy += c->in_flight();
     bytes_busy += c->in_flight_bytes();
     const ClientStats& cs = c->stats();
+    const ClientState::Direct direct = c->direct();
     clients.push_back(json::object{{"id", c->id()},
                                    {"pid", c->pid},
                                    {"uid", c->uid},
@@ -127,6 +128,10 @@ std::string status_json(const Context& ctx, const PeerCred& who) {
                                    {"downloads", cs.downloads},
                                    {"errors", cs.errors},
                                    {"completed", c->completed()},
+                                   // As the client reports them (ferry_upload_direct): its row only.
+                                   {"direct_uploads", direct.uploads},
+                                   {"direct_bytes", direct.bytes},
+                                   {"direct_in_flight", direct.in_flight},
                                    {"connected_since", unix_seconds(c->since)}});
   }
   // What other users did is theirs: a viewer who sees only its own clients

@@ -42,6 +42,7 @@ structs = {
     "CUploadOpts": "ferry_upload_opts",
     "CFence": "ferry_fence",
     "CInfo": "ferry_info",
+    "CDirectOps": "ferry_direct_ops",
 }
 # Handle types: a struct of one 64-bit id in C (so that handles and integers
 # do not convert into each other), passed as ctypes' integer of that size,

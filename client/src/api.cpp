@@ -274,6 +274,7 @@ int ferry_get_timeline(ferry_client* c, ferry_timeline* out) {
   t.segment_bytes = c->seg_bytes;
   t.device_completed = reinterpret_cast<volatile uint64_t*>(&c->seg->device_completed);
   t.app_value = reinterpret_cast<volatile uint64_t*>(&c->seg->app_value);
+  t.direct_completed = reinterpret_cast<volatile uint64_t*>(&c->timeline.direct_words().completed);
   t.device_written = (c->welcome.features & proto::kFeatureDeviceTimeline) != 0;
   return fc::fill_versioned(out, t, "ferry_get_timeline");
 }
@@ -289,6 +290,12 @@ int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, 
   return fc::upload(c, dst.id, dst_offset, &one, 1, o, out);
 }
 
+int ferry_upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_direct_ops* ops,
+                        ferry_ticket* out) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  return fc::upload_direct(c, src, bytes, ops, out);
+}
+
 int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {
   if (int e = fc::owner_check(c); e != 0) return e;
   return fc::download(c, src.id, src_offset, dst, bytes);
@@ -297,6 +304,14 @@ int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void*
 int ferry_wait(ferry_client* c, ferry_ticket t, int64_t timeout_ns) {
   if (int e = fc::owner_check(c); e != 0) return e;
   if (t == 0) return fc::misuse(-EINVAL, "ferry_wait", "ticket 0 is no ticket (an upload gives one)");
+  if ((t & FERRY_DIRECT_TICKET) != 0) {
+    const uint64_t n = t & ~FERRY_DIRECT_TICKET, last = c->timeline.direct_issued();
+    if (n == 0 || n > last)
+      return fc::misuse(-ESRCH, "ferry_wait",
+                        "direct ticket " + std::to_string(n) + " was never issued by this client (its last is " +
+                            std::to_string(last) + ")");
+    return c->timeline.wait_direct(n, timeout_ns);
+  }
   if (const uint64_t last = c->timeline.issued(); t > last)
     return fc::misuse(-ESRCH, "ferry_wait",
                       "ticket " + std::to_string(t) + " was never issued by this client (its last is " +

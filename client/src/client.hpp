@@ -41,6 +41,10 @@ struct ferry_client {
   uint64_t slot_bytes = 0;     // the largest transfer
   uint32_t ring_entries = 0;   // tickets in flight at once
   ferry::client::Stager stager;
+  // Direct uploads go one call at a time, so that their numbers reach the
+  // queue in order; the queue they went to last (ferry_direct_ops::queue).
+  std::mutex direct_mu;
+  uint64_t direct_queue = 0;
 
   // Buffers this client allocated, opened or imported: id -> bytes, and
   // the fence of each allocation (its index + 1; 0: none).
@@ -123,6 +127,8 @@ struct UploadOptions {
 // ranges, back to back, into dst from dst_offset.
 int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
            const UploadOptions& o, ferry_ticket* out);
+// ferry_upload_direct: staged here, copied by the caller's own queue.
+int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_direct_ops* ops, ferry_ticket* out);
 int download(ferry_client* c, uint64_t src, uint64_t src_offset, void* dst, uint64_t bytes);
 // ferry_upload_reserve / ferry_upload_commit: one upload written in place.
 int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r);

@@ -31,21 +31,37 @@ void Timeline::attach(proto::Segment* seg, const proto::Result* results, char* s
   slot_bytes_ = slot_bytes;
   slots_ = slots;
   entries_ = entries;
-  start_ = std::make_unique<uint64_t[]>(entries);
+  placements_ = uint64_t{entries} * 2;
+  placed_at_ = std::make_unique<Placed[]>(placements_);
+  direct_ = reinterpret_cast<proto::DirectWords*>(reinterpret_cast<char*>(seg) + proto::kDirectOffset);
 }
 
-int Timeline::take(uint64_t count, uint64_t* first) {
+int Timeline::take(uint64_t count, bool direct, Turn* first) {
   std::lock_guard lock(mu_);
   if (dead_ != 0) return dead_;
-  *first = next_ticket_;
+  first->direct = direct;
+  first->place = next_place_;
+  next_place_ += count;
+  if (direct) {
+    first->ticket = next_direct_;
+    next_direct_ += count;
+    direct_issued_.store(next_direct_ - 1, std::memory_order_release);
+    return 0;  // a direct upload's pieces report their error under its last ticket themselves
+  }
+  first->ticket = next_ticket_;
   next_ticket_ += count;
   issued_.store(next_ticket_ - 1, std::memory_order_release);
   if (count > 1) {
     std::vector<uint64_t> earlier(count - 1);
-    for (uint64_t i = 0; i + 1 < count; ++i) earlier[i] = *first + i;
-    groups_.emplace(*first + count - 1, std::move(earlier));
+    for (uint64_t i = 0; i + 1 < count; ++i) earlier[i] = first->ticket + i;
+    groups_.emplace(first->ticket + count - 1, std::move(earlier));
   }
   return 0;
+}
+
+void Timeline::fail_direct(uint64_t ticket, int err) {
+  std::lock_guard lock(mu_);
+  direct_failed_.emplace(ticket, err);
 }
 
 void Timeline::ended(int why) {
@@ -89,21 +105,30 @@ void Timeline::settle_groups(uint64_t completed) {
 // after it moves `completed` (it looks at `sleepers` only then): no thread of
 // ours, and no message, stands between the daemon and the waiter.
 template <class Ready>
-int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready, Clock::duration spin, uint64_t target) {
+int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready, Clock::duration spin, uint64_t target,
+                       bool poll) {
   const auto spin_end = Clock::now() + spin;
   while (Clock::now() < spin_end) {
     if (ready()) return 0;
     if (!forever && Clock::now() >= deadline) break;
   }
   auto* word = reinterpret_cast<uint32_t*>(&seg_->wake);
+  // The application's queue writes its word and wakes no one: look again
+  // after a short sleep, longer each time (a queue that runs far behind is
+  // looked at a thousand times a second).
+  std::chrono::microseconds nap(20);
   for (;;) {
     if (ready()) return 0;
     if (int d = dead_.load(); d != 0) return d;
-    auto left = std::chrono::milliseconds(100);  // a bound, against a wake-up lost to a dead daemon
+    std::chrono::microseconds left = std::chrono::milliseconds(100);  // a bound, against a wake-up lost to a dead daemon
+    if (poll) {
+      left = nap;
+      nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));
+    }
     if (!forever) {
       const auto now = Clock::now();
       if (now >= deadline) return -ETIMEDOUT;
-      left = std::min(left, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
+      left = std::min(left, std::chrono::ceil<std::chrono::microseconds>(deadline - now));
     }
     const uint32_t seen = seg_->wake.load(std::memory_order_acquire);
     seg_->sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -113,23 +138,33 @@ int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready, Cl
     }
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!ready() && dead_.load() == 0) {
-      timespec ts{static_cast<time_t>(left.count() / 1000), static_cast<long>(left.count() % 1000) * 1'000'000};
+      timespec ts{static_cast<time_t>(left.count() / 1'000'000), static_cast<long>(left.count() % 1'000'000) * 1000};
       ::syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, nullptr, 0);
     }
     seg_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 
-int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset) {
+int Timeline::place(const Turn& turn, uint64_t length, int stall_ms, uint64_t* offset) {
   const auto t0 = Clock::now();
-  const uint64_t window = t > entries_ ? t - entries_ : 0;  // the daemon's window
-  uint64_t need = window;  // the ticket that last used these bytes
-  uint64_t large = 0;      // a large transfer: the one slot_count before it
+  const uint64_t t = turn.ticket, q = turn.place;
+  uint64_t window = 0;  // a ring ticket: the daemon's window, the one `entries` before it
+  uint64_t large = 0;   // a large ring transfer: the one slot_count before it
+  if (!turn.direct) {
+    window = t > entries_ ? t - entries_ : 0;
+    // Large transfers (a quarter slot and up) stay one per slot in flight
+    // (ferryd holds back any more in the ring): a deeper queue of large
+    // copies only adds to every client's wait on a shared device.
+    if (length * 4 >= slot_bytes_ && t > slots_) large = t - slots_;
+  }
+  uint64_t need = q > placements_ ? q - placements_ : 0;  // the placement that last used these bytes
+  Placed want{};         // its record: the tickets of each kind that must be done
+  uint64_t ring_before;  // the newest ring ticket placed before this one
   {
     std::unique_lock lock(place_mu_);
-    // Bytes are handed out in ticket order; the thread placing t - 1 (a
+    // Bytes are handed out in placement order; the thread placing q - 1 (a
     // staging thread of the same upload, or another caller) is about to.
-    place_cv_.wait(lock, [&] { return placed_ + 1 == t || dead_.load() != 0; });
+    place_cv_.wait(lock, [&] { return placed_ + 1 == q || dead_.load() != 0; });
     if (int d = dead_.load(); d != 0) return d;
     const uint64_t S = staging_bytes_;
     uint64_t p = (head_ + proto::kStagingAlign - 1) / proto::kStagingAlign * proto::kStagingAlign;
@@ -137,50 +172,59 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
     // With nothing in flight, back to the area's start: an upload now and
     // then stages into the same bytes each time, still in the CPU's cache
     // (as a driver's bounce buffer is), not into the next cold ones.
-    if (p % S != 0 && completed() >= t - 1 && oldest_hold_.load(std::memory_order_acquire) == UINT64_MAX)
+    if (p % S != 0 && completed() >= last_.ring && direct_completed() >= last_.direct &&
+        oldest_hold_.load(std::memory_order_acquire) == UINT64_MAX)
       p += S - p % S;
     const uint64_t end = p + length;
-    // Every ticket that started before end - S used bytes this one overwrites
-    // (tickets start in order), and so must be done first.
+    // Every placement that started before end - S used bytes this one
+    // overwrites (placements start in order), and so must be done first.
     if (reuse_ <= need) reuse_ = need + 1;
-    while (reuse_ < t && end > S && start_[(reuse_ - 1) % entries_] < end - S) ++reuse_;
+    while (reuse_ < q && end > S && placed_at_[(reuse_ - 1) % placements_].start < end - S) ++reuse_;
     need = std::max(need, reuse_ - 1);
-    // Large transfers (a quarter slot and up) stay one per slot in flight
-    // (ferryd holds back any more in the ring): a deeper queue of large
-    // copies only adds to every client's wait on a shared device.
-    if (length * 4 >= slot_bytes_ && t > slots_) large = t - slots_;
-    start_[(t - 1) % entries_] = p;
+    // Read before this placement's record takes the place of q - placements_'s.
+    if (need != 0) want = placed_at_[(need - 1) % placements_];
+    ring_before = last_.ring;
+    last_.start = p;
+    (turn.direct ? last_.direct : last_.ring) = t;
+    placed_at_[(q - 1) % placements_] = last_;
     head_ = end;
-    placed_ = t;
+    placed_ = q;
     *offset = p % S;
   }
   place_cv_.notify_all();
   // The window by the daemon's own word, not the device's: ferryd refuses a
   // ticket beyond it until the copies before it retired. The bytes by
   // either word: the device has read them once it ran the copy. A download
-  // that still reads bytes of a ticket <= need holds them.
+  // that still reads bytes of a placement <= need holds them.
   // The large transfers' bound by the daemon's word as well: ferryd
   // counts them in flight until it retires them.
+  const uint64_t daemon_bound = std::max(window, large);
   auto ready = [&] {
-    return seg_->completed.load(std::memory_order_acquire) >= std::max(window, large) && completed() >= need &&
-           oldest_hold_.load(std::memory_order_acquire) > need;
+    return seg_->completed.load(std::memory_order_acquire) >= daemon_bound && completed() >= want.ring &&
+           direct_completed() >= want.direct && oldest_hold_.load(std::memory_order_acquire) > need;
   };
-  // Asleep, it waits for three quarters of what is in flight before it, not
-  // for `need` alone: the device still has the last quarter to copy, and the
-  // bytes after these are then free too, so a stream of small uploads sleeps
-  // once per 3/4 window rather than once per upload. Measured on the 2-core
-  // machine with 16 tickets in flight, 200,000 uploads of 1 KiB: one ticket
-  // 0.14 sleeps per upload, 1/2 0.078, 3/4 0.063; at 7/8 the device ran dry
-  // and ferryd's CPU rose.
-  need = std::max(need, large);
-  const uint64_t target = need + (t - 1 - need) * 3 / 4;
+  // Asleep, it waits for three quarters of the ring's transfers in flight
+  // before it, not for `need` alone: the device still has the last quarter
+  // to copy, and the bytes after these are then free too, so a stream of
+  // small uploads sleeps once per 3/4 window rather than once per upload.
+  // Measured on the 2-core machine with 16 tickets in flight, 200,000
+  // uploads of 1 KiB: one ticket 0.14 sleeps per upload, 1/2 0.078, 3/4
+  // 0.063; at 7/8 the device ran dry and ferryd's CPU rose.
+  const uint64_t ring_need = std::max(want.ring, daemon_bound);
+  const uint64_t target = ring_need == 0 ? UINT64_MAX : ring_need + (std::max(ring_before, ring_need) - ring_need) * 3 / 4;
+  // Bytes a direct transfer used come free when the application's queue
+  // gets there, which wakes no one: those waits look again now and then.
+  const bool poll = want.direct > direct_completed();
+  auto progress = [&] {
+    return seg_->completed.load(std::memory_order_acquire) + direct_->completed.load(std::memory_order_acquire);
+  };
   int r;
-  for (uint64_t seen = seg_->completed.load(std::memory_order_acquire);;) {
-    r = wait_for(Clock::now() + std::chrono::milliseconds(stall_ms), false, ready, kSlotSpin, target);
+  for (uint64_t seen = progress();;) {
+    r = wait_for(Clock::now() + std::chrono::milliseconds(stall_ms), false, ready, kSlotSpin, target, poll);
     if (r != -ETIMEDOUT) break;
-    const uint64_t now = seg_->completed.load(std::memory_order_acquire);
+    const uint64_t now = progress();
     if (now == seen) {
-      ended(-ETIMEDOUT);  // no progress at all: the daemon stalled
+      ended(-ETIMEDOUT);  // no progress at all: the daemon, or the application's queue, stalled
       break;
     }
     seen = now;  // slow, but moving: wait on
@@ -201,17 +245,17 @@ int Timeline::place(uint64_t t, uint64_t length, int stall_ms, uint64_t* offset)
   return r;
 }
 
-void Timeline::hold(uint64_t t) {
+void Timeline::hold(uint64_t p) {
   std::lock_guard lock(place_mu_);
-  holds_.insert(t);
+  holds_.insert(p);
   oldest_hold_.store(*holds_.begin(), std::memory_order_release);
 }
 
-void Timeline::release(uint64_t t) {
+void Timeline::release(uint64_t p) {
   FERRY_SLOT_HANDED_ON(staging_);
   {
     std::lock_guard lock(place_mu_);
-    if (auto it = holds_.find(t); it != holds_.end()) holds_.erase(it);
+    if (auto it = holds_.find(p); it != holds_.end()) holds_.erase(it);
     oldest_hold_.store(holds_.empty() ? UINT64_MAX : *holds_.begin(), std::memory_order_release);
   }
   wake_sleepers();  // an upload may wait for these bytes
@@ -224,6 +268,19 @@ int Timeline::wait(uint64_t t, int64_t timeout_ns) {
   return outcome(t);
 }
 
+int Timeline::wait_direct(uint64_t t, int64_t timeout_ns) {
+  const bool forever = timeout_ns < 0;
+  const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
+  if (int r = wait_for(deadline, forever, [&] { return direct_completed() >= t; }, kSpin, UINT64_MAX, true); r != 0)
+    return r;
+  std::lock_guard lock(mu_);
+  auto it = direct_failed_.find(t);
+  if (it == direct_failed_.end()) return 0;
+  const int err = it->second;
+  direct_failed_.erase(it);
+  return err;
+}
+
 int Timeline::wait_word(const std::atomic<uint64_t>& word, uint64_t value, int64_t timeout_ns) {
   const bool forever = timeout_ns < 0;
   const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
@@ -233,18 +290,22 @@ int Timeline::wait_word(const std::atomic<uint64_t>& word, uint64_t value, int64
 }
 
 int Timeline::flush(int64_t timeout_ns) {
-  const uint64_t last = issued();
-  if (last == 0) return 0;
+  const uint64_t last = issued(), direct_last = direct_issued();
+  if (last == 0 && direct_last == 0) return 0;
   const bool forever = timeout_ns < 0;
   const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
-  if (int r = wait_for(deadline, forever, [&] { return completed() >= last; }, kSpin, last); r != 0) return r;
+  auto done = [&] { return completed() >= last && direct_completed() >= direct_last; };
+  if (int r = wait_for(deadline, forever, done, kSpin, last == 0 ? UINT64_MAX : last, direct_last != 0); r != 0)
+    return r;
   std::lock_guard lock(mu_);
   catch_up();
-  auto it = failed_.begin();
-  if (it == failed_.end() || it->first > last) return 0;
-  int err = it->second;
   // Report the oldest; the flush covers the rest.
+  int err = 0;
+  if (auto it = failed_.begin(); it != failed_.end() && it->first <= last) err = it->second;
   failed_.erase(failed_.begin(), failed_.upper_bound(last));
+  if (auto it = direct_failed_.begin(); err == 0 && it != direct_failed_.end() && it->first <= direct_last)
+    err = it->second;
+  direct_failed_.erase(direct_failed_.begin(), direct_failed_.upper_bound(direct_last));
   return err;
 }
 

@@ -21,6 +21,13 @@ uint64_t staging_threads(ferry_client* c) {
   return thread_share(c->stager.workers() + 1, c->seg->staging_threads.load(std::memory_order_relaxed));
 }
 
+// How an upload of `bytes` is cut and staged (plan_staging), from what is in flight now.
+StagingPlan plan_for(ferry_client* c, uint64_t bytes) {
+  StagingInput in{bytes, c->slot_bytes, c->timeline.idle(), 1};
+  if (wants_threads(in, tuning())) in.threads = staging_threads(c);
+  return plan_staging(in, tuning());
+}
+
 // One transfer of ticket t, as the daemon takes it: an entry in the
 // submission ring (and a Doorbell only if ferryd's poller sleeps).
 struct Submit {
@@ -101,14 +108,13 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
   const uint64_t bytes = from.bytes();
   if (int r = check_range(c, dst, dst_offset, bytes, fn); r != 0) return r;
   Timeline& tl = c->timeline;
-  StagingInput in{bytes, c->slot_bytes, tl.completed() >= tl.issued(), 1};
-  if (wants_threads(in, tuning())) in.threads = staging_threads(c);
-  const StagingPlan plan = plan_staging(in, tuning());
+  const StagingPlan plan = plan_for(c, bytes);
   const uint64_t pieces = plan.pieces, threads = plan.threads;
   // Every piece's ticket is taken now, in one run, so the last one is known
   // before any is sent: the upload's outcome is that of all its pieces.
-  uint64_t first = 0;
-  if (int r = tl.take(pieces, &first); r != 0) return r;
+  Turn turn;
+  if (int r = tl.take(pieces, false, &turn); r != 0) return r;
+  const uint64_t first = turn.ticket;
   // Piece i: wait for its slot, stage it, send it. While one piece is staged
   // the device copies earlier ones; large uploads stage several at once.
   auto one = [&](uint64_t i) {
@@ -116,7 +122,7 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
     const uint64_t off = plan.offset(i);
     const uint64_t n = plan.length(i, bytes);
     uint64_t at = 0;
-    if (int r = tl.place(t, n, c->conn.timeout_ms(), &at); r != 0) return r;
+    if (int r = tl.place(turn.next(i), n, c->conn.timeout_ms(), &at); r != 0) return r;
     from.copy(tl.staging() + at, off, n, plan.stream);
     FERRY_SLOT_HANDED_ON(tl.staging());
     Submit s{proto::Type::upload, at, t, n, dst, dst_offset + off};
@@ -155,6 +161,78 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
   return 0;
 }
 
+int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_direct_ops* ops, ferry_ticket* out) {
+  const char* fn = "ferry_upload_direct";
+  if (ops == nullptr) return misuse(-EFAULT, fn, "ops is NULL");
+  if (ops->size < sizeof(ferry_direct_ops))
+    return misuse(-EINVAL, fn, "ops->size is " + std::to_string(ops->size) + ": set it to sizeof(ferry_direct_ops)");
+  if (ops->flags != 0) return misuse(-EINVAL, fn, "ops->flags is " + std::to_string(ops->flags) + ": no flag exists yet");
+  if (ops->copy == nullptr || ops->write == nullptr) return misuse(-EFAULT, fn, "ops->copy or ops->write is NULL");
+  if (src == nullptr) return misuse(-EFAULT, fn, "the source is NULL");
+  if (bytes == 0) return misuse(-EINVAL, fn, "0 bytes (nothing to copy)");
+  Timeline& tl = c->timeline;
+  proto::DirectWords& words = tl.direct_words();
+  std::lock_guard one_call(c->direct_mu);
+  // The queue writes the numbers in its own order: another queue's could
+  // pass this one's, so a switch waits until the last queue is done.
+  if (ops->queue != c->direct_queue && tl.direct_completed() < tl.direct_issued()) {
+    const int r = tl.wait_direct(tl.direct_issued(), int64_t{c->conn.timeout_ms()} * 1'000'000);
+    if (r != 0 && r != -EIO) return r;  // -EIO: a copy that failed; it is done all the same
+  }
+  c->direct_queue = ops->queue;
+  const ferry_iovec whole{src, bytes};
+  Gather from;
+  if (int r = from.init(&whole, 1); r != 0) return r;
+  const StagingPlan plan = plan_for(c, bytes);
+  const uint64_t pieces = plan.pieces;
+  Turn turn;
+  if (int r = tl.take(pieces, true, &turn); r != 0) return r;
+  // Pieces are staged in any order (several threads for a large upload)
+  // but appended in order: each number the queue writes says every one
+  // before it is done too.
+  std::mutex mu;
+  std::vector<uint64_t> at(pieces, UINT64_MAX);
+  uint64_t next = 0;
+  int refused = 0, broken = 0;
+  auto one = [&](uint64_t i) {
+    uint64_t where = 0;
+    if (int r = tl.place(turn.next(i), plan.length(i, bytes), c->conn.timeout_ms(), &where); r != 0) return r;
+    from.copy(tl.staging() + where, plan.offset(i), plan.length(i, bytes), plan.stream);
+    FERRY_SLOT_HANDED_ON(tl.staging());
+    std::lock_guard lock(mu);
+    at[i] = where;
+    for (; next < pieces && at[next] != UINT64_MAX && broken == 0; ++next) {
+      const int e = ops->copy(ops->ctx, plan.offset(next), tl.staging() + at[next], plan.length(next, bytes));
+      if (e != 0 && refused == 0) refused = e < 0 ? e : -EIO;
+      // Written after a refused copy too: the number is done all the same.
+      if (const int w = ops->write(ops->ctx, reinterpret_cast<volatile uint64_t*>(&words.completed), turn.ticket + next); w != 0) {
+        broken = w < 0 ? w : -EIO;
+        tl.ended(-EIO);  // at once: other threads wait for these bytes
+        break;
+      }
+      words.issued.store(turn.ticket + next, std::memory_order_relaxed);
+    }
+    return broken;
+  };
+  int r = 0;
+  if (pieces >= 4 && plan.threads > 1) {
+    r = c->stager.run(pieces, one, plan.threads - 1);
+  } else {
+    for (uint64_t i = 0; i < pieces && r == 0; ++i) r = one(i);
+  }
+  if (broken != 0)
+    return misuse(broken, fn,
+                  "the queue refused the write of ferry's timeline word (" + std::string(std::strerror(-broken)) +
+                      "): this client can no longer tell when its staging is free; disconnect and connect again");
+  if (r != 0) return r;
+  const uint64_t last = turn.ticket + pieces - 1;
+  words.uploads.fetch_add(1, std::memory_order_relaxed);
+  words.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (out != nullptr) *out = FERRY_DIRECT_TICKET | last;
+  if (refused != 0) tl.fail_direct(last, refused);
+  return refused;
+}
+
 // A reservation this client made and has not used: its ticket issued here,
 // its bytes in this client's staging area where the reservation says.
 // Used up here (the ticket leaves the open set) when it is.
@@ -177,9 +255,11 @@ int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
                   std::to_string(bytes) + " bytes is more than a staging slot holds (" + std::to_string(c->slot_bytes) +
                       "): reserve at most ferry_get_info's slot_bytes, or use ferry_upload");
   Timeline& tl = c->timeline;
-  uint64_t t = 0, at = 0;
-  if (int e = tl.take(1, &t); e != 0) return e;
-  if (int e = tl.place(t, bytes, c->conn.timeout_ms(), &at); e != 0) return e;
+  Turn turn;
+  uint64_t at = 0;
+  if (int e = tl.take(1, false, &turn); e != 0) return e;
+  if (int e = tl.place(turn, bytes, c->conn.timeout_ms(), &at); e != 0) return e;
+  const uint64_t t = turn.ticket;
   c->reserved[t % c->ring_entries].store(t, std::memory_order_release);
   *r = ferry_reservation{tl.staging() + at, bytes, t, at};
   return 0;
@@ -226,17 +306,18 @@ int download(ferry_client* c, uint64_t src, uint64_t src_offset, void* dst, uint
   char* to = static_cast<char*>(dst);
   for (uint64_t done = 0; done < bytes;) {
     const uint64_t n = std::min(c->slot_bytes, bytes - done);
-    uint64_t t = 0;
-    if (int r = tl.take(1, &t); r != 0) return r;
+    Turn turn;
+    if (int r = tl.take(1, false, &turn); r != 0) return r;
+    const uint64_t t = turn.ticket;
     uint64_t at = 0;
-    if (int r = tl.place(t, n, c->conn.timeout_ms(), &at); r != 0) return r;
-    tl.hold(t);  // before the ticket can complete: no upload may reuse the bytes until we read them
+    if (int r = tl.place(turn, n, c->conn.timeout_ms(), &at); r != 0) return r;
+    tl.hold(turn.place);  // before the ticket can complete: no upload may reuse the bytes until we read them
     int r = submit(c, Submit{proto::Type::download, at, t, n, src, src_offset + done});
     // One slot's copy: a daemon that does not finish it in the timeout stalled.
     if (r == 0) r = tl.wait(t, int64_t{c->conn.timeout_ms()} * 1'000'000);
     if (r == -ETIMEDOUT) tl.ended(-ETIMEDOUT);
     if (r == 0) std::memcpy(to + done, tl.staging() + at, n);
-    tl.release(t);
+    tl.release(turn.place);
     if (r != 0) return r;
     done += n;
   }

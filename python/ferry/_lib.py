@@ -31,6 +31,23 @@ class CTimeline(ctypes.Structure):
         ("segment_bytes", ctypes.c_uint64),
         ("device_completed", ctypes.POINTER(ctypes.c_uint64)),
         ("app_value", ctypes.POINTER(ctypes.c_uint64)),
+        ("direct_completed", ctypes.POINTER(ctypes.c_uint64)),
+    ]
+
+
+DIRECT_COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64)
+DIRECT_WRITE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64)
+DIRECT_TICKET = 1 << 63
+
+
+class CDirectOps(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("ctx", ctypes.c_void_p),
+        ("queue", ctypes.c_uint64),
+        ("copy", DIRECT_COPY),
+        ("write", DIRECT_WRITE),
     ]
 
 
@@ -134,6 +151,7 @@ def _declare(lib):
                                       P(c_ticket)]),
         "ferry_buffer_fence": (i32, [c_client_p, c_buffer, P(CFence)]),
         "ferry_fence_wait": (i32, [c_client_p, c_buffer, u64, i64]),
+        "ferry_upload_direct": (i32, [c_client_p, vp, u64, P(CDirectOps), P(c_ticket)]),
         "ferry_wait": (i32, [c_client_p, c_ticket, i64]),
         "ferry_flush": (i32, [c_client_p, i64]),
         "ferry_download": (i32, [c_client_p, c_buffer, u64, vp, u64]),

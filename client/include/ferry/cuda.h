@@ -70,12 +70,14 @@ static inline int ferry_cu_write_word_(CUstream stream, volatile uint64_t *word,
 }
 
 /* Read after upload: work queued on `stream` after this starts only once
- * ticket t's bytes are on the device. */
+ * ticket t's bytes are on the device (a direct upload's ticket too). */
 static inline int ferry_cu_stream_wait(ferry_client *c, CUstream stream, ferry_ticket t) {
   ferry_timeline tl;
   tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
-  return r != 0 ? r : ferry_cu_wait_word_(stream, tl.device_completed, t);
+  if (r != 0) return r;
+  if (t & FERRY_DIRECT_TICKET) return ferry_cu_wait_word_(stream, tl.direct_completed, t & ~FERRY_DIRECT_TICKET);
+  return ferry_cu_wait_word_(stream, tl.device_completed, t);
 }
 
 /* Write after read: once `stream` gets here, the device raises the client's
@@ -85,6 +87,85 @@ static inline int ferry_cu_stream_signal(ferry_client *c, CUstream stream, uint6
   tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
   return r != 0 ? r : ferry_cu_write_word_(stream, tl.app_value, value);
+}
+
+/* ---------------------------------------------------------------- direct uploads
+ * ferry_upload_direct on a stream: ferry_cu_upload stages `bytes` of `src`
+ * into this client's pinned staging memory and appends to `stream` the copy
+ * into `dst` (device memory of the stream's context: an allocation of yours,
+ * or a ferry buffer you opened there), then the device's write of the
+ * client's direct timeline word. Returns once src may be reused; never waits
+ * for the stream. Later work on `stream` sees the bytes (stream order); other
+ * streams wait with ferry_cu_stream_wait(c, their_stream, *t). Call
+ * ferry_cu_register first, in the stream's context.
+ * Besides ferry_upload_direct's errors: -EINVAL for CU_STREAM_PER_THREAD or
+ * a stream being captured into a graph (a replay would copy staging bytes
+ * that were recycled since), -EIO when the driver refuses (the segment not
+ * registered, a bad stream). Large uploads append from libferry's staging
+ * threads too, with the stream's context made current there. */
+typedef struct ferry_cu_direct_ {
+  CUstream stream;
+  CUdeviceptr dst;
+  CUcontext ctx;
+  CUdeviceptr word; /* the direct timeline word, as the device sees it */
+} ferry_cu_direct_;
+
+static inline int ferry_cu_in_ctx_(CUcontext ctx, int *pushed) {
+  CUcontext cur = NULL;
+  *pushed = 0;
+  if (cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx) return 0;
+  if (cuCtxPushCurrent(ctx) != CUDA_SUCCESS) return -EIO;
+  *pushed = 1;
+  return 0;
+}
+
+static inline void ferry_cu_out_ctx_(int pushed) {
+  CUcontext popped;
+  if (pushed) cuCtxPopCurrent(&popped);
+}
+
+static inline int ferry_cu_direct_copy_(void *p, uint64_t dst_offset, const void *staging, uint64_t bytes) {
+  ferry_cu_direct_ *d = (ferry_cu_direct_ *)p;
+  int pushed, r = ferry_cu_in_ctx_(d->ctx, &pushed);
+  if (r != 0) return r;
+  r = cuMemcpyHtoDAsync(d->dst + dst_offset, staging, (size_t)bytes, d->stream) == CUDA_SUCCESS ? 0 : -EIO;
+  ferry_cu_out_ctx_(pushed);
+  return r;
+}
+
+static inline int ferry_cu_direct_write_(void *p, volatile uint64_t *word, uint64_t value) {
+  ferry_cu_direct_ *d = (ferry_cu_direct_ *)p;
+  (void)word; /* always the direct word, whose device address d->word is */
+  int pushed, r = ferry_cu_in_ctx_(d->ctx, &pushed);
+  if (r != 0) return r;
+  r = cuStreamWriteValue64(d->stream, d->word, value, 0) == CUDA_SUCCESS ? 0 : -EIO;
+  ferry_cu_out_ctx_(pushed);
+  return r;
+}
+
+static inline int ferry_cu_upload(ferry_client *c, CUstream stream, CUdeviceptr dst, const void *src, uint64_t bytes,
+                                  ferry_ticket *t) {
+  ferry_timeline tl;
+  ferry_cu_direct_ d;
+  ferry_direct_ops ops;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  tl.size = sizeof tl;
+  int r = ferry_get_timeline(c, &tl);
+  if (r != 0) return r;
+  if (stream == CU_STREAM_PER_THREAD) return -EINVAL; /* another stream on each staging thread */
+  if (cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS) return -EIO;
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return -EINVAL;
+  d.stream = stream;
+  d.dst = dst;
+  if (cuStreamGetCtx(stream, &d.ctx) != CUDA_SUCCESS) return -EIO;
+  if (cuMemHostGetDevicePointer(&d.word, (void *)tl.direct_completed, 0) != CUDA_SUCCESS) return -EIO;
+  ops.size = sizeof ops;
+  ops.flags = 0;
+  ops.ctx = &d;
+  ops.queue = stream == NULL ? (uint64_t)(uintptr_t)CU_STREAM_LEGACY : (uint64_t)(uintptr_t)stream;
+  ops.copy = ferry_cu_direct_copy_;
+  ops.write = ferry_cu_direct_write_;
+  return ferry_upload_direct(c, src, bytes, &ops, t);
 }
 
 /* The same for a buffer this client allocated and granted (ferry_buffer_fence):

@@ -197,7 +197,8 @@ int ferry_upload_commit(ferry_client *c, ferry_reservation *r, ferry_buffer dst,
  * -EINVAL for a reservation already committed or cancelled. */
 int ferry_upload_cancel(ferry_client *c, ferry_reservation *r);
 
-/* Waits until ticket t is done. 0: its bytes are on the device. Otherwise
+/* Waits until ticket t (of any kind, direct uploads' too) is done. 0: its
+ * bytes are on the device. Otherwise
  * -ETIMEDOUT, the ticket's own error (e.g. -EIO from the device), or
  * -ECONNRESET / -ESHUTDOWN when the daemon went away. A ticket's error is
  * reported by the first wait or flush that covers it. */
@@ -304,6 +305,8 @@ typedef struct ferry_timeline {
   volatile uint64_t *device_completed;  /* every ticket <= it is on the device (ferry_completed
                                            is the host's view: done and reported) */
   volatile uint64_t *app_value;         /* the application's timeline (ferry_upload_after) */
+  volatile uint64_t *direct_completed;  /* direct uploads: every one numbered <= it is on the
+                                           device; your queue writes it (ferry_upload_direct) */
 } ferry_timeline;
 
 /* Where this client's timeline words are. Does not block. */
@@ -320,6 +323,71 @@ int ferry_upload_after(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, c
 /* Raises *app_value to `value` from the host (never lowers it): for work the
  * application orders on the host rather than in a queue. Does not block. */
 int ferry_signal(ferry_client *c, uint64_t value);
+
+/* ---------------------------------------------------------------- direct uploads
+ * For a process with a GPU context of its own: the source is staged into
+ * this client's pinned staging memory exactly as ferry_upload stages it
+ * (same pieces, same staging threads, the source reusable when the call
+ * returns), but the copy from there into the caller's device memory is
+ * appended to the caller's own queue (a CUDA stream, a Level Zero command
+ * list), followed by the device's write of the client's direct timeline
+ * word. The queue orders the copy with the caller's kernels: no wait, no
+ * hold, no ferryd and no other process between them. ferry/cuda.h
+ * (ferry_cu_upload) and ferry/level_zero.h (ferry_ze_upload) wrap this call
+ * for their queues; the call itself knows no GPU API.
+ *
+ * Staging bytes are reused only once the queue wrote the number of the copy
+ * that read them: a queue held back for seconds holds this client's staging
+ * (its later uploads of either kind wait for room, and end with -ETIMEDOUT
+ * after $FERRY_TIMEOUT_MS without progress, as ferry_upload does); nobody
+ * else's. The segment must be registered with the queue's context first
+ * (ferry_cu_register, ferry_ze_import): staging is then pinned memory the
+ * queue copies from at full speed.
+ *
+ * Direct tickets are numbered apart from the others and have
+ * FERRY_DIRECT_TICKET set; they complete in their own order. ferry_wait and
+ * ferry_flush take them as any ticket; ferry_completed counts the others
+ * only. A direct upload's ticket fails only when the queue refused its copy
+ * (the call returned that error too); a fault while the queue runs shows in
+ * the queue's own API, as for any of its copies.
+ *
+ * One queue at a time: the numbers are written in the queue's order, so a
+ * call on another queue (ops->queue) first waits on the host until every
+ * direct upload of the previous queue is done. Give each queue its own
+ * ferry_client for uploads that never wait. A queue that replays what was
+ * appended (a CUDA graph, a Level Zero command list executed again) would
+ * copy recycled staging bytes: append to immediate command lists and
+ * streams that are not being captured. */
+#define FERRY_DIRECT_TICKET (UINT64_C(1) << 63)
+
+typedef struct ferry_direct_ops {
+  uint32_t size;   /* sizeof(ferry_direct_ops) */
+  uint32_t flags;  /* 0 */
+  void *ctx;       /* passed to both functions */
+  uint64_t queue;  /* names the queue (e.g. the stream's handle): see "One queue at a time" */
+  /* Appends to the queue a copy of `bytes` from `staging` (pinned memory of
+   * the segment) to the destination's byte `dst_offset`. 0 or a negative errno. */
+  int (*copy)(void *ctx, uint64_t dst_offset, const void *staging, uint64_t bytes);
+  /* Appends the device's write of `value` into *word (a word of the
+   * segment), after every command appended before it. 0 or a negative errno. */
+  int (*write)(void *ctx, volatile uint64_t *word, uint64_t value);
+} ferry_direct_ops;
+
+/* Stages `bytes` from `src` and has ops append, in order, one copy per
+ * piece (dst_offset 0 up to bytes) and after each the write of its number.
+ * The functions are called one at a time, in order, from the calling
+ * thread or from libferry's staging threads (a large upload), never after
+ * the call returned. Returns once src may be reused and every copy is
+ * appended; *out (may be NULL) receives the ticket, FERRY_DIRECT_TICKET |
+ * the number of the last piece, done once the queue wrote that number.
+ * Never waits for the queue, except for staging room (see above).
+ * -EINVAL: 0 bytes, ops->size too small or unknown flags; -EFAULT: a NULL
+ * src, ops or function. A copy the queue refused: that error, and the
+ * ticket fails with it (*out is set). A write the queue refused: that
+ * error, and this client is done for (-EIO from then on: it can no longer
+ * tell when its staging is free); disconnect and connect again. */
+int ferry_upload_direct(ferry_client *c, const void *src, uint64_t bytes, const ferry_direct_ops *ops,
+                        ferry_ticket *out);
 
 /* Geometry this client was given (versioned by size, as ferry_timeline).
  * Does not block. */

@@ -63,6 +63,13 @@ class Client {
     check(ferry_buffer_fence(c_, buf, &f), "ferry_buffer_fence");
     return f;
   }
+  // Staged here, copied by the caller's own queue (ferry_upload_direct;
+  // ferry_cu_upload and ferry_ze_upload build the ops for CUDA and Level Zero).
+  ferry_ticket upload_direct(const void* src, uint64_t bytes, const ferry_direct_ops& ops) {
+    ferry_ticket t = 0;
+    check(ferry_upload_direct(c_, src, bytes, &ops, &t), "ferry_upload_direct");
+    return t;
+  }
   // Staging memory to write one upload into (see ferry_upload_reserve), then commit().
   ferry_reservation reserve(uint64_t bytes) {
     ferry_reservation r{};

@@ -106,13 +106,67 @@ static inline int ferry_ze_write_word_(ze_driver_handle_t driver, ze_command_lis
 }
 
 /* Read after upload: commands appended to `list` after this start only once
- * ticket t's bytes are on the device. Holds only that list's queue. */
+ * ticket t's bytes are on the device (a direct upload's ticket too). Holds
+ * only that list's queue. */
 static inline int ferry_ze_append_wait(ferry_client *c, ze_driver_handle_t driver, ze_command_list_handle_t list,
                                        ferry_ticket t) {
   ferry_timeline tl;
   tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
-  return r != 0 ? r : ferry_ze_wait_word_(driver, list, tl.device_completed, t);
+  if (r != 0) return r;
+  if (t & FERRY_DIRECT_TICKET)
+    return ferry_ze_wait_word_(driver, list, tl.direct_completed, t & ~FERRY_DIRECT_TICKET);
+  return ferry_ze_wait_word_(driver, list, tl.device_completed, t);
+}
+
+/* ---------------------------------------------------------------- direct uploads
+ * ferry_upload_direct on a command list: ferry_ze_upload stages `bytes` of
+ * `src` into this client's staging memory and appends to `list` the copy
+ * into `dst` (device memory of the list's context), a barrier, and the
+ * device's write of the client's direct timeline word. Returns once src may
+ * be reused; never waits for the list. Use an immediate command list (or
+ * one executed exactly once, soon: until it runs, the staging bytes stay
+ * held): a list executed again would copy staging bytes recycled since.
+ * Call ferry_ze_import first. Large uploads append from libferry's staging
+ * threads too, one call at a time. Besides ferry_upload_direct's errors:
+ * -ENOTSUP without the memory-sync extension, -EIO when the driver refuses. */
+typedef struct ferry_ze_direct_ {
+  ze_command_list_handle_t list;
+  ze_command_list_handle_t native_list; /* for the extension */
+  char *dst;
+  ferry_zex_write_fn write;
+} ferry_ze_direct_;
+
+static inline int ferry_ze_direct_copy_(void *p, uint64_t dst_offset, const void *staging, uint64_t bytes) {
+  ferry_ze_direct_ *d = (ferry_ze_direct_ *)p;
+  ze_result_t r = zeCommandListAppendMemoryCopy(d->list, d->dst + dst_offset, staging, (size_t)bytes, NULL, 0, NULL);
+  return r == ZE_RESULT_SUCCESS ? 0 : -EIO;
+}
+
+static inline int ferry_ze_direct_write_(void *p, volatile uint64_t *word, uint64_t value) {
+  ferry_ze_direct_ *d = (ferry_ze_direct_ *)p;
+  ferry_zex_write_desc desc = {1u << 2};
+  /* Commands of a list may overlap: the write comes after the copy's last byte. */
+  if (zeCommandListAppendBarrier(d->list, NULL, 0, NULL) != ZE_RESULT_SUCCESS) return -EIO;
+  return d->write(d->native_list, &desc, (void *)word, value) == ZE_RESULT_SUCCESS ? 0 : -EIO;
+}
+
+static inline int ferry_ze_upload(ferry_client *c, ze_driver_handle_t driver, ze_command_list_handle_t list, void *dst,
+                                  const void *src, uint64_t bytes, ferry_ticket *t) {
+  ferry_ze_direct_ d;
+  ferry_direct_ops ops;
+  d.list = list;
+  d.native_list = (ze_command_list_handle_t)ferry_ze_native_(ZEL_HANDLE_COMMAND_LIST, list);
+  d.dst = (char *)dst;
+  d.write = (ferry_zex_write_fn)ferry_ze_ext_(driver, "zexCommandListAppendWriteToMemory");
+  if (d.write == NULL) return -ENOTSUP;
+  ops.size = sizeof ops;
+  ops.flags = 0;
+  ops.ctx = &d;
+  ops.queue = (uint64_t)(uintptr_t)list;
+  ops.copy = ferry_ze_direct_copy_;
+  ops.write = ferry_ze_direct_write_;
+  return ferry_upload_direct(c, src, bytes, &ops, t);
 }
 
 /* Write after read: once `list` gets here, the device raises the client's

@@ -45,7 +45,8 @@
 namespace ferry::proto {
 
 inline constexpr uint32_t kMagic = 0x59524546;  // "FERY"
-inline constexpr uint16_t kVersion = 4;  // 3: transfers and outcomes only in the segment; 4: staging_threads
+// 3: transfers and outcomes only in the segment; 4: staging_threads; 5: DirectWords
+inline constexpr uint16_t kVersion = 5;
 
 // Feature bits, announced in Hello (wanted) and Welcome (granted).
 enum Feature : uint64_t {
@@ -545,6 +546,25 @@ struct ClientMetrics {
 inline constexpr uint64_t kClientMetricsOffset = 2048;
 static_assert(kClientMetricsOffset >= sizeof(Segment));
 static_assert(kClientMetricsOffset + sizeof(ClientMetrics) <= kSegmentHeaderBytes);
+
+// ---------------------------------------------------------------- direct uploads
+// A client with a GPU context of its own may append the copy from its
+// staging on its own queue (ferry_upload_direct): such transfers are no ring
+// entries and ferryd takes no part in them. They are numbered apart from the
+// ring's tickets (1, 2, ... per client) and complete in that order: the
+// client's queue writes each one's number into `completed` right after its
+// copy. The client writes the rest, for ferryctl: the last number appended,
+// and how many calls and bytes so far. ferryd only reads these words, to
+// show them in this client's own row, and trusts none of them.
+struct DirectWords {
+  alignas(64) std::atomic<uint64_t> completed;  // the client's queue (its device)
+  alignas(64) std::atomic<uint64_t> issued;     // the client: the last number appended
+  std::atomic<uint64_t> uploads;                // the client: ferry_upload_direct calls that appended
+  std::atomic<uint64_t> bytes;                  // the client: their bytes
+};
+inline constexpr uint64_t kDirectOffset = 1024;
+static_assert(kDirectOffset >= sizeof(Segment));
+static_assert(kDirectOffset % 64 == 0 && kDirectOffset + sizeof(DirectWords) <= 2048);
 
 // ---------------------------------------------------------------- decoder
 enum class Decode { good, bad, need_more };

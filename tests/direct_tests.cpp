@@ -1,0 +1,370 @@
+// SPDX-License-Identifier: MIT
+// Direct uploads on the simulated device: ferry stages, the application's own
+// command list copies (ferry_ze_upload). The list is held back by a wait on a
+// word the test writes, so what must not happen before the copy ran can be
+// looked at while the copy cannot have run.
+#include <ferry/ferry.h>
+#include <ferry/level_zero.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "daemon_fixture.hpp"
+#include "ze_app.hpp"
+
+using namespace ferry::test;
+
+namespace {
+
+std::vector<uint8_t> bytes_for(uint64_t i, size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t k = 0; k < n; ++k) v[k] = static_cast<uint8_t>(i * 37 + k * 11 + 3);
+  return v;
+}
+
+// An application with a GPU context of its own (the simulated device's),
+// connected to ferryd, its segment imported into that context.
+struct App {
+  Consumer k;
+  ferry_client* c = nullptr;
+  ferry_timeline tl{};
+  ze_event_pool_handle_t pool = nullptr;
+  ze_event_handle_t done = nullptr;
+  uint64_t gate = 0;  // the last value the list was told to wait for (hold)
+  explicit App(const std::string& socket) {
+    REQUIRE(ferry_connect(socket.c_str(), &c) == 0);
+    REQUIRE(ferry_ze_import(c, k.drv) == 0);
+    REQUIRE(ferry_get_timeline(c, &tl) == 0);
+    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr, ZE_EVENT_POOL_FLAG_HOST_VISIBLE, 1};
+    ZE_OK(zeEventPoolCreate(k.ctx, &pd, 1, &k.dev, &pool));
+    ze_event_desc_t ed{ZE_STRUCTURE_TYPE_EVENT_DESC, nullptr, 0, 0, ZE_EVENT_SCOPE_FLAG_HOST};
+    ZE_OK(zeEventCreate(pool, &ed, &done));
+  }
+  ~App() {
+    zeEventDestroy(done);
+    zeEventPoolDestroy(pool);
+    if (c != nullptr) {
+      ferry_ze_release(c, k.drv);
+      ferry_disconnect(c);
+    }
+  }
+  // The list stops here until release(): a wait on the segment's app_value,
+  // which only the test raises (ferry_signal).
+  void hold() { REQUIRE(ferry_ze_wait_word_(k.drv, k.list, tl.app_value, ++gate) == 0); }
+  void release() { REQUIRE(ferry_signal(c, gate) == 0); }
+  void finish_queue() {
+    ZE_OK(zeEventHostReset(done));
+    ZE_OK(zeCommandListAppendBarrier(k.list, done, 0, nullptr));
+    ZE_OK(zeEventHostSynchronize(done, UINT64_MAX));
+  }
+  std::vector<uint8_t> read(void* dev_ptr, size_t n) {
+    std::vector<uint8_t> out(n);
+    ZE_OK(zeEventHostReset(done));
+    ZE_OK(zeCommandListAppendMemoryCopy(k.list, out.data(), dev_ptr, n, done, 0, nullptr));
+    ZE_OK(zeEventHostSynchronize(done, UINT64_MAX));
+    return out;
+  }
+  int upload(void* dst, const std::vector<uint8_t>& src, ferry_ticket* t) {
+    return ferry_ze_upload(c, k.drv, k.list, dst, src.data(), src.size(), t);
+  }
+};
+
+// The client's row in ferryd's status.
+boost::property_tree::ptree row(const Daemon& d, ferry_client* c) {
+  ferry_info info{};
+  REQUIRE(ferry_get_info(c, &info) == 0);
+  const auto st = d.status();
+  for (const auto& [k, v] : st.get_child("clients"))
+    if (v.get<uint64_t>("id") == info.client_id) return v;
+  FAIL("client " << info.client_id << " not in status");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("direct uploads: the application's list copies from ferry's staging, in its own order",
+          "[direct][simonly]") {
+  Daemon d;
+  App a(d.socket);
+  const size_t n = 1024, iters = 300;
+  void* region = a.k.device_alloc(n);
+  void* sums = a.k.device_alloc(sizeof(uint64_t) * iters);
+  std::vector<std::vector<uint8_t>> sent;
+  ferry_ticket last = 0;
+  for (size_t i = 0; i < iters; ++i) {
+    a.k.append_busy(20);  // a kernel that still reads the old bytes
+    sent.push_back(bytes_for(i, n));
+    ferry_ticket t = 0;
+    REQUIRE(a.upload(region, sent.back(), &t) == 0);
+    CHECK((t & FERRY_DIRECT_TICKET) != 0);
+    CHECK(t > last);  // numbered in order
+    last = t;
+    // Reads the new bytes: the list's own order, no wait appended.
+    a.k.append_checksum(region, n, static_cast<uint64_t*>(sums) + i, nullptr, nullptr);
+  }
+  REQUIRE(ferry_wait(a.c, last, 5'000'000'000) == 0);
+  a.finish_queue();
+  REQUIRE(ferry_flush(a.c, -1) == 0);
+  std::vector<uint64_t> got(iters);
+  auto raw = a.read(sums, sizeof(uint64_t) * iters);
+  std::memcpy(got.data(), raw.data(), raw.size());
+  size_t wrong = 0;
+  for (size_t i = 0; i < iters; ++i) wrong += got[i] != ferry_sim_checksum(sent[i].data(), n);
+  CHECK(wrong == 0);
+  // ferryd copied nothing, but shows what the client did, in its row only.
+  auto r = row(d, a.c);
+  CHECK(r.get<uint64_t>("direct_uploads") == iters);
+  CHECK(r.get<uint64_t>("direct_bytes") == iters * n);
+  CHECK(r.get<uint64_t>("direct_in_flight") == 0);
+  CHECK(r.get<uint64_t>("uploads") == 0);
+  CHECK(d.status().get<uint64_t>("totals.uploads") == 0);
+  CHECK(ferry_completed(a.c) == 0);  // the ring's tickets only
+  zeMemFree(a.k.ctx, sums);
+  zeMemFree(a.k.ctx, region);
+}
+
+TEST_CASE("a direct upload larger than the staging area goes through in pieces, staged by threads",
+          "[direct][simonly]") {
+  Daemon d({"--slots", "4", "--slot-size", "65536"});
+  App a(d.socket);
+  const size_t n = (4 * 65536) * 5 + 4093;  // five staging areas and an odd tail
+  void* dst = a.k.device_alloc(n);
+  auto src = bytes_for(7, n);
+  ferry_ticket t = 0;
+  REQUIRE(a.upload(dst, src, &t) == 0);
+  std::fill(src.begin(), src.end(), 0);  // the source may be reused once the call returned
+  REQUIRE(ferry_wait(a.c, t, 5'000'000'000) == 0);
+  a.finish_queue();
+  CHECK(a.read(dst, n) == bytes_for(7, n));
+  // A ring upload after it shares the staging area and lands too.
+  ferry_buffer b{};
+  REQUIRE(ferry_buffer_alloc(a.c, 1 << 20, &b) == 0);
+  auto v = bytes_for(9, 1 << 20);
+  ferry_ticket rt = 0;
+  REQUIRE(ferry_upload(a.c, b, 0, v.data(), v.size(), &rt) == 0);
+  REQUIRE(ferry_wait(a.c, rt, 5'000'000'000) == 0);
+  std::vector<uint8_t> back(v.size());
+  REQUIRE(ferry_download(a.c, b, 0, back.data(), back.size()) == 0);
+  CHECK(back == v);
+  zeMemFree(a.k.ctx, dst);
+}
+
+TEST_CASE("staging is reused only after the held list copied it; others go on meanwhile",
+          "[direct][simonly][isolation]") {
+  Daemon d({"--slots", "4", "--slot-size", "16384"});
+  App a(d.socket);
+  const size_t n = 4096, count = 64;  // 256 KiB: four times the staging area
+  void* dst = a.k.device_alloc(n * count);
+  a.hold();
+  std::atomic<int> result{1};
+  std::atomic<size_t> returned{0};
+  std::thread uploader([&] {
+    int r = 0;
+    for (size_t i = 0; i < count && r == 0; ++i) {
+      auto v = bytes_for(i, n);
+      r = a.upload(static_cast<char*>(dst) + i * n, v, nullptr);
+      std::fill(v.begin(), v.end(), 0xee);  // reused at once
+      if (r == 0) returned = i + 1;
+    }
+    result = r;
+  });
+  auto& words = *reinterpret_cast<ferry::proto::DirectWords*>(static_cast<char*>(a.tl.segment) +
+                                                               ferry::proto::kDirectOffset);
+  // What fits is appended at once; then the uploader waits for room, which
+  // only the list's copies can free.
+  REQUIRE(eventually([&] { return returned.load() >= 16; }));
+  CHECK(returned.load() < count);
+  CHECK(*a.tl.direct_completed == 0);
+  CHECK(words.issued.load() >= 16);
+  // Another client is not held by this one's list.
+  Witness w(d.socket);
+  CHECK(w.finish() >= 3);
+  a.release();
+  uploader.join();
+  REQUIRE(result == 0);
+  REQUIRE(ferry_flush(a.c, 5'000'000'000) == 0);
+  a.finish_queue();
+  auto got = a.read(dst, n * count);
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i)
+    wrong += !std::equal(got.begin() + static_cast<long>(i * n), got.begin() + static_cast<long>((i + 1) * n),
+                         bytes_for(i, n).begin());
+  CHECK(wrong == 0);
+  zeMemFree(a.k.ctx, dst);
+}
+
+TEST_CASE("a list that never runs: the uploader times out, as a slot wait does", "[direct][simonly]") {
+  Daemon d({"--slots", "2", "--slot-size", "16384"});
+  ::setenv("FERRY_TIMEOUT_MS", "300", 1);
+  App a(d.socket);
+  ::unsetenv("FERRY_TIMEOUT_MS");
+  void* dst = a.k.device_alloc(1 << 20);
+  a.hold();
+  auto v = bytes_for(1, 4096);
+  int r = 0;
+  size_t i = 0;
+  for (; i < 64 && r == 0; ++i) r = a.upload(static_cast<char*>(dst) + i * 4096, v, nullptr);
+  CHECK(r == -ETIMEDOUT);
+  CHECK(i > 8);  // 32 KiB of staging took eight before it
+  // The client is done for; the daemon, which copied nothing, is not.
+  CHECK(a.upload(dst, v, nullptr) == -ETIMEDOUT);
+  a.release();
+  a.finish_queue();
+  zeMemFree(a.k.ctx, dst);
+  ferry_ze_release(a.c, a.k.drv);
+  ferry_disconnect(a.c);
+  a.c = nullptr;
+  CHECK(d.holds_nothing());
+}
+
+TEST_CASE("direct uploads on a second list wait until the first list's are done", "[direct][simonly]") {
+  Daemon d;
+  ::setenv("FERRY_TIMEOUT_MS", "300", 1);
+  App a(d.socket);
+  ::unsetenv("FERRY_TIMEOUT_MS");
+  ze_command_list_handle_t second{};
+  ze_command_queue_desc_t qd{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr, 0, 0, 0,
+                             ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+  ZE_OK(zeCommandListCreateImmediate(a.k.ctx, a.k.dev, &qd, &second));
+  void* dst = a.k.device_alloc(8192);
+  a.hold();
+  auto v1 = bytes_for(1, 4096), v2 = bytes_for(2, 4096);
+  ferry_ticket t1 = 0, t2 = 0;
+  REQUIRE(a.upload(dst, v1, &t1) == 0);
+  // The first list has not run: its number could be passed by the second's.
+  CHECK(ferry_ze_upload(a.c, a.k.drv, second, static_cast<char*>(dst) + 4096, v2.data(), v2.size(), &t2) ==
+        -ETIMEDOUT);
+  CHECK(ferry_wait(a.c, t1, 0) == -ETIMEDOUT);
+  a.release();
+  REQUIRE(ferry_ze_upload(a.c, a.k.drv, second, static_cast<char*>(dst) + 4096, v2.data(), v2.size(), &t2) == 0);
+  CHECK(t2 > t1);
+  REQUIRE(ferry_flush(a.c, 5'000'000'000) == 0);
+  a.finish_queue();
+  auto got = a.read(dst, 8192);
+  CHECK(std::equal(v1.begin(), v1.end(), got.begin()));
+  CHECK(std::equal(v2.begin(), v2.end(), got.begin() + 4096));
+  zeCommandListDestroy(second);
+  zeMemFree(a.k.ctx, dst);
+}
+
+namespace {
+// ferry_direct_ops whose copy or write the "queue" refuses, and that record
+// what they were asked.
+struct Refusing {
+  int copy_result = 0, write_result = 0;
+  std::vector<uint64_t> written;
+  static int copy(void* p, uint64_t, const void*, uint64_t) { return static_cast<Refusing*>(p)->copy_result; }
+  static int write(void* p, volatile uint64_t* word, uint64_t value) {
+    auto* r = static_cast<Refusing*>(p);
+    if (r->write_result != 0) return r->write_result;
+    r->written.push_back(value);
+    *word = value;  // as the device would, right away
+    return 0;
+  }
+  ferry_direct_ops ops() {
+    ferry_direct_ops o{};
+    o.size = sizeof o;
+    o.ctx = this;
+    o.queue = 1;
+    o.copy = copy;
+    o.write = write;
+    return o;
+  }
+};
+}  // namespace
+
+TEST_CASE("direct uploads: misuse, a refused copy and a refused write", "[direct]") {
+  Daemon d;
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  Refusing q;
+  ferry_direct_ops ops = q.ops();
+  std::vector<uint8_t> v(1000, 1);
+  ferry_ticket t = 0;
+  CHECK(ferry_upload_direct(c, v.data(), v.size(), nullptr, &t) == -EFAULT);
+  CHECK(ferry_upload_direct(c, nullptr, v.size(), &ops, &t) == -EFAULT);
+  CHECK(ferry_upload_direct(c, v.data(), 0, &ops, &t) == -EINVAL);
+  ferry_direct_ops small = ops;
+  small.size = 8;
+  CHECK(ferry_upload_direct(c, v.data(), v.size(), &small, &t) == -EINVAL);
+  ferry_direct_ops flagged = ops;
+  flagged.flags = 1;
+  CHECK(ferry_upload_direct(c, v.data(), v.size(), &flagged, &t) == -EINVAL);
+  CHECK(std::string(ferry_last_error()).find("ferry_upload_direct") != std::string::npos);
+  CHECK(ferry_wait(c, FERRY_DIRECT_TICKET | 1, 0) == -ESRCH);
+  REQUIRE(ferry_upload_direct(c, v.data(), v.size(), &ops, &t) == 0);
+  CHECK(t == (FERRY_DIRECT_TICKET | 1));
+  CHECK(ferry_wait(c, t, 1'000'000'000) == 0);
+  SECTION("a refused copy fails its ticket, and the next one goes on") {
+    q.copy_result = -EIO;
+    CHECK(ferry_upload_direct(c, v.data(), v.size(), &ops, &t) == -EIO);
+    CHECK(t == (FERRY_DIRECT_TICKET | 2));
+    CHECK(q.written.back() == 2);  // its number is written all the same
+    CHECK(ferry_wait(c, t, 1'000'000'000) == -EIO);
+    q.copy_result = 0;
+    REQUIRE(ferry_upload_direct(c, v.data(), v.size(), &ops, &t) == 0);
+    CHECK(ferry_flush(c, 1'000'000'000) == 0);
+  }
+  SECTION("a refused write: the client is done for, and says why") {
+    q.write_result = -EIO;
+    CHECK(ferry_upload_direct(c, v.data(), v.size(), &ops, &t) == -EIO);
+    CHECK(std::string(ferry_last_error()).find("timeline word") != std::string::npos);
+    q.write_result = 0;
+    CHECK(ferry_upload_direct(c, v.data(), v.size(), &ops, &t) == -EIO);
+  }
+  ferry_disconnect(c);
+  CHECK(d.holds_nothing());
+}
+
+TEST_CASE("direct uploads: a forked child gets ECHILD; a process that dies with copies queued harms no one",
+          "[direct][simonly][fork]") {
+  Daemon d;
+  {
+    ferry_client* c = nullptr;
+    REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+    Refusing q;
+    ferry_direct_ops ops = q.ops();
+    std::vector<uint8_t> v(64, 1);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      ferry_ticket t = 0;
+      const int r = ferry_upload_direct(c, v.data(), v.size(), &ops, &t);
+      _exit(r == -ECHILD && q.written.empty() ? 0 : 1);
+    }
+    int st = 0;
+    REQUIRE(waitpid(child, &st, 0) == child);
+    CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+    ferry_ticket t = 0;
+    REQUIRE(ferry_upload_direct(c, v.data(), v.size(), &ops, &t) == 0);  // the parent goes on
+    CHECK(t == (FERRY_DIRECT_TICKET | 1));
+    REQUIRE(ferry_wait(c, t, 5'000'000'000) == 0);
+    ferry_disconnect(c);
+  }
+  // A process whose own list holds direct copies from its staging (a wait
+  // that never ends comes first in that list) is killed.
+  const std::string exe = ferry::test::build_path("tests/direct_client");
+  const std::string cmd = "exec " + exe + " " + d.socket + " 8 65536";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char line[64] = {};
+  REQUIRE(std::fgets(line, sizeof line, p) != nullptr);
+  long pid = 0;
+  REQUIRE(std::sscanf(line, "ready %ld", &pid) == 1);
+  auto r = d.status();
+  uint64_t direct_in_flight = 0;
+  for (const auto& [k, v] : r.get_child("clients")) direct_in_flight += v.get<uint64_t>("direct_in_flight");
+  CHECK(direct_in_flight == 8);
+  REQUIRE(::kill(static_cast<pid_t>(pid), SIGKILL) == 0);
+  ::pclose(p);
+  CHECK(d.holds_nothing());
+  Witness w(d.socket);
+  CHECK(w.finish() >= 3);
+}
