@@ -16,7 +16,7 @@
 #             tests      the CUDA integration tests, CUDA IPC, ferryctl under load, and
 #                        python/tests/test_torch_cuda.py
 #             bench      cuda_bench's SECTIONS, ROUNDS times; bandwidth.tsv for bench/plot.sh
-#             torch      bench/torch_loader_bench.py (ferry.torch against pin_memory=True)
+#             torch      bench/torch_loader_bench.py (ferry.torch against pin_memory=True), A then B
 #             loader     bench/loader_bench (the pin-memory pattern in C++)
 #             probe      bench/submit_probe (the driver's own staged paths, no daemon)
 #             multi-gpu  one ferryd per GPU: producers and link_check on two GPUs at once
@@ -142,9 +142,11 @@ step_tests() {
   log "multi_upload (8 producers, verified): exit $?"
   if command -v python3 >/dev/null && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     local t
-    for t in $(grep -o 'def test_[a-z_0-9]*' python/tests/test_torch_cuda.py | cut -c5-); do
+    # Each test in a process of its own: Class.test for every test of every class.
+    for t in $(awk '/^class [A-Za-z]+\(unittest.TestCase\)/ {c = $2; sub(/\(.*/, "", c)}
+                    /^    def test_/ {n = $2; sub(/\(.*/, "", n); print c "." n}' python/tests/test_torch_cuda.py); do
       FERRY_LIBRARY=$B/client/libferry.so.0 FERRY_SOCKET=$sock FERRY_TEST_HANG_S=50 timeout 60 \
-        python3 python/tests/test_torch_cuda.py -v "CudaLoaderTest.$t" >>"$OUT/test-torch_cuda.log" 2>&1
+        python3 python/tests/test_torch_cuda.py -v "$t" >>"$OUT/test-torch_cuda.log" 2>&1
       log "python $t: exit $?"
     done
   else
@@ -204,14 +206,21 @@ summarize_sections() {
   fi
 }
 
+# ferry.torch against torch's loader, with each pack's own Python package
+# (its tree/, which scripts/gpu-pack.sh copies; else this checkout's), A then B.
 step_torch() {
-  start_ferryd "$B" /tmp/ferry-gpu-torch.sock || return
-  FERRY_LIBRARY=$B/client/libferry.so.0 timeout 420 python3 bench/torch_loader_bench.py \
-    --socket /tmp/ferry-gpu-torch.sock --ferryd-pid "$D" --work "${WORK:-bytes16,bytes64,images,step16}" \
-    --workers "${WORKERS:-1,8,16}" --reps "$REPS" --label "$([[ -n $(mps_flag) ]] && echo MPS || echo no MPS)" \
-    >"$OUT/torch.md" 2>"$OUT/torch.err"
-  log "torch_loader_bench: exit $?"
-  stop_ferryd
+  local p tree
+  for p in $A $B; do
+    tree=$p/tree
+    [[ -f $tree/bench/torch_loader_bench.py ]] || tree=.
+    start_ferryd "$p" /tmp/ferry-gpu-torch.sock || return
+    FERRY_LIBRARY=$p/client/libferry.so.0 timeout 420 python3 "$tree/bench/torch_loader_bench.py" \
+      --socket /tmp/ferry-gpu-torch.sock --ferryd-pid "$D" --work "${WORK:-bytes16,bytes64,images,step16}" \
+      --workers "${WORKERS:-1,8,16}" --reps "$REPS" --label "$([[ -n $(mps_flag) ]] && echo MPS || echo no MPS)" \
+      >"$OUT/torch.$(label "$p").md" 2>"$OUT/torch.$(label "$p").err"
+    log "torch_loader_bench $(label "$p"): exit $?"
+    stop_ferryd
+  done
 }
 
 step_loader() {

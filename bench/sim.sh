@@ -93,19 +93,26 @@ case $mode in
           [[ -n $hog ]] && { kill $hog; wait $hog 2>/dev/null || true; hog=""; }
           stop_ferryd
           sed -n 's/.*device-side waits: \*\*\([0-9.]*\)×\*\* in-process.*/\1/p' "$out/run.md" >>"$out/$load.$FERRYD_NICE"
+          sed -n 's/^ferry direct: \*\*\([0-9.]*\)×\*\* in-process.*/\1/p' "$out/run.md" >>"$out/direct.$load.$FERRYD_NICE"
         done
       done
     done
     unset FERRYD_NICE
-    echo "The reused-region loop with device-side waits ÷ in-process staging, median (min–max) of the runs:"
+    echo "The reused-region loop ÷ in-process staging, median (min–max) of the runs: direct uploads"
+    echo "(the application's list copies) and daemon-appended uploads with device-side waits:"
     echo
-    echo "| machine | ferryd nice | ratio | runs |"
-    echo "|---|---|---|---|"
+    echo "| machine | ferryd nice | direct | device-side waits | runs |"
+    echo "|---|---|---|---|---|"
     for load in quiet loaded; do
       for n in $nices; do
-        python3 -c 'import statistics, sys; v = sorted(float(x) for x in open(sys.argv[1]).read().split())
-print(f"| {sys.argv[2]} | {sys.argv[3]} | " + (f"{statistics.median(v):.2f}× ({v[0]:.2f}–{v[-1]:.2f})" if v else "no ratio printed") + f" | {len(v)} |")' \
-          "$out/$load.$n" "$([[ $load == quiet ]] && echo quiet || echo "one CPU-bound process beside it")" "$n"
+        python3 -c 'import statistics, sys
+def cell(path):
+    v = sorted(float(x) for x in open(path).read().split())
+    return (f"{statistics.median(v):.2f}× ({v[0]:.2f}–{v[-1]:.2f})" if v else "no ratio printed"), len(v)
+direct, n = cell(sys.argv[1])
+waits, _ = cell(sys.argv[2])
+print(f"| {sys.argv[3]} | {sys.argv[4]} | {direct} | {waits} | {n} |")' \
+          "$out/direct.$load.$n" "$out/$load.$n" "$([[ $load == quiet ]] && echo quiet || echo "one CPU-bound process beside it")" "$n"
       done
     done
     exit 0 ;;

@@ -18,5 +18,10 @@ done
 # sharing_tests links the Level Zero loader (the GPU machine has none); only its grant tests run there.
 mkdir -p "$root/.device/lib"
 cp -L /usr/lib/x86_64-linux-gnu/libze_loader.so.1 "$root/.device/lib/"
+# The Python package and the loader benchmark of this build, so that bench/gpu.sh
+# runs ferry.torch of each pack against its own libferry (before/after).
+mkdir -p "$root/.device/tree/bench"
+cp -r "$root/python" "$root/.device/tree/"
+cp "$root/bench/torch_loader_bench.py" "$root/.device/tree/bench/"
 git -C "$root" describe --always --dirty >"$root/.device/COMMIT"
 du -sh "$root/.device"

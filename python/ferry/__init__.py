@@ -16,6 +16,7 @@ the errno and ferry's own message.
 """
 
 from ._api import (
+    DIRECT_TICKET,
     RIGHT_DOWNLOAD,
     RIGHT_UPLOAD,
     Buffer,
@@ -32,6 +33,7 @@ from ._api import (
 __all__ = [
     "Buffer",
     "Client",
+    "DIRECT_TICKET",
     "Error",
     "Fence",
     "Info",

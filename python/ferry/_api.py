@@ -15,6 +15,7 @@ _c = _lib.load()
 
 RIGHT_UPLOAD = 1
 RIGHT_DOWNLOAD = 2
+DIRECT_TICKET = _lib.DIRECT_TICKET  # set in the tickets of direct uploads (Client.upload_direct)
 
 
 class Error(OSError):
@@ -150,6 +151,7 @@ class Timeline:
     device_completed_address: int  # every ticket <= the word here is on the device
     app_value_address: int  # the application's value (upload_after)
     device_written: bool
+    direct_completed_address: int = 0  # every direct upload numbered <= the word here is on the device
 
 
 @dataclass(frozen=True)
@@ -351,6 +353,53 @@ class Client:
         _check(r, f"upload of {total} bytes to buffer {bid} at {offset}")
         return ticket.value
 
+    def upload_direct(self, data, copy, write, queue=0):
+        """A direct upload, for a process with a GPU context of its own: ferry
+        stages `data` (a C-contiguous buffer-protocol object, or a contiguous
+        CPU tensor) into this client's pinned staging memory, then calls
+        copy(dst_offset, staging_address, nbytes) to append each piece's copy
+        to your queue and write(word_address, value) to append, after it, the
+        device's write of this client's direct timeline word. Both are called
+        in order, one at a time, maybe from libferry's staging threads;
+        return nothing, or raise (the upload then fails with that exception
+        raised here). queue: an int naming the queue (direct uploads of one
+        client go to one queue at a time; a call on another first waits for
+        the last one's). Returns the ticket (ferry.DIRECT_TICKET set) once
+        data may be reused; never waits for the queue but for staging room.
+        ferry.device.upload_direct does this for CUDA tensors and streams."""
+        with _spans([data]) as spans:
+            (address, nbytes), = spans
+            return self._upload_direct_raw(address, nbytes, copy, write, queue)
+
+    def _upload_direct_raw(self, address, nbytes, copy, write, queue):
+        """upload_direct of raw memory (address, nbytes) the caller keeps alive."""
+        if nbytes == 0:
+            raise ValueError("nothing to upload (0 bytes)")
+        failed = []
+
+        def guard(fn):
+            def call(*args):
+                if failed:
+                    return -_errno.EIO
+                try:
+                    fn(*args)
+                    return 0
+                except BaseException as e:  # noqa: BLE001 - carried out of the C call, raised below
+                    failed.append(e)
+                    return -_errno.EIO
+            return call
+
+        c_copy = _lib.DIRECT_COPY(guard(lambda _ctx, off, staging, n: copy(off, staging, n)))
+        c_write = _lib.DIRECT_WRITE(guard(lambda _ctx, word, value: write(word, value)))
+        ops = _lib.CDirectOps(size=ctypes.sizeof(_lib.CDirectOps), flags=0, ctx=None, queue=_u64(queue, "queue"),
+                              copy=c_copy, write=c_write)
+        ticket = _lib.c_ticket()
+        r = self._call(_c.ferry_upload_direct, address, nbytes, ctypes.byref(ops), ctypes.byref(ticket))
+        if failed:
+            raise Error(r or -_errno.EIO, f"direct upload of {nbytes} bytes: your queue function raised") from failed[0]
+        _check(r, f"direct upload of {nbytes} bytes")
+        return ticket.value
+
     def reserve(self, nbytes):
         """Pinned staging memory for one upload that you write in place (up to
         one slot, Info.slot_bytes): a Reservation. Fill reservation.view (a
@@ -427,6 +476,7 @@ class Client:
             ctypes.cast(t.device_completed, ctypes.c_void_p).value or 0,
             ctypes.cast(t.app_value, ctypes.c_void_p).value or 0,
             bool(t.device_written),
+            ctypes.cast(t.direct_completed, ctypes.c_void_p).value or 0,
         )
 
     def info(self):

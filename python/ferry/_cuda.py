@@ -40,6 +40,8 @@ _SIGNATURES = {
     "cuMemHostUnregister": [ctypes.c_void_p],
     "cuMemHostGetDevicePointer": [_P(CUdeviceptr), ctypes.c_void_p, ctypes.c_uint],
     "cuStreamWaitValue64": [CUstream, CUdeviceptr, ctypes.c_uint64, ctypes.c_uint],
+    "cuMemcpyHtoDAsync": [CUdeviceptr, ctypes.c_void_p, ctypes.c_size_t, CUstream],
+    "cuStreamIsCapturing": [CUstream, _P(ctypes.c_int)],
     "cuStreamWriteValue64": [CUstream, CUdeviceptr, ctypes.c_uint64, ctypes.c_uint],
     "cuPointerGetAttribute": [ctypes.c_void_p, ctypes.c_int, CUdeviceptr],
     "cuGetErrorString": [CUresult, _P(ctypes.c_char_p)],
@@ -146,6 +148,24 @@ class Cuda:
         d = CUdeviceptr()
         self.call(ordinal, self.cuMemHostGetDevicePointer, ctypes.byref(d), address, 0, what="cuMemHostGetDevicePointer")
         return d.value
+
+    def register_range(self, ordinal, start, nbytes):
+        """Registers [start, start + nbytes) (page-aligned host memory, a
+        segment's staging area) with every context of this process, once;
+        forget_pages undoes it."""
+        with self._lock:
+            if start in self._registered:
+                return
+        ctx, _ = self.context(ordinal)
+        self.check(self.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+        try:
+            r = self.cuMemHostRegister(start, nbytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP)
+        finally:
+            self.cuCtxPopCurrent(ctypes.byref(CUcontext()))
+        if r not in (0, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED):
+            self.check(r, "cuMemHostRegister")
+        with self._lock:
+            self._registered[start] = nbytes
 
     def forget_pages(self, start, nbytes):
         """Unregisters the pages ferry registered inside [start, start + nbytes)

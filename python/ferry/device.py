@@ -32,14 +32,16 @@ keeps its array for as long as the process lives: call __dlpack__ only to
 hand the capsule to a consumer.
 """
 
+import ctypes
 import os
 import sys
 import threading
 import weakref
 
 from . import _dlpack
+from ._api import _spans
 
-__all__ = ["DeviceArray", "DeviceBuffer", "Ready", "open"]
+__all__ = ["DeviceArray", "DeviceBuffer", "Ready", "open", "upload_direct"]
 
 # dtype name -> (itemsize, __cuda_array_interface__ typestr or None)
 _DTYPES = {
@@ -124,6 +126,103 @@ def _ordinal(device):
     if s.startswith("cuda:"):
         return int(s[5:])
     raise ValueError(f"ferry.device: not a CUDA device: {device!r}")
+
+
+def _cuda_target(dst):
+    """(device pointer, bytes, ordinal or None, torch tensor or None) of a
+    contiguous CUDA tensor or __cuda_array_interface__ object."""
+    if hasattr(dst, "data_ptr") and hasattr(dst, "element_size"):
+        if getattr(dst.device, "type", None) != "cuda":
+            raise ValueError(f"ferry.device.upload_direct: dst is on {dst.device}, not on a CUDA device")
+        if not dst.is_contiguous():
+            raise ValueError("ferry.device.upload_direct: dst must be contiguous")
+        return dst.data_ptr(), dst.numel() * dst.element_size(), dst.device.index, dst
+    iface = getattr(dst, "__cuda_array_interface__", None)
+    if iface is None:
+        raise TypeError(f"ferry.device.upload_direct: dst ({type(dst).__name__}) is neither a CUDA tensor nor has "
+                        "__cuda_array_interface__")
+    if iface.get("strides") is not None:
+        raise ValueError("ferry.device.upload_direct: dst must be C-contiguous (strides None)")
+    n = int(iface["typestr"][2:])
+    for d in iface["shape"]:
+        n *= d
+    return iface["data"][0], n, None, None
+
+
+def upload_direct(client, dst, src, *, stream=None):
+    """A direct upload into CUDA memory of this process: ferry stages `src`
+    (host bytes: a buffer-protocol object or a contiguous CPU tensor) into
+    the client's pinned staging memory, and `stream` copies it into `dst`
+    (a contiguous CUDA tensor, or an object with __cuda_array_interface__),
+    from its start, in the stream's own order: kernels queued on the stream
+    after this call see the new bytes, kernels before it the old ones. No
+    ferryd between the copy and your kernels, and no wait: returns the
+    ticket (ferry.DIRECT_TICKET set) once `src` may be reused.
+
+    stream: a torch.cuda.Stream or a raw CUstream handle; default torch's
+    current stream on dst's device (the legacy default stream for other
+    arrays). Other streams wait for the bytes with
+    ferry.device.stream_wait(client, stream, ticket), the host with
+    client.wait(ticket). The client's segment is registered with the
+    device's context on first use (and unregistered when the client
+    closes). See libferry(3), "Direct uploads", for when these beat
+    ferry's daemon-appended uploads."""
+    from . import _cuda
+
+    ptr, nbytes, ordinal, tensor = _cuda_target(dst)
+    cu = _cuda.driver()
+    if ordinal is None:
+        ordinal = _default_cuda_device()
+    if stream is None:
+        torch = sys.modules.get("torch")
+        stream = torch.cuda.current_stream(tensor.device).cuda_stream if tensor is not None and torch else 0
+    handle = getattr(stream, "cuda_stream", stream)
+    _, ops = cu.context(ordinal)
+    if not ops:
+        raise RuntimeError("ferry: this GPU lacks 64-bit stream memory operations (cuStreamWriteValue64)")
+    state = ctypes.c_int()
+    cu.call(ordinal, cu.cuStreamIsCapturing, _cuda.CUstream(handle), ctypes.byref(state), what="cuStreamIsCapturing")
+    if state.value != 0:
+        raise RuntimeError("ferry.device.upload_direct: the stream is being captured into a graph; a replay would "
+                           "copy staging bytes that ferry has recycled since")
+    tl = client.timeline()
+    info = client.info()
+    if not getattr(client, "_cuda_pages", False):
+        client._cuda_pages = True
+        client._closers.append(lambda: _forget_segment(cu, client))
+    staging_bytes = info.slot_count * info.slot_bytes
+    cu.register_range(ordinal, tl.segment + tl.segment_bytes - staging_bytes, staging_bytes)
+    word = cu.device_word(ordinal, tl.direct_completed_address)
+    with _spans([src]) as spans:
+        (address, n), = spans
+        if n > nbytes:
+            raise ValueError(f"ferry.device.upload_direct: {n} bytes do not fit in dst ({nbytes} bytes)")
+
+        def copy(off, staging, k):
+            cu.call(ordinal, cu.cuMemcpyHtoDAsync, _cuda.CUdeviceptr(ptr + off), staging, k, _cuda.CUstream(handle),
+                    what="cuMemcpyHtoDAsync")
+
+        def write(_word, value):
+            cu.write_value(ordinal, handle, word, value)
+
+        return client._upload_direct_raw(address, n, copy, write, handle or 1)
+
+
+def stream_wait(client, stream, ticket):
+    """Work queued on `stream` (a torch.cuda.Stream or raw handle) after
+    this starts once `ticket` is on the device: a direct upload's (its
+    client's direct word) or a daemon-appended one's (the timeline word)."""
+    from . import _cuda
+    from ._api import DIRECT_TICKET
+
+    cu = _cuda.driver()
+    ordinal = _default_cuda_device()
+    tl = client.timeline()
+    if ticket & DIRECT_TICKET:
+        address, value = tl.direct_completed_address, ticket & ~DIRECT_TICKET
+    else:
+        address, value = tl.device_completed_address, ticket
+    cu.wait_value(ordinal, getattr(stream, "cuda_stream", stream), cu.device_word(ordinal, address), value)
 
 
 def open(buffer, device=None, *, context=None):  # noqa: A001 - ferry.device.open, as io.open

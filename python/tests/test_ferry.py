@@ -5,6 +5,7 @@ Run by ctest (python_tests): FERRYD names the daemon binary and
 FERRY_LIBRARY the library; the package is imported from python/.
 """
 
+import ctypes
 import errno
 import os
 import subprocess
@@ -302,6 +303,42 @@ class FerryTest(unittest.TestCase):
             with self.assertRaises(ferry.Error) as e:
                 c.wait(t, timeout=0.05)
             self.assertEqual(e.exception.errno, errno.ETIMEDOUT)
+
+    def test_direct_upload_through_a_queue_of_the_caller(self):
+        # A "queue" that runs each command at once: copies out of ferry's
+        # staging, and the device's write of the direct word.
+        c = self.client()
+        got = bytearray(300_000)  # more than the 256 KiB of staging: pieces recycled
+        words = []
+
+        def copy(off, staging, n):
+            got[off:off + n] = ctypes.string_at(staging, n)
+
+        def write(word, value):
+            words.append(value)
+            ctypes.c_uint64.from_address(word).value = value
+
+        src = bytes(range(256)) * (len(got) // 256) + b"x" * (len(got) % 256)
+        t = c.upload_direct(src, copy, write, queue=1)
+        self.assertTrue(t & ferry.DIRECT_TICKET)
+        c.wait(t, timeout=5)
+        c.flush(timeout=5)
+        self.assertEqual(bytes(got), src)
+        self.assertEqual(words, sorted(words))
+        self.assertEqual(t & ~ferry.DIRECT_TICKET, words[-1])
+
+        class Refused(Exception):
+            pass
+
+        def refuse(off, staging, n):
+            raise Refused("the queue is full")
+
+        with self.assertRaises(ferry.Error) as e:
+            c.upload_direct(b"abc", refuse, write, queue=1)
+        self.assertIsInstance(e.exception.__cause__, Refused)
+        self.assertEqual(e.exception.errno, errno.EIO)
+        with self.assertRaises(ValueError):
+            c.upload_direct(b"", copy, write)
 
     def test_info_and_version(self):
         c = self.client()

@@ -184,6 +184,88 @@ class CudaLoaderTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
+@unittest.skipUnless(CUDA, "needs an NVIDIA GPU and FERRY_SOCKET (a ferryd --backend cuda)")
+class CudaDirectTest(unittest.TestCase):
+    """Direct uploads: ferry stages, this process's own stream copies."""
+
+    def client(self):
+        c = ferry.Client(SOCKET)
+        self.addCleanup(c.close)
+        return c
+
+    def test_each_kernel_reads_its_own_upload_in_one_reused_tensor(self):
+        c = self.client()
+        x = torch.empty(1 << 16, dtype=torch.uint8, device="cuda:0")
+        cycles = _cycles_per_ms() // 20  # 50 us kernels before each upload
+        sums, want = [], []
+        for i in range(200):
+            src = torch.full((1 << 16,), i % 251, dtype=torch.uint8)
+            src[i] = 7
+            torch.cuda._sleep(cycles)                      # still reads the old bytes
+            t = ferry.device.upload_direct(c, x, src)      # on torch's current stream
+            self.assertTrue(t & ferry.DIRECT_TICKET)
+            sums.append(x.sum(dtype=torch.int64))          # reads the new ones, no wait appended
+            want.append(int(src.sum(dtype=torch.int64)))
+        self.assertEqual([int(v) for v in torch.stack(sums).cpu()], want)
+        c.flush(timeout=10)
+
+    def test_a_large_upload_goes_through_the_staging_in_pieces(self):
+        c = self.client()
+        n = 256 << 20  # four times the staging of bench/gpu.sh's ferryd
+        src = torch.randint(0, 255, (n,), dtype=torch.uint8)
+        x = torch.empty(n, dtype=torch.uint8, device="cuda:0")
+        t = ferry.device.upload_direct(c, x, src)
+        c.wait(t, timeout=30)
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(x.cpu(), src))
+
+    def test_a_held_stream_holds_the_staging_and_nothing_else(self):
+        import threading
+
+        from ferry import _cuda
+
+        c = self.client()
+        cu = _cuda.driver()
+        info = c.info()
+        piece = info.slot_bytes
+        count = 2 * info.slot_count + 4          # twice the staging
+        dst = torch.empty(piece * count, dtype=torch.uint8, device="cuda:0")
+        srcs = [torch.full((piece,), i + 1, dtype=torch.uint8) for i in range(count)]
+        stream = torch.cuda.Stream()
+        dst.sum()  # the kernels' modules loaded before the stream waits (lazy loading)
+        torch.cuda.synchronize()
+        gate = cu.device_word(0, c.timeline().app_value_address)
+        cu.wait_value(0, stream.cuda_stream, gate, 1)  # the stream stops here until c.signal(1)
+        returned, errors = [], []
+
+        def upload():
+            try:
+                for i in range(count):
+                    ferry.device.upload_direct(c, dst[i * piece:(i + 1) * piece], srcs[i], stream=stream)
+                    srcs[i].fill_(0)  # reused at once
+                    returned.append(i)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        th = threading.Thread(target=upload)
+        th.start()
+        deadline = time.monotonic() + 10
+        while len(returned) < info.slot_count - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertGreaterEqual(len(returned), info.slot_count - 1)
+        self.assertLess(len(returned), count)         # waiting for room only the stream can free
+        # Another client goes on through ferryd meanwhile.
+        with ferry.Client(SOCKET) as other, other.alloc(1 << 20) as buf:
+            other.wait(buf.upload(b"y" * (1 << 20)), timeout=10)
+        c.signal(1)
+        th.join(30)
+        self.assertFalse(th.is_alive())
+        self.assertEqual(errors, [])
+        stream.synchronize()
+        want = torch.cat([torch.full((piece,), i + 1, dtype=torch.uint8) for i in range(count)])
+        self.assertTrue(torch.equal(dst.cpu(), want), "a staging piece was reused before the stream copied it")
+
+
 def _cycles_per_ms():
     """GPU clock cycles in a millisecond, measured (torch.cuda._sleep spins cycles)."""
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
