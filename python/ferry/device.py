@@ -417,6 +417,40 @@ class DeviceArray:
             iface["stream"] = None
         return iface
 
+    def torch(self, stream=None):
+        """This array as a torch.Tensor on its CUDA device, without a copy.
+        The tensor keeps the array (and so the mapping) alive through a
+        Python reference that torch drops when the tensor goes: no ferry
+        code runs then. (A DLPack deleter written in Python, which is all
+        ctypes can make, may be called by torch while an exception is being
+        raised, when no Python code may run: the exception was lost and the
+        array never let go.) With `ready`, the wait is queued on `stream` (a
+        torch.cuda.Stream or handle; default torch's current stream)."""
+        import torch
+
+        if self.mapping.kind != "cuda":
+            raise TypeError("ferry.device: DeviceArray.torch() is for CUDA buffers")
+        dev = torch.device("cuda", self.mapping.device)
+        if self.ready is not None:
+            handle = torch.cuda.current_stream(dev).cuda_stream if stream is None else getattr(stream, "cuda_stream",
+                                                                                                 stream)
+            self.ready.queue_wait(self.mapping, int(handle))
+        return self._torch_view()
+
+    def _torch_view(self):
+        """torch(), its wait (if any) queued already."""
+        import torch
+
+        dev = torch.device("cuda", self.mapping.device)
+        extent = self._extent()
+        t = torch.as_tensor(_Bytes(self, extent), device=dev)  # uint8, the array's bytes; keeps it alive
+        if extent == 0:
+            return torch.empty(self.shape, dtype=getattr(torch, self.dtype), device=dev)
+        t = t.view(getattr(torch, self.dtype))
+        if self.strides is None:
+            return t.view(self.shape)
+        return t.as_strided(self.shape, tuple(st // self.itemsize for st in self.strides))
+
     def __dlpack_device__(self):
         if self.mapping.kind == "cuda":
             return (_dlpack.kDLCUDA, self.mapping.device)
@@ -445,8 +479,24 @@ class DeviceArray:
             strides = tuple(reversed(strides))
         else:
             strides = tuple(s // self.itemsize for s in self.strides)
+        torch = sys.modules.get("torch")
+        if self.mapping.kind == "cuda" and torch is not None:
+            # torch's capsule: its deleter is torch's own code, which lets go
+            # of this array like any Python reference (see torch()).
+            return torch.utils.dlpack.to_dlpack(self._torch_view())
         dev_type, dev_id = self.__dlpack_device__()
         return _dlpack.capsule(self, self.ptr, dev_type, dev_id, self.dtype, self.shape, strides)
+
+
+class _Bytes:
+    """The bytes of a DeviceArray as a flat uint8 __cuda_array_interface__
+    (no stream: the array's wait, if any, is queued already), holding the
+    array: torch.as_tensor keeps this object until its tensor goes."""
+
+    def __init__(self, array, extent):
+        self.array = array
+        self.__cuda_array_interface__ = {"shape": (extent,), "typestr": "|u1", "data": (array.ptr, False),
+                                         "version": 3, "strides": None, "stream": None}
 
 
 def _prod(xs):

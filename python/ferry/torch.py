@@ -579,7 +579,10 @@ class _Pool:
             a = s.mapping.array("uint8" if x.dtype == "bool" else x.dtype, x.shape, x.offset, ready=ready,
                                 stream=stream.cuda_stream)
             a.life = life  # the batch's buffer is busy while this array (and its tensor) lives
-            t = torch.from_dlpack(a)
+            # Not through DLPack: torch calls a capsule's deleter even while an
+            # exception is being raised, and ctypes' deleters are Python code
+            # (DeviceArray.torch).
+            t = a.torch(stream)
             return t.view(torch.bool) if x.dtype == "bool" else t
 
         return _map(batch.template, leaf, lambda x: isinstance(x, _Leaf))
@@ -587,7 +590,6 @@ class _Pool:
     def _views(self, batch, s):
         """The CUDA path's views and lifetimes, as CPU tensors over the
         simulated device's memory (ready once the fence says so, on the host)."""
-        from . import _dlpack
         from . import device as _device
 
         if s.mapping is None:
@@ -603,12 +605,12 @@ class _Pool:
             dtype = "uint8" if x.dtype == "bool" else x.dtype
             a = s.mapping.array(dtype, x.shape, x.offset)
             a.life = life
-            strides, step = [], 1
-            for d in reversed(x.shape):
-                strides.append(step)
-                step *= max(d, 1)
-            t = torch.utils.dlpack.from_dlpack(
-                _dlpack.capsule(a, a.ptr, _dlpack.kDLCPU, 0, dtype, x.shape, tuple(reversed(strides))))
+            # The simulated device's memory is this process's: a tensor over
+            # it that holds the array as a Python reference (as on CUDA, no
+            # DLPack deleter).
+            mem = (ctypes.c_uint8 * a.nbytes).from_address(a.ptr)
+            mem.array = a
+            t = torch.frombuffer(mem, dtype=getattr(torch, dtype)).view(x.shape)
             return t.view(torch.bool) if x.dtype == "bool" else t
 
         return _map(batch.template, leaf, lambda x: isinstance(x, _Leaf))

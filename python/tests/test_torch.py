@@ -193,6 +193,20 @@ class LoaderTest(unittest.TestCase):
             self.assertTrue(same(a, b), f"batch {i} differs: torch {a!r}, ferry {b!r}")
         return ours
 
+    def test_torchs_loader_and_ferrys_interleaved_in_one_process(self):
+        # Every equality case, a sample that raises, an early break and a
+        # batch's tensor dropped while an exception is raised, torch's loader
+        # and ferry's one after the other, under faulthandler: a crash is a
+        # signal and a traceback, a mismatch a line of its own.
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interleaved_loaders.py")
+        for extra in ([], ["--views"]):
+            with self.subTest(views=bool(extra)):
+                r = subprocess.run([sys.executable, "-X", "faulthandler", script, self.d.socket, "cpu", "1", *extra],
+                                   capture_output=True, text=True, timeout=240)
+                lines = [ln for ln in r.stdout.splitlines() if ln.startswith("interleaved:")]
+                self.assertEqual(r.returncode, 0, "\n".join(lines) + "\n" + r.stderr[-3000:])
+        self.assert_nothing_held_by_loaders()
+
     def test_batches_equal_torchs_map_style_shuffled_workers_0_2_4(self):
         for workers in (0, 2, 4):
             with self.subTest(workers=workers):
