@@ -149,6 +149,10 @@ step_tests() {
         python3 python/tests/test_torch_cuda.py -v "$t" >>"$OUT/test-torch_cuda.log" 2>&1
       log "python $t: exit $?"
     done
+    # torch's loader and ferry.torch's interleaved in one process, batches on the GPU.
+    FERRY_LIBRARY=$B/client/libferry.so.0 timeout 240 python3 -X faulthandler python/tests/interleaved_loaders.py \
+      "$sock" cuda:0 2 >"$OUT/test-interleaved.log" 2>&1
+    log "interleaved loaders (cuda:0): exit $?"
   else
     log "python/tests/test_torch_cuda.py: skipped (no torch with CUDA)"
   fi
