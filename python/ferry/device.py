@@ -41,7 +41,7 @@ import weakref
 from . import _dlpack
 from ._api import _spans
 
-__all__ = ["DeviceArray", "DeviceBuffer", "Ready", "open", "upload_direct"]
+__all__ = ["DeviceArray", "DeviceBuffer", "Ready", "open", "register", "stream_wait", "upload_direct"]
 
 # dtype name -> (itemsize, __cuda_array_interface__ typestr or None)
 _DTYPES = {
@@ -185,14 +185,7 @@ def upload_direct(client, dst, src, *, stream=None):
     if state.value != 0:
         raise RuntimeError("ferry.device.upload_direct: the stream is being captured into a graph; a replay would "
                            "copy staging bytes that ferry has recycled since")
-    tl = client.timeline()
-    info = client.info()
-    if not getattr(client, "_cuda_pages", False):
-        client._cuda_pages = True
-        client._closers.append(lambda: _forget_segment(cu, client))
-    staging_bytes = info.slot_count * info.slot_bytes
-    cu.register_range(ordinal, tl.segment + tl.segment_bytes - staging_bytes, staging_bytes)
-    word = cu.device_word(ordinal, tl.direct_completed_address)
+    word = register(client, ordinal)
     with _spans([src]) as spans:
         (address, n), = spans
         if n > nbytes:
@@ -206,6 +199,28 @@ def upload_direct(client, dst, src, *, stream=None):
             cu.write_value(ordinal, handle, word, value)
 
         return client._upload_direct_raw(address, n, copy, write, handle or 1)
+
+
+def register(client, device=None):
+    """Registers the client's staging memory and timeline words with the
+    CUDA context of `device` (an ordinal, "cuda:N" or torch.device; default
+    torch's current device), once; upload_direct does it on first use.
+    Registering may wait for the context's queued work (the driver maps the
+    pages): do it before a stream waits on something that needs this process
+    to go on. Undone when the client closes. Returns the device address of
+    the direct timeline word."""
+    from . import _cuda
+
+    ordinal = _ordinal(device)
+    cu = _cuda.driver()
+    tl = client.timeline()
+    if not getattr(client, "_cuda_pages", False):
+        client._cuda_pages = True
+        client._closers.append(lambda: _forget_segment(cu, client))
+    info = client.info()
+    staging_bytes = info.slot_count * info.slot_bytes
+    cu.register_range(ordinal, tl.segment + tl.segment_bytes - staging_bytes, staging_bytes)
+    return cu.device_word(ordinal, tl.direct_completed_address)
 
 
 def stream_wait(client, stream, ticket):

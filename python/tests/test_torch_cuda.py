@@ -233,9 +233,11 @@ class CudaDirectTest(unittest.TestCase):
         srcs = [torch.full((piece,), i + 1, dtype=torch.uint8) for i in range(count)]
         stream = torch.cuda.Stream()
         dst.sum()  # the kernels' modules loaded before the stream waits (lazy loading)
+        ferry.device.register(c, 0)  # registering pages waits for the context's streams
         torch.cuda.synchronize()
         gate = cu.device_word(0, c.timeline().app_value_address)
         cu.wait_value(0, stream.cuda_stream, gate, 1)  # the stream stops here until c.signal(1)
+        self.addCleanup(c.signal, 1)  # released whatever fails below, before the client closes
         returned, errors = [], []
 
         def upload():
