@@ -487,6 +487,29 @@ class Client:
                     i.backend.decode(errors="replace"))
 
 
+def _forked(client, what):
+    """ferry.Error ECHILD for `what`, used in a process forked from the client's."""
+    e = Error(-_errno.ECHILD, what)
+    e.strerror = (f"{what}: this ferry client was connected by process {client._pid}; process {os.getpid()} "
+                  "is a fork of it and does not map its staging memory: connect a Client in this process")
+    e.args = (_errno.ECHILD, e.strerror)
+    return e
+
+
+# Reservations whose view may still be open, so that a forked child (which
+# does not map the staging memory: libferry leaves it out of the fork) gets
+# ValueError from a view, not a signal.
+_open_views = weakref.WeakSet()
+
+
+def _release_views_in_child():
+    for r in list(_open_views):
+        r._drop_view()
+
+
+os.register_at_fork(after_in_child=_release_views_in_child)
+
+
 class Reservation:
     """Staging memory for one upload (Client.reserve): write into `view`,
     then commit() it to a buffer, or cancel() it. Either uses it up; the view
@@ -502,6 +525,7 @@ class Reservation:
         client._view_made()
         weakref.finalize(memory, client._view_gone)
         self.view = memoryview(memory).cast("B")
+        _open_views.add(self)
 
     def __repr__(self):
         state = "open" if self._r.ticket else "used"
@@ -556,8 +580,13 @@ class Fence:
 
     def _word(self, fn):
         """fn() on the fence's words, which lie in the client's segment: only
-        while the client is open (ferry.Error ENOTCONN after close)."""
-        return self.buffer.client._call(lambda _h: fn())
+        while the client is open (ferry.Error ENOTCONN after close), and only
+        in the process that connected it (ECHILD in a forked child, which
+        does not map the segment)."""
+        client = self.buffer.client
+        if os.getpid() != client._pid:
+            raise _forked(client, "the fence of buffer %d" % self.buffer.id)
+        return client._call(lambda _h: fn())
 
     @property
     def ready(self):

@@ -814,6 +814,8 @@ class _MultiIter(_dl._MultiProcessingDataLoaderIter, _FerryBase):
     def _shutdown_workers(self):
         if getattr(self, "_ferry", None) is not None and self._ferry.pid != os.getpid():
             return  # a copy of the trainer's iterator in a process forked from it: not its to shut down
+        if not hasattr(self, "_shutdown"):
+            return  # its __init__ failed before torch started any worker (no daemon, say): nothing to shut down
         try:
             super()._shutdown_workers()
         finally:
@@ -860,7 +862,11 @@ class DataLoader(_data.DataLoader):
         if device.type not in ("cuda", "cpu"):
             raise ValueError(f"ferry.torch.DataLoader: device must be a CUDA device or 'cpu', not {device}")
         self.device = device
-        self.ferry_socket = socket if socket is not None else os.environ.get("FERRY_SOCKET")
+        # Under the argument's own name too: frameworks that re-create a
+        # loader (PyTorch Lightning's predict and ddp paths) read each
+        # constructor argument back from the attribute of the same name.
+        self.socket = socket if socket is not None else os.environ.get("FERRY_SOCKET")
+        self.ferry_socket = self.socket
         self._ferry_views = False  # the tests' views of the simulated device (_Pool)
 
     def _get_iterator(self):

@@ -492,6 +492,34 @@ class FerryTest(unittest.TestCase):
             c.wait(buf.upload(b"after" * 10))  # the parent's connection survived the child
             self.assertEqual(bytes(buf.download(nbytes=50)), b"after" * 10)
 
+    def test_a_forked_child_gets_exceptions_from_inherited_fences_and_views(self):
+        c = self.client()
+        with c.alloc(4096) as buf:
+            fence = buf.fence
+            res = c.reserve(1000)
+            pid = os.fork()
+            if pid == 0:  # the child does not map the parent's staging memory
+                ok = True
+                try:
+                    fence.ready
+                    ok = False
+                except ferry.Error as e:
+                    ok = ok and e.errno == errno.ECHILD and str(os.getppid()) in str(e)
+                try:
+                    res.view[0] = 1
+                    ok = False
+                except ValueError:
+                    pass
+                os._exit(0 if ok else 1)
+            _, status = os.waitpid(pid, 0)
+            self.assertTrue(os.WIFEXITED(status), f"the child died of signal {os.WTERMSIG(status)}"
+                            if os.WIFSIGNALED(status) else "")
+            self.assertEqual(os.WEXITSTATUS(status), 0)
+            res.view[:3] = b"abc"  # the parent's view and fence work on
+            c.wait(res.commit(buf))
+            self.assertEqual(bytes(buf.download(nbytes=3)), b"abc")
+            self.assertEqual(fence.released, 0)
+
     def test_fork_and_spawn_workers_each_with_their_own_client(self):
         import multiprocessing as mp
 

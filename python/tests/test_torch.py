@@ -383,6 +383,41 @@ class LoaderTest(unittest.TestCase):
         self.assertEqual(n, 41)
         self.assertIsInstance(loader, torch.utils.data.DataLoader)
 
+    def test_a_loader_rebuilt_from_its_constructor_arguments_keeps_them(self):
+        # As PyTorch Lightning re-creates a loader (predict, ddp): every
+        # parameter of the constructor's signature (and torch's, behind
+        # **kwargs) read back from the instance attribute of that name.
+        import inspect
+
+        loader = ft.DataLoader(Mixed(), batch_size=4, num_workers=2, device="cpu", socket=self.d.socket)
+        params = dict(inspect.signature(torch.utils.data.DataLoader.__init__).parameters)
+        params.update(inspect.signature(type(loader).__init__).parameters)
+        kw = {k: v for k, v in vars(loader).items()
+              if not k.startswith("_") and k in params and k not in ("sampler", "batch_sampler")}
+        self.assertEqual(kw["socket"], self.d.socket)
+        saved = os.environ.pop("FERRY_SOCKET", None)
+        try:
+            clone = type(loader)(**kw)
+            self.assertEqual(sum(b["image"].shape[0] for b in clone), 41)
+        finally:
+            if saved is not None:
+                os.environ["FERRY_SOCKET"] = saved
+        self.assertEqual(clone.device, loader.device)
+
+    def test_a_loader_without_a_daemon_raises_once_and_cleanly(self):
+        unraisable = []
+        old, sys.unraisablehook = sys.unraisablehook, unraisable.append
+        try:
+            loader = ft.DataLoader(Mixed(), batch_size=4, num_workers=2, device="cpu", socket="/nonexistent/ferry.sock")
+            with self.assertRaises(ferry.Error) as e:
+                iter(loader)
+            self.assertIn("/nonexistent/ferry.sock", str(e.exception))
+            del loader
+            gc.collect()
+        finally:
+            sys.unraisablehook = old
+        self.assertEqual([repr(u.exc_value) for u in unraisable], [])
+
 
 
 @unittest.skipIf(torch is None, "torch is not installed (python3-torch)")
