@@ -153,6 +153,10 @@ step_tests() {
     FERRY_LIBRARY=$B/client/libferry.so.0 timeout 240 python3 -X faulthandler python/tests/interleaved_loaders.py \
       "$sock" cuda:0 2 >"$OUT/test-interleaved.log" 2>&1
     log "interleaved loaders (cuda:0): exit $?"
+    # Lightning's predict and ddp paths re-create the loader (77: no Lightning).
+    FERRY_LIBRARY=$B/client/libferry.so.0 timeout 180 python3 python/tests/lightning_paths.py "$sock" \
+      >"$OUT/test-lightning.log" 2>&1
+    log "lightning predict and ddp: exit $?"
   else
     log "python/tests/test_torch_cuda.py: skipped (no torch with CUDA)"
   fi
