@@ -19,6 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Why a call failed: libferry's own words (the socket, the argument, the
+ * bound and the flag that sets it), or what its errno means. */
+static const char *why(int r) {
+  const char *detail = ferry_last_error();
+  return detail[0] != '\0' ? detail : ferry_strerror(r);
+}
+
 static unsigned char pattern(int worker, uint64_t i, uint64_t j) {
   return (unsigned char)(worker * 31 + i * 7 + j * 13);
 }
@@ -27,13 +34,13 @@ static int worker(const char *sock, int id, int uploads, uint64_t bytes) {
   ferry_client *c = NULL;
   int r = ferry_connect(sock, &c);
   if (r != 0) {
-    fprintf(stderr, "worker %d: ferry_connect: %s\n", id, ferry_strerror(r));
+    fprintf(stderr, "worker %d: ferry_connect: %s\n", id, why(r));
     return 1;
   }
   ferry_buffer buf = {0};
   uint64_t total = bytes * (uint64_t)uploads;
   if ((r = ferry_buffer_alloc(c, total, &buf)) != 0) {
-    fprintf(stderr, "worker %d: ferry_buffer_alloc: %s\n", id, ferry_strerror(r));
+    fprintf(stderr, "worker %d: ferry_buffer_alloc: %s\n", id, why(r));
     ferry_disconnect(c);
     return 1;
   }
@@ -42,14 +49,14 @@ static int worker(const char *sock, int id, int uploads, uint64_t bytes) {
   for (int i = 0; i < uploads; ++i) {
     for (uint64_t j = 0; j < bytes; ++j) src[j] = pattern(id, (uint64_t)i, j);
     if ((r = ferry_upload(c, buf, (uint64_t)i * bytes, src, bytes, &last)) != 0) {
-      fprintf(stderr, "worker %d: ferry_upload: %s\n", id, ferry_strerror(r));
+      fprintf(stderr, "worker %d: ferry_upload: %s\n", id, why(r));
       break;
     }
     memset(src, 0xEE, bytes); /* the source is ours again at once */
   }
-  if (r == 0 && (r = ferry_wait(c, last, -1)) != 0) fprintf(stderr, "worker %d: ferry_wait: %s\n", id, ferry_strerror(r));
+  if (r == 0 && (r = ferry_wait(c, last, -1)) != 0) fprintf(stderr, "worker %d: ferry_wait: %s\n", id, why(r));
   if (r == 0 && (r = ferry_download(c, buf, 0, back, total)) != 0)
-    fprintf(stderr, "worker %d: ferry_download: %s\n", id, ferry_strerror(r));
+    fprintf(stderr, "worker %d: ferry_download: %s\n", id, why(r));
   uint64_t bad = 0;
   for (int i = 0; r == 0 && i < uploads; ++i)
     for (uint64_t j = 0; j < bytes; ++j)

@@ -44,7 +44,8 @@ extern char **environ;
   do {                                                                               \
     int r_ = (call);                                                                 \
     if (r_ != 0) {                                                                   \
-      fprintf(stderr, "producer_consumer: %s: %s\n", #call, ferry_strerror(r_));    \
+      const char *d_ = ferry_last_error(); /* libferry's own words, if any */         \
+      fprintf(stderr, "producer_consumer: %s: %s\n", #call, d_[0] ? d_ : ferry_strerror(r_)); \
       exit(1);                                                                       \
     }                                                                                \
   } while (0)

@@ -11,7 +11,7 @@ pkgs=(
   libboost1.81-dev libboost-program-options1.81-dev libboost-json1.81-dev
   catch2 libsystemd-dev systemd
   python3 python3-numpy python3-torch  # the Python package's tests, ferry.torch's against torch's DataLoader
-  python3-pip python3-setuptools python3-wheel  # pip install of the Python package, offline
+  python3-pip python3-setuptools python3-wheel python3-venv  # pip install of the Python package, offline
   prometheus  # promtool checks ferryctl's metrics in the ops test
   dpkg-dev debhelper dh-python lintian fakeroot  # the Debian packages (scripts/deb-build.sh)
   python3-yaml  # the cluster examples' offline check (tests/deploy_check.sh)

@@ -57,6 +57,9 @@ TEST_CASE("C++: errors are exceptions with the errno and the call's name", "[cpp
     } catch (const ferry::error& e) {
       CHECK(e.code().value() == ENXIO);
       CHECK(std::string(e.what()).find("ferry_connect") != std::string::npos);
+      // The whole reason, once: the path libferry names, not "ferry_last_error names it".
+      CHECK(std::string(e.what()).find(d.socket + ".absent") != std::string::npos);
+      CHECK(std::string(e.what()).find("ferry_last_error") == std::string::npos);
     }
   }
   SECTION("a buffer the client does not have") {

@@ -24,6 +24,18 @@ cp -r "$src/python" "$tmp/src/python" && cp "$src/VERSION" "$tmp/src/VERSION"  #
   grep -v "as the 'root' user" || true
 check "$tmp/pip" FERRY_LIBRARY="$lib"
 echo "pip install: ok ($want)"
+# The documented command, in a virtual environment (Debian's python3 is
+# externally managed), offline: --no-build-isolation builds with the
+# environment's own setuptools instead of fetching one from an index.
+if "$py" -m venv --system-site-packages "$tmp/venv" >/dev/null 2>&1; then
+  "$tmp/venv/bin/python" -m pip install -q --no-build-isolation --no-index "$tmp/src/python" 2>&1 | grep -v "as the 'root' user" || true
+  site_venv=$("$tmp/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  got=$(FERRY_LIBRARY="$lib" "$tmp/venv/bin/python" -c 'import ferry, os; print(ferry.__version__, os.path.dirname(ferry.__file__))')
+  [[ $got == "$want $site_venv/ferry" ]] || { echo "venv: $got, wanted $want from $site_venv/ferry"; exit 1; }
+  echo "pip install --no-build-isolation in a venv: ok"
+else
+  echo "no venv module (python3-venv): the venv install is not checked"
+fi
 # cmake --install to a prefix: the package where that prefix's python3 looks,
 # and it finds the library installed beside it without FERRY_LIBRARY.
 cmake --install "$build" --prefix "$tmp/usr/local" >/dev/null

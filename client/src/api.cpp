@@ -151,6 +151,8 @@ int misuse(int err, const char* fn, const std::string& what) {
 }
 
 int owner_check(const ferry_client* c) {
+  // Every call on a client starts here: ferry_last_error says only what this call adds.
+  if (std::string& e = last_error(); !e.empty()) e.clear();
   if (c == nullptr) return misuse(-EBADF, "ferry", "the client is NULL (ferry_connect gives one)");
   if (c->generation == fork_generation.load(std::memory_order_relaxed)) [[likely]]
     return 0;

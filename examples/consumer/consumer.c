@@ -20,7 +20,8 @@ int main(int argc, char **argv) {
   if (r == 0) r = ferry_wait(c, t, -1);
   if (r == 0) r = ferry_download(c, b, 0, back, N);
   if (r != 0) {
-    fprintf(stderr, "consumer: %s\n", ferry_strerror(r));
+    const char *detail = ferry_last_error(); /* the socket, the argument or the bound, if it says more */
+    fprintf(stderr, "consumer: %s\n", detail[0] != '\0' ? detail : ferry_strerror(r));
     return 1;
   }
   int same = memcmp(src, back, N) == 0;

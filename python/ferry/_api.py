@@ -25,13 +25,27 @@ class Error(OSError):
     one is a fork (multiprocessing's and DataLoader's default start method on
     Linux); the message names both. Connect a Client in the child instead."""
 
-    def __init__(self, code, what):
+    def __init__(self, code, what, detail=None):
         code = -code if code < 0 else code
-        if code == _errno.ECHILD:
-            msg = _c.ferry_last_error().decode(errors="replace")
-        else:
-            msg = _c.ferry_strerror(-code).decode(errors="replace")
+        # libferry's own words for the call that just failed (the path, the
+        # argument, the bound and its flag), else what the errno means: once.
+        if detail is None:
+            detail = _c.ferry_last_error().decode(errors="replace")
+        msg = detail or _c.ferry_strerror(-code).decode(errors="replace")
         super().__init__(code, f"{what}: {msg}")
+
+    def __reduce__(self):
+        # As it is: a worker's error re-raised in the trainer says it once.
+        return (_error_as_is, (self.errno, self.strerror))
+
+
+def _error_as_is(code, text):
+    e = Error.__new__(Error)
+    OSError.__init__(e, code, text)
+    return e
+
+
+Error.__module__ = "ferry"  # ferry.Error, as users name it
 
 
 def _check(r, what):
@@ -193,8 +207,7 @@ class Client:
         path = None if socket is None else os.fsencode(socket)
         r = _c.ferry_connect(path, ctypes.byref(self._c))
         if r != 0:
-            # The library says which socket and what to do about it.
-            raise Error(r, _c.ferry_last_error().decode(errors="replace") or "connect")
+            raise Error(r, "connect")  # the library's words say which socket and what to do
 
     # ---- lifetime
     def close(self):
@@ -277,11 +290,11 @@ class Client:
             # A forked child: the lock may have been copied held; libferry
             # refuses the call itself (ECHILD).
             if not self._c:
-                raise Error(-_errno.ENOTCONN, "ferry client (closed)")
+                raise Error(-_errno.ENOTCONN, "ferry client", "closed")
             return fn(self._c, *args)
         with self._gate:
             if not self._c:
-                raise Error(-_errno.ENOTCONN, "ferry client (closed)")
+                raise Error(-_errno.ENOTCONN, "ferry client", "closed")
             h = self._c
             self._active += 1
         try:
@@ -396,7 +409,8 @@ class Client:
         ticket = _lib.c_ticket()
         r = self._call(_c.ferry_upload_direct, address, nbytes, ctypes.byref(ops), ctypes.byref(ticket))
         if failed:
-            raise Error(r or -_errno.EIO, f"direct upload of {nbytes} bytes: your queue function raised") from failed[0]
+            raise Error(r or -_errno.EIO, f"direct upload of {nbytes} bytes",
+                        f"your queue function raised {type(failed[0]).__name__}: {failed[0]}") from failed[0]
         _check(r, f"direct upload of {nbytes} bytes")
         return ticket.value
 
@@ -489,11 +503,9 @@ class Client:
 
 def _forked(client, what):
     """ferry.Error ECHILD for `what`, used in a process forked from the client's."""
-    e = Error(-_errno.ECHILD, what)
-    e.strerror = (f"{what}: this ferry client was connected by process {client._pid}; process {os.getpid()} "
-                  "is a fork of it and does not map its staging memory: connect a Client in this process")
-    e.args = (_errno.ECHILD, e.strerror)
-    return e
+    return Error(-_errno.ECHILD, what,
+                 f"this ferry client was connected by process {client._pid}; process {os.getpid()} is a fork of it "
+                 "and does not map its staging memory: connect a Client in this process")
 
 
 # Reservations whose view may still be open, so that a forked child (which

@@ -414,13 +414,16 @@ const char *ferry_socket_path(const ferry_client *c);
 /* A description of a value returned by any ferry function (static storage). */
 const char *ferry_strerror(int err);
 
-/* What the calling thread's last failed call was about, in words: for a
- * failed ferry_connect the socket path and what to do ("no daemon socket at
- * /run/ferry/ferryd-0.sock: is ferryd running?"); for a misuse the call and
- * the argument ("ferry_upload: offset 990 + 11 bytes is past the end of
- * buffer 3 (1000 bytes)"); for -ECHILD which process owns the client; for a
- * refusal by the daemon what it refused. "" after a successful connect.
- * Static per thread; valid until the thread's next failed call. */
+/* What the calling thread's last call on a client (or ferry_connect) said
+ * beyond its errno, in words: for a failed ferry_connect the socket path and
+ * what to do ("no daemon socket at /run/ferry/ferryd-0.sock: is ferryd
+ * running?"); for a misuse the call and the argument ("ferry_upload: offset
+ * 990 + 11 bytes is past the end of buffer 3 (1000 bytes)"); for -ECHILD
+ * which process owns the client; for a refusal by the daemon what it
+ * refused and the bound or flag. "" when that call succeeded or its errno
+ * says it all (ferry_strerror). Each such call starts by clearing it, so it
+ * never describes an earlier call. Static per thread; valid until the
+ * thread's next call. */
 const char *ferry_last_error(void);
 
 /* The library's version, e.g. "0.1.0"; compare with FERRY_VERSION_STRING. */

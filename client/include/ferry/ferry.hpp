@@ -14,10 +14,18 @@
 namespace ferry {
 
 // Thrown for any error a ferry_* call returns; code() holds the errno.
+// what(): the call, then what libferry said of it (ferry_last_error: the
+// path, the argument, the bound and its flag) or, where it said nothing
+// more, ferry_strerror's text; and the errno's number.
 class error : public std::system_error {
  public:
-  error(int err, const char* what)
-      : std::system_error(-err, std::generic_category(), std::string(what) + ": " + ferry_strerror(err)) {}
+  error(int err, const char* what) : std::system_error(-err, std::generic_category(), describe(err, what)) {}
+
+ private:
+  static std::string describe(int err, const char* what) {
+    const char* detail = ferry_last_error();
+    return std::string(what) + ": " + (detail != nullptr && *detail != '\0' ? detail : ferry_strerror(err));
+  }
 };
 
 inline void check(int r, const char* what) {
