@@ -119,6 +119,8 @@ class TransferEngine {
   // Whether the last wake-up of a sleeping poller only looked at holds and
   // released none (the poller then goes back to sleep at once); clears it.
   bool take_idle_wake() { return holds_.take_idle_wake(); }
+  // The holds of uid's departed clients given up (Holds::drop_departed).
+  size_t drop_departed_holds(uid_t uid) { return holds_.drop_departed(uid); }
   // A hold came or moved within Holds::kAwake: the value it waits for is likely near.
   bool hold_near() const { return holds_.near(); }
   // The poller goes to sleep: every ring asks for a Doorbell, the rings are

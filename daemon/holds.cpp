@@ -44,6 +44,33 @@ void Holds::arm() {
   });
 }
 
+void Holds::drop(const ClientRef& c, const ClientState::Held& h) {
+  // The fence it would have published into is the destination's.
+  if (h.e.fenced() && h.e.event != 0) {
+    int err = 0;
+    if (BufferRef b = c->find(h.e.buffer, proto::kRightUpload, &err); b && b->fence != 0)
+      if (ClientRef owner = b->owner.lock()) fail_fence_(std::move(owner), b->fence, h.e.event);
+  }
+}
+
+size_t Holds::drop_departed(uid_t uid) {
+  size_t gone = 0;
+  for (size_t i = 0; i < holders_.size();) {
+    const ClientRef c = holders_[i];
+    if (c->connected() || c->uid != uid) {
+      ++i;
+      continue;
+    }
+    for (const ClientState::Held& h : c->held()) drop(c, h);
+    c->held().clear();
+    c->holder_ = false;
+    holders_[i] = std::move(holders_.back());
+    holders_.pop_back();
+    ++gone;
+  }
+  return gone;
+}
+
 size_t Holds::poll() {
   size_t released = 0;
   for (size_t i = 0; i < holders_.size();) {
@@ -59,12 +86,7 @@ size_t Holds::poll() {
       // come: such a hold is dropped, and a fence it would have published
       // into still moves, marked failed, so the owner's queue goes on.
       if (!c->connected() && h.e.after != 0 && c->app_value() < h.e.after) {
-        // The fence it would have published into is the destination's.
-        if (h.e.fenced() && h.e.event != 0) {
-          int err = 0;
-          if (BufferRef b = c->find(h.e.buffer, proto::kRightUpload, &err); b && b->fence != 0)
-            if (ClientRef owner = b->owner.lock()) fail_fence_(std::move(owner), b->fence, h.e.event);
-        }
+        drop(c, h);
         held.pop_front();
         ++released;
         continue;

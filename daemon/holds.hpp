@@ -38,6 +38,12 @@ class Holds {
   void add(const ClientRef& c, const ClientState::Held& h);
   // Releases the holds whose value came; how many.
   size_t poll();
+  // Drops every hold of the departed clients of `uid`, as poll() drops those
+  // whose application's value can no longer come (a fence they would have
+  // published into is marked failed, so its owner's queue goes on), so that
+  // their state goes: a user at its bound of clients makes room with its
+  // own departed ones. How many clients let go.
+  size_t drop_departed(uid_t uid);
   // While the poller sleeps: a look after a while.
   void arm();
   void stop() { timer_.cancel(); }
@@ -52,6 +58,8 @@ class Holds {
   void clear_idle_wake() { idle_wake_ = false; }
 
  private:
+  // A hold given up: its fence publish, if any, marked failed.
+  void drop(const ClientRef& c, const ClientState::Held& h);
   std::vector<ClientRef> holders_;  // clients with held transfers
   boost::asio::steady_timer timer_;
   bool timer_armed_ = false;

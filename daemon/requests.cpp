@@ -112,7 +112,11 @@ void Requests::on_hello(const proto::Hello& m) {
   }
   // No user but an admin takes more than its share: the rest stays for the others.
   admin_ = is_admin(o, peer_.cred);
-  const uint64_t mine = engine.resources().usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
+  // Its departed clients count until their held transfers go; at its bound,
+  // those holds are given up to make room (their states go with them).
+  uint64_t mine = engine.resources().usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
+  if (!admin_ && mine >= l.share_of(l.max_clients) && engine.drop_departed_holds(peer_.uid) != 0)
+    mine = engine.resources().usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
   if (!admin_ && mine >= l.share_of(l.max_clients)) {
     const std::string why = "uid " + std::to_string(peer_.uid) + " has " + std::to_string(mine) +
                             " clients, its most of --max-clients " + std::to_string(l.max_clients) + " (--user-share " +

@@ -123,7 +123,7 @@ Usage Resources::usage(uid_t uid) const {
   Usage u;
   for (const auto& [id, c] : clients_) {
     if (c->uid != uid) continue;
-    u.clients += c->connected();
+    ++u.clients;
     u.buffers += c->allocated();
     u.device_bytes += c->device_bytes();
     u.grants += grants_.count(id);

@@ -31,7 +31,9 @@ namespace ferry::ferryd {
 
 // What one user's clients hold together, those still draining included.
 struct Usage {
-  uint32_t clients = 0;  // connected
+  // Connected, and departed ones whose state lives on (transfers held for a
+  // fence's release, copies in flight): a user's bound counts both.
+  uint32_t clients = 0;
   uint64_t buffers = 0, device_bytes = 0;  // its own allocations
   uint64_t grants = 0, opens = 0, imports = 0, event_pools = 0;
 };

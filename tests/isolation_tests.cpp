@@ -432,6 +432,50 @@ TEST_CASE("one user's connections, clients and allocations leave room for other 
   }
 }
 
+TEST_CASE("a user's departed producers, kept by a release that never comes, count against it and make room",
+          "[isolation][uid][limits]") {
+  // --max-clients 4: user a may have 3 clients, departed ones included. Each
+  // producer of a uploads into the owner's buffer after a release that never
+  // comes, publishing a value, and leaves: its state lives on for the hold.
+  Daemon d({"--socket-mode", "0666", "--max-clients", "4"});
+  const Other a = other_user();
+  ferry_client* owner = nullptr;  // root: an admin, outside a's bounds
+  REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
+  ferry_buffer x{};
+  REQUIRE(ferry_buffer_alloc(owner, 4096, &x) == 0);
+  ferry_token tx{};
+  REQUIRE(ferry_buffer_grant(owner, x, FERRY_RIGHT_UPLOAD, &tx) == 0);
+  for (uint64_t i = 1; i <= 10; ++i) {
+    CHECK(as_user(a, [&] {
+            ferry_client* c = nullptr;
+            ferry_buffer b{};
+            if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;
+            if (ferry_buffer_open(c, &tx, &b, nullptr) != 0) return 2;
+            std::vector<uint8_t> data(4096, static_cast<uint8_t>(i));
+            ferry_iovec one{data.data(), data.size()};
+            ferry_upload_opts o{};
+            o.size = sizeof o;
+            o.after_release = 1000;  // the owner never releases it
+            o.publish = i;
+            const int r = ferry_upload_gather(c, b, 0, &one, 1, &o, nullptr);
+            ferry_disconnect(c);
+            return r == 0 ? 0 : 3;
+          }) == 0);
+  }
+  // The daemon holds the owner and at most a's 3, not 10 departed producers.
+  const auto st = status(d.socket);
+  CHECK(st.get<uint64_t>("held.clients") <= 4);
+  for (const auto& [k, row] : st.get_child("users"))
+    if (row.get<uid_t>("uid") == a.uid) CHECK(row.get<uint64_t>("clients") <= 3);
+  // The holds given up published nothing into the buffer: the owner's queue
+  // is told they failed rather than left waiting.
+  ferry_fence f{};
+  REQUIRE(ferry_buffer_fence(owner, x, &f) == 0);
+  CHECK(*f.failed >= 1);
+  CHECK(*f.ready < 10);
+  ferry_disconnect(owner);
+  CHECK(d.holds_nothing());
+}
 
 TEST_CASE("an --admin-group member is an admin through a supplementary group, whatever /etc/group lists",
           "[isolation][uid][admin]") {
