@@ -280,6 +280,9 @@ int main(int argc, char** argv) {
   if (*end != '\0' || o.socket_mode > 0777) {
     return bad("socket-mode", "must be octal permissions from 0000 to 0777, e.g. 0660");
   }
+  // Given (on the command line or in the file): applied to a socket handed
+  // over by activation too, not only to one ferryd makes.
+  o.socket_perms_given = !vm["socket-mode"].defaulted() || vm.count("socket-group") != 0;
   static const char* const kLevels[] = {"error", "warn", "info", "debug"};
   bool level_ok = false;
   for (int i = 0; i < 4; ++i)

@@ -57,6 +57,7 @@ struct Options {
   double hello_seconds = 5.0;    // a connection that sent no Hello by then is closed
   unsigned socket_mode = 0660;
   std::string socket_group;      // group of the socket file; empty: the daemon's
+  bool socket_perms_given = false;  // --socket-mode or --socket-group set: applied to a passed socket too
   std::string admin_group;       // members see every client in status; empty: root and the daemon's user only
   gid_t admin_gid = static_cast<gid_t>(-1);  // admin_group's, resolved once at start (Server)
   double drain_seconds = 5.0;    // on SIGTERM, how long in-flight copies may take

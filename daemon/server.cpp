@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 
 #include "ferry/fdpass.hpp"
@@ -87,6 +88,23 @@ bool someone_listens(const std::string& path) {
 
 }  // namespace
 
+int Server::apply_perms(const std::string& path, std::string& why) {
+  if (!opts_.socket_group.empty()) {
+    group* g = ::getgrnam(opts_.socket_group.c_str());
+    if (g == nullptr || ::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+      why = "cannot give " + path + " to group " + opts_.socket_group + " (--socket-group): " + std::strerror(errno);
+      return -EPERM;
+    }
+  }
+  if (::chmod(path.c_str(), opts_.socket_mode) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", opts_.socket_mode);
+    why = "cannot set " + path + " to mode " + mode + " (--socket-mode): " + std::strerror(errno);
+    return -EPERM;
+  }
+  return 0;
+}
+
 int Server::listen(const std::string& path, int fd, std::string& why) {
   boost::system::error_code ec;
   path_ = path;
@@ -95,6 +113,19 @@ int Server::listen(const std::string& path, int fd, std::string& why) {
     if (ec) {
       why = "cannot adopt the socket passed in: " + ec.message();
       return -EINVAL;
+    }
+    // Whoever made the socket (systemd-socket-activate, a container's init)
+    // may not have given it the mode and group asked for here: applied to
+    // the file the socket is bound to. (systemd's own SocketMode and
+    // SocketGroup need no flag: ferryd@.socket sets them.)
+    if (opts_.socket_perms_given) {
+      sockaddr_un a{};
+      socklen_t len = sizeof a;
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && a.sun_family == AF_UNIX &&
+          a.sun_path[0] != '\0') {
+        const std::string bound(a.sun_path, ::strnlen(a.sun_path, sizeof a.sun_path));
+        if (int r = apply_perms(bound, why); r != 0) return r;
+      }
     }
   } else {
     if (path.size() >= sizeof(sockaddr_un::sun_path)) {
@@ -116,14 +147,7 @@ int Server::listen(const std::string& path, int fd, std::string& why) {
       return -ec.value();
     }
     owns_path_ = ::lstat(path.c_str(), &bound_) == 0;
-    if (!opts_.socket_group.empty()) {
-      group* g = ::getgrnam(opts_.socket_group.c_str());
-      if (g == nullptr || ::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
-        why = "cannot give " + path + " to group " + opts_.socket_group;
-        return -EPERM;
-      }
-    }
-    ::chmod(path.c_str(), opts_.socket_mode);
+    if (int r = apply_perms(path, why); r != 0) return r;
     acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
       why = "cannot listen on " + path + ": " + ec.message();

@@ -42,6 +42,8 @@ class Server {
   void stop();
 
  private:
+  // --socket-group and --socket-mode on the socket file at `path`: 0, or -EPERM with why.
+  int apply_perms(const std::string& path, std::string& why);
   void accept();
   void wait_signal();
   // Why a new connection (its socket) is refused, or empty: the bounds of

@@ -5,7 +5,9 @@
 #include <ferry/ferry.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <dirent.h>
@@ -248,6 +250,70 @@ TEST_CASE("a user outside the socket's group is refused with a hint naming the g
     return 0;
   });
   CHECK(rc == 0);
+}
+
+TEST_CASE("a socket handed over by activation gets --socket-mode and --socket-group; the refusal says what is true",
+          "[isolation][uid]") {
+  // What an operator without systemd as init runs (README, "Without
+  // systemd"): systemd-socket-activate makes the socket with its own umask's
+  // mode (0644 here: nobody else may connect), and ferryd, given the group and
+  // mode, applies them to the file it was handed.
+  if (::access("/usr/bin/systemd-socket-activate", X_OK) != 0) {
+    WARN("no systemd-socket-activate (package systemd): not checked");
+    return;
+  }
+  const Other a = other_user();
+  const group* ga = ::getgrgid(a.gid);
+  REQUIRE(ga != nullptr);
+  const std::string gname = ga->gr_name;
+  const std::string sock = temp_socket();
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t pid = fork_child([&] {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::umask(0022);
+    ::dup2(ready[1], 2);  // systemd-socket-activate says "Listening on ..." on stderr
+    const std::string ferryd = FERRYD_PATH;
+    execl("/usr/bin/systemd-socket-activate", "systemd-socket-activate", "-l", sock.c_str(), ferryd.c_str(), "--sim",
+          "--socket", sock.c_str(), "--socket-group", gname.c_str(), "--socket-mode", "0660", "--log-level", "warn",
+          static_cast<char*>(nullptr));
+    return 127;
+  });
+  ::close(ready[1]);
+  std::string said;
+  char buf[256];
+  while (said.find("Listening on") == std::string::npos) {
+    const ssize_t n = ::read(ready[0], buf, sizeof buf);
+    if (n <= 0) break;
+    said.append(buf, static_cast<size_t>(n));
+  }
+  REQUIRE(said.find("Listening on") != std::string::npos);
+  // The first connection starts ferryd, which applies the mode and group.
+  ferry_client* root = nullptr;
+  REQUIRE(ferry_connect(sock.c_str(), &root) == 0);
+  struct stat st{};
+  REQUIRE(::stat(sock.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0660);
+  CHECK(st.st_gid == a.gid);
+  // A member of the group connects and uploads; someone else is refused, told to join it.
+  CHECK(as_other([&] {
+          ferry_client* c = nullptr;
+          if (ferry_connect(sock.c_str(), &c) != 0) return 1;
+          const int r = round_trip(c);
+          ferry_disconnect(c);
+          return r == 0 ? 0 : 10 + r;
+        }) == 0);
+  CHECK(as_user(kThird, [&] {
+          ferry_client* c = nullptr;
+          if (ferry_connect(sock.c_str(), &c) != -EACCES) return 1;
+          const std::string why = ferry_last_error();
+          return says(why, "mode 0660") && says(why, "group \"" + gname + "\"") && says(why, "ask to be added") ? 0 : 2;
+        }) == 0);
+  ferry_disconnect(root);
+  ::kill(pid, SIGTERM);
+  reap(pid);
+  ::close(ready[0]);
+  ::unlink(sock.c_str());
 }
 
 TEST_CASE("only the daemon's admins may disconnect a client", "[isolation][uid][admin]") {
