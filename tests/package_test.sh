@@ -74,26 +74,28 @@ if [[ -d /run/systemd/system ]]; then
   echo "== systemd runs here: ferryd@0.socket must be listening; the first connection starts ferryd@0.service"
   systemctl is-active --quiet ferryd@0.socket || fail "ferryd@0.socket is not active: $(systemctl status ferryd@0.socket 2>&1 | head -20)"
 else
-  echo "== no systemd as init here: ferryd@0.service's ExecStart, as user ferry, under systemd-socket-activate"
+  echo "== no systemd as init here: the README's command for that (the unit's user, socket, group and mode)"
   exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/ferryd@.service | sed 's/%i/0/g')
   [[ $exec_start == "/usr/bin/ferryd --config /etc/ferry/ferryd.conf --device 0 --socket $sock" ]] ||
     fail "unexpected ExecStart: $exec_start"
   [[ ! -e /run/ferry ]] || fail "/run/ferry exists before the daemon was started (left by something else?)"
-  install -d -o ferry -g ferry -m 0755 /run/ferry
-  # The unit's limits and umask; the socket unit's mode is set once it exists.
-  # (The limits where this machine lets root raise them: containers may not.)
-  (ulimit -l unlimited 2>/dev/null || true; ulimit -n 16384 2>/dev/null || true; umask 0077
-   exec setpriv --reuid ferry --regid ferry --init-groups --inh-caps=-all \
-     systemd-socket-activate -l "$sock" $exec_start) 2>"$tmp/ferryd.log" &
-  daemon=$!
-  # Listening once systemd-socket-activate says so (state, not time).
+  # The postinst said how (and that systemd does not run here).
+  grep -q "setpriv --reuid ferry" "$tmp/apt.log" || fail "the postinst did not say how to start ferryd without systemd"
+  # README, "Without systemd": these lines, as they are there.
+  readme=$(sed -n '/^# ferryd without systemd: begin/,/^# ferryd without systemd: end/p' "$root/README.md" | grep -v '^#')
+  [[ -n $readme ]] || fail "README.md has no 'ferryd without systemd' command"
+  (umask 0077; bash -c "$readme") 2>"$tmp/ferryd.log"
   for _ in $(seq 1 500); do
-    grep -q "^Listening on $sock" "$tmp/ferryd.log" && break
-    kill -0 "$daemon" 2>/dev/null || break
+    [[ -S $sock ]] && break
     sleep 0.02
   done
-  grep -q "^Listening on $sock" "$tmp/ferryd.log" || fail "the socket did not appear: $(cat "$tmp/ferryd.log")"
-  chgrp ferry "$sock" && chmod 0660 "$sock"
+  [[ -S $sock ]] || fail "the socket did not appear: $(cat "$tmp/ferryd.log")"
+  daemon=$(cat /run/ferry/ferryd-0.pid 2>/dev/null || pgrep -u ferry -x ferryd)
+  mode=$(stat -c '%a %U %G' "$sock")
+  [[ $mode == "660 ferry ferry" ]] || fail "the socket is $mode, not 660 ferry ferry"
+  # A member of group ferry connects; someone else is told the truth.
+  id ferrymember >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin -G ferry ferrymember
+  id nonmember >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin nonmember
 fi
 
 echo "== ferryctl status against the installed daemon"
@@ -117,6 +119,28 @@ with ferry.Client('$sock') as c:
     assert bytes(c.download(b, nbytes=4000)) == b'ferry' * 800
 print('python3-ferry', ferry.__version__, 'verified')
 ") || fail "a Python client through the installed python3-ferry"
+if [[ ! -d /run/systemd/system ]]; then
+  echo "== a member of group ferry: the C example and a ferry.torch loop; a non-member is refused, and told why"
+  as() { local u=$1; shift; (cd / && setpriv --reuid "$u" --regid "$u" --init-groups "$@"); }
+  install -m 0755 "$tmp/consumer" /tmp/ferry-package-consumer
+  as ferrymember /tmp/ferry-package-consumer "$sock" | grep -q "1 MiB verified" ||
+    fail "a member of group ferry could not upload with the C example"
+  if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    as ferrymember env FERRY_LIBRARY= /usr/bin/python3 -c "
+import torch
+from ferry.torch import DataLoader
+data = [torch.full((16,), float(i)) for i in range(64)]
+total = sum(float(b.sum()) for b in DataLoader(data, batch_size=8, num_workers=2, device='cpu', socket='$sock'))
+assert total == 16 * sum(range(64)), total
+print('ferry.torch as a member of group ferry: 64 samples verified')
+" || fail "a member of group ferry could not run a ferry.torch loop"
+  fi
+  out=$(as nonmember /tmp/ferry-package-consumer "$sock" 2>&1) && fail "a user outside group ferry connected"
+  grep -q 'ask to be added to group "ferry"' <<<"$out" || fail "the refusal does not say to join group ferry: $out"
+  rm -f /tmp/ferry-package-consumer
+  userdel ferrymember 2>/dev/null || true
+  userdel nonmember 2>/dev/null || true
+fi
 
 echo "== apt-get purge: nothing of the packages is left"
 purge || fail "apt-get purge"
