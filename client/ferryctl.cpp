@@ -295,8 +295,16 @@ std::string user_name(unsigned long long uid) {
   return cache[uid] = name;
 }
 
+// The local time, as nvidia-smi heads its table with it.
+std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  char out[64] = "";
+  if (std::tm tm{}; ::localtime_r(&t, &tm) != nullptr) std::strftime(out, sizeof out, "%a %b %e %H:%M:%S %Y", &tm);
+  return out;
+}
+
 void print_status(const json::object& d) {
-  std::printf("ferryd %s (pid %llu)\n", str(d, "version").c_str(), num(d, "pid"));
+  std::printf("ferryd %s (pid %llu), %s\n", str(d, "version").c_str(), num(d, "pid"), now_text().c_str());
   std::printf("device      %llu: %s\n", num(d, "device.index"), str(d, "device.name").c_str());
   if (const std::string fb = str(d, "device.fallback", ""); !fb.empty())
     std::printf("            simulated in place of a GPU: %s (ferryd's fallback-sim)\n", fb.c_str());
@@ -319,10 +327,13 @@ void print_status(const json::object& d) {
               human_bytes(num(d, "ring.slots_per_client") * num(d, "ring.slot_bytes")).c_str(),
               num(d, "ring.slots_per_client"), human_bytes(num(d, "ring.slot_bytes")).c_str(),
               num(d, "ring.entries_per_client"), num(d, "ring.max_clients"));
-  std::printf("occupancy   %llu transfers in flight, %llu more may start (%s in flight)\n",
-              num(d, "ring.transfers_in_flight"), num(d, "ring.entries_free"),
-              human_bytes(num(d, "ring.bytes_in_flight")).c_str());
-  std::printf("since start %llu uploads (%llu pieces), %s; %llu downloads; %llu failed; %llu clients connected\n\n",
+  if (num(d, "ring.entries_total") == 0)
+    std::printf("occupancy   no client connected: nothing in flight\n");
+  else
+    std::printf("occupancy   %llu of the connected clients' %llu transfers in flight (%s)\n",
+                num(d, "ring.transfers_in_flight"), num(d, "ring.entries_total"),
+                human_bytes(num(d, "ring.bytes_in_flight")).c_str());
+  std::printf("since start %llu uploads (%llu pieces), %s; %llu downloads; %llu failed; %llu connections in all\n\n",
               num(d, "totals.uploads"), num(d, "totals.upload_pieces"), human_bytes(num(d, "totals.upload_bytes")).c_str(),
               num(d, "totals.downloads"), num(d, "totals.failed"), num(d, "totals.connections"));
   std::printf("%-5s %-8s %-10s %-16s %-11s %-8s %-10s %-11s %-6s %s\n", "ID", "PID", "USER", "COMMAND", "IN FLIGHT",
@@ -379,8 +390,8 @@ int print_watch(const std::string& socket, const json::object& d, Seen* seen, in
   const bool have = seen->at.time_since_epoch().count() != 0 && seen->pid == num(d, "pid");
   const double dt = have ? std::chrono::duration<double>(now - seen->at).count() : 0;
   const unsigned long long up = num(d, "totals.uploads"), bytes = num(d, "totals.upload_bytes");
-  std::printf("ferryd %s, device %llu: %.40s\n", str(d, "version").c_str(), num(d, "device.index"),
-              str(d, "device.name").c_str());
+  std::printf("ferryd %s, device %llu: %.28s  %s\n", str(d, "version").c_str(), num(d, "device.index"),
+              str(d, "device.name").c_str(), now_text().c_str());
   std::printf("%.78s\n", socket.c_str());
   std::printf("in flight %llu/%llu %s  failed %llu\n", num(d, "ring.transfers_in_flight"), num(d, "ring.entries_total"),
               bar(num(d, "ring.transfers_in_flight"), num(d, "ring.entries_total"), 16).c_str(), num(d, "totals.failed"));
@@ -899,10 +910,7 @@ int main(int argc, char** argv) {
     std::printf("ferryctl %s\n", FERRY_VERSION);
     return kOk;
   }
-  if (a.command.empty()) {
-    std::cerr << kUsageLine << "\n" << kCommands << "\n" << opts;
-    return kUsage;
-  }
+  if (a.command.empty()) a.command = "status";  // as nvidia-smi shows the GPUs: the one thing one wants
   if (!(a.interval > 0) || a.interval > 86400) {
     std::fprintf(stderr, "ferryctl: --interval needs a number of seconds above 0\n");
     return kUsage;

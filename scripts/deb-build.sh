@@ -17,6 +17,7 @@ mkdir -p "$out/src/ferry"
 (cd "$root" && { git ls-files; git ls-files --others --exclude-standard; } | sort -u |
   while IFS= read -r f; do [[ -e $f ]] && printf '%s\n' "$f"; done |
   tar -cf - -T -) | tar -xf - -C "$out/src/ferry"
+echo "deb-build: building the packages with dpkg-buildpackage (about 2-3 minutes; log: $out/build.log)"
 (cd "$out/src/ferry" && dpkg-buildpackage -us -uc -b -j"$(nproc)") >"$out/build.log" 2>&1 || {
   tail -40 "$out/build.log"
   echo "deb-build: dpkg-buildpackage failed (whole log: $out/build.log)" >&2
@@ -24,6 +25,7 @@ mkdir -p "$out/src/ferry"
 }
 mv "$out/src"/*.deb "$out/src"/*.changes "$out/src"/*.buildinfo "$out/"
 echo "deb-build: $(cd "$out" && ls ./*.deb | grep -v dbgsym | tr '\n' ' ')"
+echo "deb-build: running lintian on them"
 # Every tag lintian prints (info and pedantic included) fails the build,
 # unless an override in debian/*.lintian-overrides justifies it.
 tags=$(cd "$out" && lintian --info --display-info --pedantic --fail-on none ./*.changes 2>&1 | grep -v -e "^N:" -e "running with root privileges" || true)
