@@ -107,34 +107,9 @@ int connect_failed(const std::string& path, int r, const std::string& refusal = 
           proto::default_socket_path() + ")";
       break;
     case -EACCES:
-    case -EPERM: {
-      // Say what the socket file's mode and group really admit, and whether
-      // this process is in that group (connecting needs write permission).
-      struct stat st{};
-      if (::stat(path.c_str(), &st) != 0) {
-        s = "not allowed to connect to " + path + " (its directory is closed to this user)";
-        break;
-      }
-      char mode[8];
-      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-      const struct group* g = ::getgrgid(st.st_gid);
-      const std::string group = g != nullptr ? std::string("group \"") + g->gr_name + "\"" : "gid " + std::to_string(st.st_gid);
-      bool member = ::getegid() == st.st_gid;
-      std::vector<gid_t> groups(static_cast<size_t>(std::max(0, ::getgroups(0, nullptr))));
-      if (!groups.empty() && ::getgroups(static_cast<int>(groups.size()), groups.data()) >= 0)
-        member = member || std::find(groups.begin(), groups.end(), st.st_gid) != groups.end();
-      s = "not allowed to connect to " + path + " (mode " + mode + ", " + group + "): ";
-      if ((st.st_mode & S_IWGRP) == 0)
-        s += "the socket admits no group at all (" + group +
-             " has no write permission): the daemon must be started with --socket-mode 0660 (ferryd's "
-             "default, and ferryd@.socket's SocketMode)";
-      else if (member)
-        s += "this process is in " + group + ", yet is refused: another permission (its directory, or a security "
-             "module) stands in the way";
-      else
-        s += "ask to be added to " + group + " (then log in again)";
+    case -EPERM:
+      s = fc::access_refusal(path);
       break;
-    }
     case -ECONNREFUSED:
       s = "nothing accepts on " + path + ": a socket file left by a stopped ferryd? start ferryd again";
       break;
