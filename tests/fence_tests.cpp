@@ -345,3 +345,20 @@ TEST_CASE("a producer that exits right after its upload returns still publishes 
   ferry_disconnect(owner);
   CHECK(d.holds_nothing());
 }
+
+TEST_CASE("a buffer opened through a grant has no fence of the opener's: -ENOENT, as documented", "[fence][badinput]") {
+  Daemon d;
+  ferry_client* owner = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
+  ferry_buffer x{};
+  REQUIRE(ferry_buffer_alloc(owner, 4096, &x) == 0);
+  ferry_token tx{};
+  REQUIRE(ferry_buffer_grant(owner, x, FERRY_RIGHT_UPLOAD, &tx) == 0);
+  Producer p(d.socket, tx);
+  ferry_fence f{};
+  CHECK(ferry_buffer_fence(p.c, p.buf, &f) == -ENOENT);
+  CHECK(std::string(ferry_last_error()).find("opened through a grant") != std::string::npos);
+  CHECK(ferry_buffer_fence(p.c, p.buf, nullptr) == -EFAULT);
+  CHECK(ferry_buffer_fence(owner, x, &f) == 0);
+  ferry_disconnect(owner);
+}

@@ -99,7 +99,12 @@ int ferry_buffer_fence(ferry_client* c, ferry_buffer buffer, ferry_fence* out) {
   const uint32_t f = fc::fence_of(c, buf);
   if (f == 0) {
     std::lock_guard lock(c->buffers_mu);
-    // An import, or none of ours.
+    // An import, one opened through a grant, or none of ours.
+    if (c->opened.count(buf) != 0)
+      return fc::misuse(-ENOENT, "ferry_buffer_fence",
+                        "buffer " + std::to_string(buf) +
+                            " was opened through a grant: its fence is its owner's (this gives the fences of this "
+                            "client's own allocations)");
     return c->buffer_sizes.count(buf) != 0
                ? fc::misuse(-ENOTSUP, "ferry_buffer_fence",
                             "buffer " + std::to_string(buf) + " has no fence (an imported allocation)")
@@ -159,6 +164,10 @@ int ferry_buffer_open(ferry_client* c, const ferry_token* token, ferry_buffer* o
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r); e != 0) return explained(e, "ferry_buffer_open", 0);
   if (r.status != 0) return refused(r.status, "ferry_buffer_open", 0);
   fc::remember_buffer(c, r.buffer, r.bytes);
+  {
+    std::lock_guard lock(c->buffers_mu);
+    c->opened.insert(r.buffer);
+  }
   out->id = r.buffer;
   if (bytes != nullptr) *bytes = r.bytes;
   return 0;

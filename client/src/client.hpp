@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <map>
+#include <set>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,7 @@ struct ferry_client {
   std::mutex buffers_mu;
   std::map<uint64_t, uint64_t> buffer_sizes;
   std::map<uint64_t, uint32_t> fences;
+  std::set<uint64_t> opened;  // buffers opened through a grant (their fence is their owner's)
   // Tickets of reservations made and not yet committed or cancelled, at
   // ticket % ring_entries (two tickets in flight never share a place): a
   // copy of a used reservation cannot send its ticket a second time.

@@ -86,6 +86,7 @@ void forget_buffer(ferry_client* c, uint64_t buf) {
   std::lock_guard lock(c->buffers_mu);
   c->buffer_sizes.erase(buf);
   c->fences.erase(buf);
+  c->opened.erase(buf);
 }
 
 uint32_t fence_of(ferry_client* c, uint64_t buf) {

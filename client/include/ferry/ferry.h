@@ -55,7 +55,7 @@ typedef uint64_t ferry_ticket; /* an upload; numbered per client from 1, complet
 
 /* Connects to ferryd and receives this client's staging segment.
  * socket_path: NULL means $FERRY_SOCKET, else /run/ferry/ferryd-0.sock.
- * Returns 0 and sets *out, or:
+ * Returns 0 and sets *out, or (-EFAULT for a NULL out):
  *   -ENXIO         no socket at that path (the daemon is not running)
  *   -EACCES        not allowed to connect (socket mode and group: the
  *                  socket's group is the one to join)
@@ -63,7 +63,8 @@ typedef uint64_t ferry_ticket; /* an upload; numbered per client from 1, complet
  *   -EUSERS        the daemon serves the most clients or connections it
  *                  may, of all users or of this user (ferry_last_error says
  *                  which, and the flag that sets it)
- *   -EPROTO        the peer does not speak this protocol version
+ *   -EPROTONOSUPPORT  the daemon speaks another protocol version (the text
+ *                  names both); -EPROTO: what it sent is no ferry protocol
  * Blocks until the daemon answers (at most a few seconds). */
 int ferry_connect(const char *socket_path, ferry_client **out);
 
@@ -93,8 +94,9 @@ int ferry_buffer_size(ferry_client *c, ferry_buffer buf, uint64_t *bytes);
  * client's slots are in flight the call waits for the oldest (the device's
  * copy, never queued kernels). *out (may be NULL) receives the ticket that
  * completes when the whole upload is on the device.
- * -EINVAL for 0 bytes, a NULL src, or a range past the buffer's end
- * (64-bit wrap included); -ENOENT for a buffer this client does not own.
+ * -EINVAL for 0 bytes, -EFAULT for a NULL src, -ERANGE for a range past
+ * the buffer's end (64-bit wrap included); -ENOENT for a buffer this client
+ * does not own.
  * A range error reported later, by the daemon, fails the ticket instead. */
 int ferry_upload(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, const void *src, uint64_t bytes,
                  ferry_ticket *out);
@@ -128,8 +130,10 @@ typedef struct ferry_upload_opts {
  * after the last byte. A held copy holds this client's later transfers
  * behind it, nobody else's. A failed upload still writes `publish` (so a
  * queue that waits on it goes on), after setting the fence's `failed` word.
- * -EINVAL: a NULL range of non-zero length, 0 bytes in all, a range past
- * dst's end, opts->size too small or unknown flags; -ENOTSUP: fences asked
+ * -EFAULT: src NULL, or a NULL range of non-zero length; -EINVAL: no
+ * ranges or 0 bytes in all, opts->size too small or unknown flags;
+ * -EOVERFLOW: ranges totalling more than 2^64 bytes; -ERANGE: past dst's
+ * end; -ENOENT: not this client's buffer; -ENOTSUP: fences asked
  * of a daemon without them; a dst without a fence fails the ticket with
  * -ENOTSUP. */
 int ferry_upload_gather(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, const ferry_iovec *src,
@@ -157,9 +161,10 @@ typedef struct ferry_fence {
 } ferry_fence;
 
 /* Where the fence of a buffer this client allocated lies (in its segment).
- * -ENOENT: not an allocation of this client; -ENOTSUP: one without a fence
- * (an import; or all 1024 fences in use) or a daemon without fences. Does
- * not block. */
+ * -ENOENT: not an allocation of this client (a buffer opened through a
+ * grant included: its fence is its owner's); -ENOTSUP: one without a fence
+ * (an import; or all 1024 fences in use) or a daemon without fences;
+ * -EFAULT: a NULL out. Does not block. */
 int ferry_buffer_fence(ferry_client *c, ferry_buffer buf, ferry_fence *out);
 
 /* Waits on the host until buf's fence *ready >= value (> 0); timeout as
@@ -181,7 +186,8 @@ typedef struct ferry_reservation {
  * from memory of its own. Waits, as ferry_upload does, while those bytes are
  * still in flight. Until the commit this client's later transfers wait
  * behind the reservation: commit each one soon, and from any thread.
- * -EINVAL for 0 bytes, more than a slot, or a NULL r. */
+ * -EINVAL for 0 bytes, -EMSGSIZE for more than a slot, -EFAULT for a NULL
+ * r. */
 int ferry_upload_reserve(ferry_client *c, uint64_t bytes, ferry_reservation *r);
 
 /* Uploads a reservation's bytes to `dst` at `dst_offset`; *out (may be NULL)
