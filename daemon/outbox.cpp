@@ -7,6 +7,7 @@
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "ferry/fdpass.hpp"
 #include "ferry/proto.hpp"
@@ -22,6 +23,22 @@ void Outbox::drop() {
   dropped_ = true;
   for (auto& [off, fd] : fd_marks_) ::close(fd);
   fd_marks_.clear();
+  pending_.clear();
+  pending_.shrink_to_fit();
+  settle();
+}
+
+bool Outbox::settle() {
+  if (!hooks_.held) return true;
+  // writing_ is in the socket's hands until its write completes: still ours.
+  const size_t bytes = dropped_ ? 0 : pending_.size() + writing_.size();
+  const size_t fds = dropped_ ? 0 : queued_fds();
+  const auto db = static_cast<int64_t>(bytes) - static_cast<int64_t>(told_bytes_);
+  const auto df = static_cast<int64_t>(fds) - static_cast<int64_t>(told_fds_);
+  if (db == 0 && df == 0) return true;
+  told_bytes_ = bytes;
+  told_fds_ = fds;
+  return hooks_.held(db, df);
 }
 
 void Outbox::queue(const void* data, size_t bytes, int fd) {
@@ -38,6 +55,9 @@ void Outbox::queue(const void* data, size_t bytes, int fd) {
   if (fd >= 0) fd_marks_.emplace_back(pending_.size(), fd);
   const auto* p = static_cast<const uint8_t*>(data);
   pending_.insert(pending_.end(), p, p + bytes);
+  // Over the user's bound (all its sessions' unread replies together): this
+  // session, the one that pushed it over, goes.
+  if (!settle()) hooks_.failed("its user's sessions hold the most unread replies or descriptors a user may");
 }
 
 void Outbox::close_after_write() {
@@ -68,6 +88,7 @@ void Outbox::flush() {
   boost::asio::async_write(socket_, boost::asio::buffer(writing_),
                            [this, keep = hooks_.keep_alive()](const boost::system::error_code& ec, size_t) {
                              writing_.clear();
+                             settle();
                              if (dropped_) return;
                              if (ec) return hooks_.failed(nullptr);
                              flush();
@@ -86,11 +107,18 @@ void Outbox::send_with_fd() {
     const int fd = fd_marks_.front().second;
     ssize_t n = proto::send_fd(socket_.native_handle(), pending_.data(), h.size, fd, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return flush();  // waits for room again
-    // A small message only partly sent: the stream is broken.
-    if (n != static_cast<ssize_t>(h.size)) return hooks_.failed(nullptr);
+    // Refused (ETOOMANYREFS: the daemon's descriptors in flight) or only
+    // partly sent: the stream is broken, and the session says why.
+    if (n < 0) {
+      const std::string why = std::string("a message with a descriptor (a Welcome, an export) could not be sent: ") +
+                              std::strerror(errno);
+      return hooks_.failed(why.c_str());
+    }
+    if (n != static_cast<ssize_t>(h.size)) return hooks_.failed("a message with a descriptor was only partly sent");
     ::close(fd);
     fd_marks_.pop_front();
     drop_front(h.size);
+    settle();
     flush();
   });
 }

@@ -25,6 +25,10 @@ class Outbox {
     std::function<std::shared_ptr<void>()> keep_alive;  // held by pending writes (the socket's owner)
     std::function<void(const char* why)> failed;         // a write failed, or the peer does not read
     std::function<void()> drained;                       // all written after close_after_write()
+    // What this outbox holds changed by (bytes, descriptors): the owner sums
+    // them per user. Returns false when the user may hold no more (the
+    // outbox then fails). May be empty: no bound beyond `limit`.
+    std::function<bool(int64_t bytes, int64_t fds)> held;
   };
 
   Outbox(socket_type& socket, size_t limit, Hooks hooks);
@@ -50,6 +54,8 @@ class Outbox {
  private:
   void send_with_fd();
   void drop_front(size_t n);
+  // Tells hooks_.held what changed since it was last told; false: over the user's bound.
+  bool settle();
 
   socket_type& socket_;
   size_t limit_;
@@ -61,6 +67,7 @@ class Outbox {
   bool closing_ = false;
   bool dropped_ = false;
   bool touched_ = false;
+  size_t told_bytes_ = 0, told_fds_ = 0;  // what hooks_.held was last told this outbox holds
 };
 
 }  // namespace ferry::ferryd

@@ -34,16 +34,18 @@ Session::Session(socket_type socket, Context& ctx, std::function<void(const std:
       outbox_(socket_, kMaxPending,
               {[this] { return std::static_pointer_cast<void>(shared_from_this()); },
                [this](const char* why) {
-                 if (why != nullptr) FERRY_LOG(warn, "closing session of pid %d: %s", pid, why);
+                 if (why != nullptr) FERRY_LOG(warn, "closing session of pid %d (uid %u): %s", pid, uid, why);
                  close();
                },
-               [this] { close(); }}),
+               [this] { close(); },
+               [this](int64_t bytes, int64_t fds) { return ctx_.hold_backlog(uid, backlog_admin_, bytes, fds); }}),
       requests_(ctx, *this),
       hello_deadline_(socket_.get_executor()),
       close_deadline_(socket_.get_executor()) {
   cred = peer_cred(socket_.native_handle());
   pid = cred.pid;
   uid = cred.uid;
+  backlog_admin_ = is_admin(ctx_.options, cred);
   in_.resize(kReadChunk);
 }
 

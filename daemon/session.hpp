@@ -76,6 +76,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   socket_type socket_;
   Context& ctx_;
   std::function<void(const std::shared_ptr<Session>&)> closed_hook_;
+  bool backlog_admin_ = false;  // an admin's unread replies count against no per-user bound
   Outbox outbox_;
   Requests requests_;
   std::vector<uint8_t> in_;

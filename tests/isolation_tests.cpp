@@ -4,6 +4,7 @@
 // $FERRY_TEST_USER (scripts/test.sh creates "ferrytest"), else "nobody".
 #include <ferry/ferry.h>
 #include <grp.h>
+#include <poll.h>
 #include <pwd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -541,6 +542,49 @@ TEST_CASE("a user's departed producers, kept by a release that never comes, coun
   CHECK(*f.ready < 10);
   ferry_disconnect(owner);
   CHECK(d.holds_nothing());
+}
+
+TEST_CASE("one user's unread replies are bounded over all its connections, not per connection",
+          "[isolation][uid][limits]") {
+  // Each connection may park 1 MiB of replies it does not read; one user's
+  // connections together 4 MiB. Twelve connections of one user, each asking
+  // for 800 KiB of status replies without reading: the daemon closes those
+  // that take the user past its bound (it parked 12 x 800 KiB before).
+  // (No Hello is needed for status; the Hello deadline must not close them first.)
+  Daemon d({"--socket-mode", "0666", "--hello-timeout", "60"});
+  CHECK(as_other([&] {
+          std::vector<int> fds;
+          for (int i = 0; i < 12; ++i) fds.push_back(connect_unix(d.socket));
+          auto s = ferry::proto::make<ferry::proto::StatusRequest>(ferry::proto::Type::status_request);
+          const size_t reply = [&] {
+            // One reply's size, read once on a connection of its own.
+            const int fd = connect_unix(d.socket);
+            (void)!::write(fd, &s, sizeof s);
+            ferry::proto::StatusReply r{};
+            const ssize_t n = ::recv(fd, &r, sizeof r, MSG_WAITALL);
+            ::close(fd);
+            return n == sizeof r ? sizeof r + r.json_bytes : size_t{4096};
+          }();
+          const int per = static_cast<int>((800u << 10) / reply);
+          for (int fd : fds)
+            for (int k = 0; k < per; ++k)
+              if (::send(fd, &s, sizeof s, MSG_NOSIGNAL) != sizeof s) break;
+          // Closed by the daemon: the peer hung up (its replies may still be there to read).
+          auto closed = [&] {
+            int n = 0;
+            for (int fd : fds) {
+              pollfd p{fd, POLLRDHUP, 0};
+              n += ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0;
+            }
+            return n;
+          };
+          const bool ok = eventually([&] { return closed() >= 6; }, std::chrono::seconds(10));
+          for (int fd : fds) ::close(fd);
+          return ok ? 0 : 1;
+        }) == 0);
+  // Another user, and the daemon, are served.
+  Witness w(d.socket);
+  CHECK(w.finish() >= 3);
 }
 
 TEST_CASE("an --admin-group member is an admin through a supplementary group, whatever /etc/group lists",

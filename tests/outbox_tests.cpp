@@ -24,11 +24,16 @@ struct Rig {
   int peer = -1;
   std::shared_ptr<int> owner = std::make_shared<int>(0);  // what pending writes keep alive
   int failures = 0;
-  const char* why = nullptr;
+  std::string why;
   int drained = 0;
   std::unique_ptr<Outbox> box;
+  // What a user's outboxes hold together, and that user's bound (held hook).
+  struct User {
+    int64_t bytes = 0, fds = 0, max_bytes = INT64_MAX, max_fds = INT64_MAX;
+  };
+  User* user = nullptr;
 
-  explicit Rig(size_t limit = 1 << 20) {
+  explicit Rig(size_t limit = 1 << 20, User* u = nullptr) : user(u) {
     int fd[2];
     REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fd) == 0);
     sock.assign(boost::asio::local::stream_protocol(), fd[0]);
@@ -39,9 +44,16 @@ struct Rig {
                                    Outbox::Hooks{[this] { return std::static_pointer_cast<void>(owner); },
                                                  [this](const char* w) {
                                                    ++failures;
-                                                   why = w;
+                                                   why = w != nullptr ? w : "";
                                                  },
-                                                 [this] { ++drained; }});
+                                                 [this] { ++drained; },
+                                                 [this](int64_t b, int64_t f) {
+                                                   if (user == nullptr) return true;
+                                                   user->bytes += b;
+                                                   user->fds += f;
+                                                   return (b <= 0 && f <= 0) ||
+                                                          (user->bytes <= user->max_bytes && user->fds <= user->max_fds);
+                                                 }});
   }
   ~Rig() {
     box.reset();
@@ -102,8 +114,7 @@ TEST_CASE("outbox: a peer that does not read hits the bound; the descriptor is n
   const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   r.box->queue(&a, sizeof a, fd);
   CHECK(r.failures == 1);
-  REQUIRE(r.why != nullptr);
-  CHECK(std::string(r.why).find("does not read") != std::string::npos);
+  CHECK(r.why.find("does not read") != std::string::npos);
   CHECK(::fcntl(fd, F_GETFD) < 0);  // closed by the outbox
 }
 
@@ -130,5 +141,36 @@ TEST_CASE("outbox: a write to a closed peer is reported, once", "[outbox]") {
   r.box->flush();
   r.run();
   CHECK(r.failures == 1);
-  CHECK(r.why == nullptr);
+  CHECK(r.why.empty());
+}
+
+TEST_CASE("outbox: one user's outboxes share its bound; the one that goes past it fails, and gives back all", "[outbox]") {
+  Rig::User u;
+  u.max_bytes = 3000;
+  u.max_fds = 1;
+  Rig a(1 << 20, &u), b(1 << 20, &u);
+  std::vector<uint8_t> m(1000);
+  proto::Header h{static_cast<uint16_t>(proto::Type::reply), 0, 1000};
+  std::memcpy(m.data(), &h, sizeof h);
+  a.box->queue(m.data(), m.size());
+  b.box->queue(m.data(), m.size());
+  CHECK(u.bytes == 2000);
+  CHECK(a.failures + b.failures == 0);
+  b.box->queue(m.data(), m.size());
+  CHECK(b.failures == 0);  // 3000: at the bound, not past it
+  a.box->queue(m.data(), m.size());
+  CHECK(a.failures == 1);  // past it: the session that pushed it over goes
+  CHECK(a.why.find("unread replies") != std::string::npos);
+  a.box->drop();
+  CHECK(u.bytes == 2000);  // what a held is given back
+  // Descriptors in flight count too.
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  b.box->queue(m.data(), m.size(), fds[0]);
+  CHECK(u.fds == 1);
+  b.box->queue(m.data(), m.size(), fds[1]);
+  CHECK(b.failures == 1);
+  b.box->drop();
+  CHECK(u.bytes == 0);
+  CHECK(u.fds == 0);
 }
