@@ -55,6 +55,19 @@ purge() {
 }
 trap 'purge; rm -rf "$tmp"' EXIT
 
+echo "== a login account named ferry that exists already: the install is refused, saying why"
+if ! getent passwd ferry >/dev/null; then
+  useradd --create-home --shell /bin/bash ferry
+  if apt-get install -y -qq "${debs[@]}" >"$tmp/apt0.log" 2>&1; then
+    userdel -r ferry 2>/dev/null || true
+    fail "ferryd installed over a login account named ferry"
+  fi
+  grep -q "a user named ferry exists already" "$tmp/apt0.log" || { cat "$tmp/apt0.log"; fail "the refusal does not say why"; }
+  dpkg --purge ferryd libferry0 >/dev/null 2>&1 || true
+  userdel -r ferry 2>/dev/null || true
+  getent group ferry >/dev/null && groupdel ferry 2>/dev/null || true
+fi
+
 echo "== apt-get install ./ferryd_*.deb ./libferry0_*.deb"
 apt-get install -y -qq "${debs[@]}" >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get install"; }
 dpkg-query -L ferryd libferry0 | sort -u >"$tmp/files"
