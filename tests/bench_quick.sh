@@ -11,5 +11,6 @@ export FERRY_SIM_DRIVER=$build/sim/libze_ferry_sim.so.1
 "$build/daemon/ferryd" --sim --socket "$sock" --log-level warn &
 d=$!
 trap 'kill $d 2>/dev/null || true; rm -f "$sock"' EXIT
-for _ in $(seq 200); do [[ -S $sock ]] && break; sleep 0.05; done
+for _ in $(seq 200); do [[ -S $sock ]] && break; kill -0 $d 2>/dev/null || break; sleep 0.05; done
+[[ -S $sock ]] || { echo "bench_quick: ferryd did not start listening on $sock" >&2; exit 1; }
 "$build/bench/ferry_bench" --socket "$sock" --daemon-pid $d --quick

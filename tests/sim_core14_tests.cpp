@@ -127,10 +127,11 @@ TEST_CASE("kernel timestamps: when the signalling command ran, on the global clo
   uint64_t before = 0, after = 0, dev = 0;
   ZE_OK(zeDeviceGetGlobalTimestamps(s.device, &before, &dev));
   ze_group_count_t g{1, 1, 1};
-  ZE_OK(zeCommandListAppendLaunchKernel(s.compute, busy, &g, s.events[0], 0, nullptr));
+  // Held until the host signals events[3]: it cannot have run when queried.
+  ZE_OK(zeCommandListAppendLaunchKernel(s.compute, busy, &g, s.events[0], 1, &s.events[3]));
   ze_kernel_timestamp_result_t early{};
-  const ze_result_t r = zeEventQueryKernelTimestamp(s.events[0], &early);
-  CHECK((r == ZE_RESULT_NOT_READY || r == ZE_RESULT_SUCCESS));  // 3 ms: not ready, unless this thread slept
+  CHECK(zeEventQueryKernelTimestamp(s.events[0], &early) == ZE_RESULT_NOT_READY);
+  ZE_OK(zeEventHostSignal(s.events[3]));
   ZE_OK(zeEventHostSynchronize(s.events[0], UINT64_MAX));
   ZE_OK(zeDeviceGetGlobalTimestamps(s.device, &after, &dev));
   ze_kernel_timestamp_result_t t{};
