@@ -287,8 +287,12 @@ class FerryTest(unittest.TestCase):
         with c.alloc(64) as buf:
             c.wait(buf.upload(b"old!" * 16))
             t = buf.upload(b"new!" * 16, after=5)
-            time.sleep(0.05)
-            self.assertLess(c.completed, t)  # held until the value comes
+            # Held until the value comes: a wait that would end as soon as it
+            # completed ends by its timeout instead.
+            with self.assertRaises(ferry.Error) as e:
+                c.wait(t, timeout=0.05)
+            self.assertEqual(e.exception.errno, errno.ETIMEDOUT)
+            self.assertLess(c.completed, t)
             c.signal(5)
             c.wait(t, timeout=5)
             self.assertEqual(bytes(buf.download()), b"new!" * 16)
