@@ -155,10 +155,10 @@ TEST_CASE("a copy behind a held queue is NOT_READY, and HostSynchronize honours 
   ze_event_handle_t gate = s.events[0], done = s.events[1];
   ZE_OK(zeCommandListAppendWaitOnEvents(s.copy, 1, &gate));
   ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, src, sizeof src, done, 0, nullptr));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK(zeEventQueryStatus(done) == ZE_RESULT_NOT_READY);
+  // A wait that would end as soon as the copy ran ends by its timeout.
   auto t0 = std::chrono::steady_clock::now();
   CHECK(zeEventHostSynchronize(done, 20'000'000) == ZE_RESULT_NOT_READY);
+  CHECK(zeEventQueryStatus(done) == ZE_RESULT_NOT_READY);
   CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(20));
   CHECK(zeEventHostSynchronize(done, 0) == ZE_RESULT_NOT_READY);
   ZE_OK(zeEventHostSignal(gate));
@@ -436,8 +436,8 @@ TEST_CASE("event pool IPC: events signal across processes", "[sim][ipc]") {
   peer.send_fd(fd, h.data, sizeof h.data);
   // The peer's copy engine waits on our event 0, then signals event 1.
   CHECK(peer.read_u64() == 1);  // it is waiting
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  CHECK(zeEventQueryStatus(s.events[1]) == ZE_RESULT_NOT_READY);
+  // A wait that would end as soon as the peer signalled ends by its timeout.
+  CHECK(zeEventHostSynchronize(s.events[1], 10'000'000) == ZE_RESULT_NOT_READY);
   ZE_OK(zeEventHostSignal(s.events[0]));
   ZE_OK(zeEventHostSynchronize(s.events[1], 5'000'000'000ull));
   CHECK(peer.finish() == 0);
@@ -462,9 +462,9 @@ TEST_CASE("memory sync: a wait on memory holds only its own queue until the word
   s.copy_sync(&back, dev, 8);
   CHECK(back == a);
   __atomic_store_n(word, 4, __ATOMIC_RELEASE);  // not yet
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK(zeEventQueryStatus(s.events[0]) == ZE_RESULT_NOT_READY);
-  CHECK(zeEventQueryStatus(s.events[1]) == ZE_RESULT_NOT_READY);
+  // Waits that would end as soon as the queue went on end by their timeouts.
+  CHECK(zeEventHostSynchronize(s.events[0], 20'000'000) == ZE_RESULT_NOT_READY);
+  CHECK(zeEventHostSynchronize(s.events[1], 1'000'000) == ZE_RESULT_NOT_READY);
   // Another queue of the device reaches the value: the wait ends, the copy runs.
   WriteToMemDesc wr{0};
   ZE_OK(write(native(s.copy), &wr, word, 7));
@@ -496,7 +496,9 @@ TEST_CASE("memory sync: a write lands after the copies before it, in queue order
     ZE_OK(zeCommandListAppendMemoryCopy(s.copy, dev, src.data(), src.size(), nullptr, 0, nullptr));
     ZE_OK(write(native(s.copy), &wr, word, i));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // A wait for all of them that would end once they ran ends by its timeout.
+  ZE_OK(zeCommandListAppendBarrier(s.copy, s.events[1], 0, nullptr));
+  CHECK(zeEventHostSynchronize(s.events[1], 10'000'000) == ZE_RESULT_NOT_READY);
   CHECK(__atomic_load_n(word, __ATOMIC_ACQUIRE) == 0);  // nothing ran past the wait
   __atomic_store_n(hold, 1, __ATOMIC_RELEASE);
   ZE_OK(zeCommandListAppendBarrier(s.copy, s.events[0], 0, nullptr));
