@@ -7,7 +7,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build/cuda
-CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc} bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release \
+CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc} bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON \
   -DFERRY_CUDA_BENCH=ON -DFERRY_BUILD_BENCH=ON -DFERRY_BUILD_TESTS=ON -DFERRY_TUNING_ENV=ON >/dev/null
 rm -rf "$root/.device"
 for f in daemon/ferryd client/ferryctl client/libferry.so.0 tests/upload_tests tests/ring_tests tests/reliability_tests tests/sharing_tests tests/cpp_api_tests tests/ordering_tests tests/fence_tests tests/fork_tests tests/producer_client \
