@@ -382,6 +382,8 @@ void bandwidth(Direct& d, const std::string& data_dir) {
   void* dst = d.device_alloc(max);
   Ferry f;
   ferry_buffer b = f.alloc(max);
+  // Direct uploads: ferry stages, this process's own list copies into dst.
+  const bool direct = ferry_ze_import(f.c, d.drv) == 0;
   std::ofstream tsv;
   if (!data_dir.empty()) tsv.open(data_dir + "/bandwidth.tsv");
   write_call_done_header(tsv);
@@ -389,8 +391,9 @@ void bandwidth(Direct& d, const std::string& data_dir) {
   std::printf("Time from the call until the bytes are on the device; GB/s = 1e9 B/s, median of %s. "
               "The call columns: how long each path's call took to return (sync returns when done).\n\n",
               g_quick ? "1 run" : "5 runs (fewer above 64 MiB)");
-  std::printf("| size | sync | staged | **ferry** | ferry / sync | staged call returns | ferry call returns |\n"
-              "|---|---|---|---|---|---|---|\n");
+  std::printf("| size | sync | staged | **ferry** | ferry / sync | ferry direct | direct / ferry | staged call returns "
+              "| ferry call returns |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
   for (uint64_t n : sizes) {
     int reps = g_quick ? 1 : (n >= (64ull << 20) ? 3 : 5);
     // Each path's repetitions in a row, as a program that uploads in a loop.
@@ -399,17 +402,24 @@ void bandwidth(Direct& d, const std::string& data_dir) {
     staged.time(reps, [&] { d.staged_upload(dst, src.data(), n); }, [&] { d.staged_drain(); });
     ferry_ticket t = 0;
     fer.time(reps, [&] { FERRY(ferry_upload(f.c, b, 0, src.data(), n, &t)); }, [&] { FERRY(ferry_wait(f.c, t, -1)); });
+    CallDone dir;
+    if (direct)
+      dir.time(reps, [&] { FERRY(ferry_ze_upload(f.c, d.drv, d.list, dst, src.data(), n, &t)); },
+               [&] { FERRY(ferry_wait(f.c, t, -1)); });
     sync.write_row(tsv, n, "sync");
     staged.write_row(tsv, n, "staged");
     fer.write_row(tsv, n, "ferry");
+    if (direct) dir.write_row(tsv, n, "ferry-direct");
     const double g_sync = sync.gbps(n), g_staged = staged.gbps(n), g_ferry = fer.gbps(n);
+    const double g_direct = direct ? dir.gbps(n) : 0;
     char label[32];
     if (n >= (1ull << 20))
       std::snprintf(label, sizeof label, "%llu MiB", static_cast<unsigned long long>(n >> 20));
     else
       std::snprintf(label, sizeof label, "%llu KiB", static_cast<unsigned long long>(n >> 10));
-    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.1f µs | %.1f µs |\n", label, g_sync, g_staged, g_ferry,
-                g_ferry / g_sync, stats(staged.call_us).median, stats(fer.call_us).median);
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f µs | %.1f µs |\n", label, g_sync, g_staged,
+                g_ferry, g_ferry / g_sync, g_direct, g_direct / g_ferry, stats(staged.call_us).median,
+                stats(fer.call_us).median);
     if (n >= (64ull << 20)) {
       const double link = link_gbps();
       double share = g_ferry / link;
