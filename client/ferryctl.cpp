@@ -274,6 +274,10 @@ std::string since(long long t) {
 }
 
 // A bar of `width` cells, `used` of `total` filled.
+// A client's own counts and those it reports of its direct uploads (which
+// ferryd cannot check): summed without wrapping.
+unsigned long long sum_sat(unsigned long long a, unsigned long long b) { return a + b < a ? ~0ull : a + b; }
+
 std::string bar(unsigned long long used, unsigned long long total, int width) {
   const int fill = total == 0 ? 0 : static_cast<int>(std::min<unsigned long long>(width, (used * width + total - 1) / total));
   return "[" + std::string(static_cast<size_t>(fill), '#') + std::string(static_cast<size_t>(width - fill), '.') + "]";
@@ -347,8 +351,8 @@ void print_status(const json::object& d) {
     slots += "/" + std::to_string(num(c, "entries"));
     std::printf("%-5llu %-8llu %-10.10s %-16s %-11s %-8llu %-10llu %-11s %-6llu %s\n", num(c, "id"), num(c, "pid"),
                 user_name(num(c, "uid")).c_str(), str(c, "name", "").c_str(), slots.c_str(), num(c, "buffers"),
-                num(c, "uploads") + num(c, "direct_uploads"),
-                human_bytes(num(c, "upload_bytes") + num(c, "direct_bytes")).c_str(), num(c, "errors"),
+                sum_sat(num(c, "uploads"), num(c, "direct_uploads")),
+                human_bytes(sum_sat(num(c, "upload_bytes"), num(c, "direct_bytes"))).c_str(), num(c, "errors"),
                 since(static_cast<long long>(num(c, "connected_since"))).c_str());
   }
   if (!flag(d, "all_clients_visible")) std::printf("(only your own clients are shown)\n");
@@ -408,8 +412,8 @@ int print_watch(const std::string& socket, const json::object& d, Seen* seen, in
   std::map<unsigned long long, std::pair<unsigned long long, unsigned long long>> next;
   for (const auto& v : cs) {
     const json::object& c = v.as_object();
-    const unsigned long long id = num(c, "id"), cu = num(c, "uploads") + num(c, "direct_uploads"),
-                             cb = num(c, "upload_bytes") + num(c, "direct_bytes");
+    const unsigned long long id = num(c, "id"), cu = sum_sat(num(c, "uploads"), num(c, "direct_uploads")),
+                             cb = sum_sat(num(c, "upload_bytes"), num(c, "direct_bytes"));
     next[id] = {cu, cb};
     if (rows > 0 && used >= rows - 1 && shown + 1 < cs.size()) continue;  // keep a line for "N more"
     ++shown;
@@ -423,7 +427,8 @@ int print_watch(const std::string& socket, const json::object& d, Seen* seen, in
     }
     std::printf("%-5llu %-7llu %-8.8s %-12.12s %-12s %-9s %-8s %llu\n", id, num(c, "pid"), user_name(num(c, "uid")).c_str(),
                 str(c, "name", "").c_str(),
-                bar(num(c, "transfers_in_flight") + num(c, "direct_in_flight"), num(c, "entries"), 10).c_str(), ups, gbs,
+                bar(sum_sat(num(c, "transfers_in_flight"), num(c, "direct_in_flight")), num(c, "entries"), 10).c_str(), ups,
+                gbs,
                 num(c, "errors"));
   }
   if (shown < cs.size()) {

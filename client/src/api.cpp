@@ -302,7 +302,8 @@ int ferry_wait(ferry_client* c, ferry_ticket t, int64_t timeout_ns) {
   if (t == 0) return fc::misuse(-EINVAL, "ferry_wait", "ticket 0 is no ticket (an upload gives one)");
   if ((t & FERRY_DIRECT_TICKET) != 0) {
     const uint64_t n = t & ~FERRY_DIRECT_TICKET, last = c->timeline.direct_issued();
-    if (n == 0 || n > last)
+    if (n == 0) return fc::misuse(-EINVAL, "ferry_wait", "direct ticket 0 is no ticket (an upload gives one)");
+    if (n > last)
       return fc::misuse(-ESRCH, "ferry_wait",
                         "direct ticket " + std::to_string(n) + " was never issued by this client (its last is " +
                             std::to_string(last) + ")");

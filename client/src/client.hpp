@@ -45,7 +45,7 @@ struct ferry_client {
   // Direct uploads go one call at a time, so that their numbers reach the
   // queue in order; the queue they went to last (ferry_direct_ops::queue).
   std::mutex direct_mu;
-  uint64_t direct_queue = 0;
+  uint64_t direct_queue = 0, direct_queue_context = 0;
 
   // Buffers this client allocated, opened or imported: id -> bytes, and
   // the fence of each allocation (its index + 1; 0: none).

@@ -268,11 +268,14 @@ int Timeline::wait(uint64_t t, int64_t timeout_ns) {
   return outcome(t);
 }
 
-int Timeline::wait_direct(uint64_t t, int64_t timeout_ns) {
+int Timeline::wait_direct_done(uint64_t t, int64_t timeout_ns) {
   const bool forever = timeout_ns < 0;
   const auto deadline = Clock::now() + std::chrono::nanoseconds(forever ? 0 : timeout_ns);
-  if (int r = wait_for(deadline, forever, [&] { return direct_completed() >= t; }, kSpin, UINT64_MAX, true); r != 0)
-    return r;
+  return wait_for(deadline, forever, [&] { return direct_completed() >= t; }, kSpin, UINT64_MAX, true);
+}
+
+int Timeline::wait_direct(uint64_t t, int64_t timeout_ns) {
+  if (int r = wait_direct_done(t, timeout_ns); r != 0) return r;
   std::lock_guard lock(mu_);
   auto it = direct_failed_.find(t);
   if (it == direct_failed_.end()) return 0;

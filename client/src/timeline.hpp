@@ -73,9 +73,14 @@ class Timeline {
   // The same two for direct transfers: the last number handed out, and the
   // last the application's queue wrote (clamped: the word is the queue's).
   uint64_t direct_issued() const { return direct_issued_.load(std::memory_order_acquire); }
+  // Clamped to the last number appended to a queue: a queue that writes a
+  // number ahead of its work frees no bytes of copies not yet appended.
   uint64_t direct_completed() const {
-    return std::min(direct_->completed.load(std::memory_order_acquire), direct_issued());
+    return std::min(direct_->completed.load(std::memory_order_acquire),
+                    direct_appended_.load(std::memory_order_acquire));
   }
+  // The queue was asked to write number n (after its copy).
+  void direct_appended(uint64_t n) { direct_appended_.store(n, std::memory_order_release); }
   // Nothing of either kind in flight.
   bool idle() const { return completed() >= issued() && direct_completed() >= direct_issued(); }
   // A direct transfer whose copy the application's queue refused: its
@@ -96,6 +101,8 @@ class Timeline {
   // Until ticket t is done (timeout_ns < 0: no limit), then its outcome.
   int wait(uint64_t t, int64_t timeout_ns);
   int wait_direct(uint64_t t, int64_t timeout_ns);
+  // The same without taking its outcome (a failure stays for its own wait).
+  int wait_direct_done(uint64_t t, int64_t timeout_ns);
   // Until every ticket of both kinds handed out is done; the oldest failure
   // among them, if any (the ring's first).
   int flush(int64_t timeout_ns);
@@ -163,6 +170,7 @@ class Timeline {
   uint64_t next_place_ = 1;
   std::atomic<uint64_t> issued_{0};                   // next_ticket_ - 1, for issued()
   std::atomic<uint64_t> direct_issued_{0};            // next_direct_ - 1
+  std::atomic<uint64_t> direct_appended_{0};          // the last direct number a queue was asked to write
   std::map<uint64_t, int> direct_failed_;             // direct ticket -> error, until reported
   std::atomic<uint64_t> failures_seen_{0};            // Result records read (the segment's `failures` then)
   uint64_t scanned_ = 0;                              // every ticket <= it was looked at

@@ -175,12 +175,17 @@ int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_
   proto::DirectWords& words = tl.direct_words();
   std::lock_guard one_call(c->direct_mu);
   // The queue writes the numbers in its own order: another queue's could
-  // pass this one's, so a switch waits until the last queue is done.
-  if (ops->queue != c->direct_queue && tl.direct_completed() < tl.direct_issued()) {
-    const int r = tl.wait_direct(tl.direct_issued(), int64_t{c->conn.timeout_ms()} * 1'000'000);
-    if (r != 0 && r != -EIO) return r;  // -EIO: a copy that failed; it is done all the same
+  // pass this one's, so a switch waits until the last queue is done (its
+  // failures stay for their own tickets' waits).
+  const bool same_queue = ops->queue == c->direct_queue && ops->queue_context == c->direct_queue_context;
+  if (!same_queue && tl.direct_completed() < tl.direct_issued()) {
+    if (int r = tl.wait_direct_done(tl.direct_issued(), int64_t{c->conn.timeout_ms()} * 1'000'000); r != 0)
+      return misuse(r, fn,
+                    "direct uploads of another queue (or context) are still in flight, and did not finish within "
+                    "$FERRY_TIMEOUT_MS: one client per queue never waits");
   }
   c->direct_queue = ops->queue;
+  c->direct_queue_context = ops->queue_context;
   const ferry_iovec whole{src, bytes};
   Gather from;
   if (int r = from.init(&whole, 1); r != 0) return r;
@@ -203,9 +208,15 @@ int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_
     std::lock_guard lock(mu);
     at[i] = where;
     for (; next < pieces && at[next] != UINT64_MAX && broken == 0; ++next) {
-      const int e = ops->copy(ops->ctx, plan.offset(next), tl.staging() + at[next], plan.length(next, bytes));
-      if (e != 0 && refused == 0) refused = e < 0 ? e : -EIO;
+      const int e = refused != 0 ? refused
+                                 : ops->copy(ops->ctx, plan.offset(next), tl.staging() + at[next], plan.length(next, bytes));
+      if (e != 0 && refused == 0) {
+        refused = e < 0 ? e : -EIO;
+        // Recorded before the number can be written: a flush that sees it done sees the failure.
+        tl.fail_direct(turn.ticket + pieces - 1, refused);
+      }
       // Written after a refused copy too: the number is done all the same.
+      tl.direct_appended(turn.ticket + next);
       if (const int w = ops->write(ops->ctx, reinterpret_cast<volatile uint64_t*>(&words.completed), turn.ticket + next); w != 0) {
         broken = w < 0 ? w : -EIO;
         tl.ended(-EIO);  // at once: other threads wait for these bytes
@@ -230,7 +241,6 @@ int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_
   words.uploads.fetch_add(1, std::memory_order_relaxed);
   words.bytes.fetch_add(bytes, std::memory_order_relaxed);
   if (out != nullptr) *out = FERRY_DIRECT_TICKET | last;
-  if (refused != 0) tl.fail_direct(last, refused);
   return refused;
 }
 

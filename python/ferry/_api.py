@@ -366,7 +366,7 @@ class Client:
         _check(r, f"upload of {total} bytes to buffer {bid} at {offset}")
         return ticket.value
 
-    def upload_direct(self, data, copy, write, queue=0):
+    def upload_direct(self, data, copy, write, queue=0, queue_context=0):
         """A direct upload, for a process with a GPU context of its own: ferry
         stages `data` (a C-contiguous buffer-protocol object, or a contiguous
         CPU tensor) into this client's pinned staging memory, then calls
@@ -382,18 +382,18 @@ class Client:
         ferry.device.upload_direct does this for CUDA tensors and streams."""
         with _spans([data]) as spans:
             (address, nbytes), = spans
-            return self._upload_direct_raw(address, nbytes, copy, write, queue)
+            return self._upload_direct_raw(address, nbytes, copy, write, queue, queue_context)
 
-    def _upload_direct_raw(self, address, nbytes, copy, write, queue):
+    def _upload_direct_raw(self, address, nbytes, copy, write, queue, queue_context=0):
         """upload_direct of raw memory (address, nbytes) the caller keeps alive."""
         if nbytes == 0:
             raise ValueError("nothing to upload (0 bytes)")
         failed = []
 
-        def guard(fn):
+        def guard(fn, after_failure):
             def call(*args):
-                if failed:
-                    return -_errno.EIO
+                if failed and not after_failure:
+                    return -_errno.EIO  # the upload failed: no more copies of it
                 try:
                     fn(*args)
                     return 0
@@ -402,10 +402,12 @@ class Client:
                     return -_errno.EIO
             return call
 
-        c_copy = _lib.DIRECT_COPY(guard(lambda _ctx, off, staging, n: copy(off, staging, n)))
-        c_write = _lib.DIRECT_WRITE(guard(lambda _ctx, word, value: write(word, value)))
+        # The write goes after a failed copy too: its number is done all the
+        # same (a refused write would end the client).
+        c_copy = _lib.DIRECT_COPY(guard(lambda _ctx, off, staging, n: copy(off, staging, n), False))
+        c_write = _lib.DIRECT_WRITE(guard(lambda _ctx, word, value: write(word, value), True))
         ops = _lib.CDirectOps(size=ctypes.sizeof(_lib.CDirectOps), flags=0, ctx=None, queue=_u64(queue, "queue"),
-                              copy=c_copy, write=c_write)
+                              queue_context=_u64(queue_context, "queue_context"), copy=c_copy, write=c_write)
         ticket = _lib.c_ticket()
         r = self._call(_c.ferry_upload_direct, address, nbytes, ctypes.byref(ops), ctypes.byref(ticket))
         if failed:

@@ -46,6 +46,7 @@ class CDirectOps(ctypes.Structure):
         ("flags", ctypes.c_uint32),
         ("ctx", ctypes.c_void_p),
         ("queue", ctypes.c_uint64),
+        ("queue_context", ctypes.c_uint64),
         ("copy", DIRECT_COPY),
         ("write", DIRECT_WRITE),
     ]

@@ -198,7 +198,9 @@ def upload_direct(client, dst, src, *, stream=None):
         def write(_word, value):
             cu.write_value(ordinal, handle, word, value)
 
-        return client._upload_direct_raw(address, n, copy, write, handle or 1)
+        ctx, _ = cu.context(ordinal)
+        # Stream 0 is the legacy stream of each device's context: the context names it too.
+        return client._upload_direct_raw(address, n, copy, write, handle or 1, ctx.value or 0)
 
 
 def register(client, device=None):

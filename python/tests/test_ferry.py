@@ -341,6 +341,10 @@ class FerryTest(unittest.TestCase):
             c.upload_direct(b"abc", refuse, write, queue=1)
         self.assertIsInstance(e.exception.__cause__, Refused)
         self.assertEqual(e.exception.errno, errno.EIO)
+        # A refused copy fails that upload only: the client goes on.
+        got[:3] = b"..."
+        c.wait(c.upload_direct(b"xyz", copy, write, queue=1), timeout=5)
+        self.assertEqual(bytes(got[:3]), b"xyz")
         with self.assertRaises(ValueError):
             c.upload_direct(b"", copy, write)
 

@@ -98,11 +98,14 @@ static inline int ferry_cu_stream_signal(ferry_client *c, CUstream stream, uint6
  * for the stream. Later work on `stream` sees the bytes (stream order); other
  * streams wait with ferry_cu_stream_wait(c, their_stream, *t). Call
  * ferry_cu_register first, in the stream's context.
- * Besides ferry_upload_direct's errors: -EINVAL for CU_STREAM_PER_THREAD or
- * a stream being captured into a graph (a replay would copy staging bytes
- * that were recycled since), -EIO when the driver refuses (the segment not
- * registered, a bad stream). Large uploads append from libferry's staging
- * threads too, with the stream's context made current there. */
+ * Besides ferry_upload_direct's errors: -EINVAL for CU_STREAM_PER_THREAD
+ * (and for the NULL stream where CUDA_API_PER_THREAD_DEFAULT_STREAM makes it
+ * the calling thread's own), or a stream being captured into a graph (a
+ * replay would copy staging bytes that were recycled since), -EIO when the
+ * driver refuses (the segment not registered, a bad stream). Large uploads
+ * append from libferry's staging threads too, with the stream's context
+ * made current there. Unregister (ferry_cu_unregister) only once the stream
+ * finished its copies. */
 typedef struct ferry_cu_direct_ {
   CUstream stream;
   CUdeviceptr dst;
@@ -152,7 +155,12 @@ static inline int ferry_cu_upload(ferry_client *c, CUstream stream, CUdeviceptr 
   tl.size = sizeof tl;
   int r = ferry_get_timeline(c, &tl);
   if (r != 0) return r;
-  if (stream == CU_STREAM_PER_THREAD) return -EINVAL; /* another stream on each staging thread */
+  /* A per-thread default stream is another stream on each staging thread. */
+  if (stream == CU_STREAM_PER_THREAD) return -EINVAL;
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
+  if (stream == NULL) return -EINVAL; /* here NULL names the calling thread's own stream */
+#endif
+  if (stream == NULL) stream = CU_STREAM_LEGACY; /* the same stream, named the same on every thread */
   if (cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS) return -EIO;
   if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return -EINVAL;
   d.stream = stream;
@@ -162,7 +170,8 @@ static inline int ferry_cu_upload(ferry_client *c, CUstream stream, CUdeviceptr 
   ops.size = sizeof ops;
   ops.flags = 0;
   ops.ctx = &d;
-  ops.queue = stream == NULL ? (uint64_t)(uintptr_t)CU_STREAM_LEGACY : (uint64_t)(uintptr_t)stream;
+  ops.queue = (uint64_t)(uintptr_t)stream;
+  ops.queue_context = (uint64_t)(uintptr_t)d.ctx; /* CU_STREAM_LEGACY is one stream per context */
   ops.copy = ferry_cu_direct_copy_;
   ops.write = ferry_cu_direct_write_;
   return ferry_upload_direct(c, src, bytes, &ops, t);

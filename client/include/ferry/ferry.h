@@ -358,12 +358,18 @@ int ferry_signal(ferry_client *c, uint64_t value);
  * the queue's own API, as for any of its copies.
  *
  * One queue at a time: the numbers are written in the queue's order, so a
- * call on another queue (ops->queue) first waits on the host until every
- * direct upload of the previous queue is done. Give each queue its own
- * ferry_client for uploads that never wait. A queue that replays what was
+ * call on another queue (ops->queue and ops->queue_context) first waits on
+ * the host until every direct upload of the previous queue is done
+ * (-ETIMEDOUT after $FERRY_TIMEOUT_MS). Give each queue its own ferry_client
+ * for uploads that never wait; do not destroy a queue with direct uploads in
+ * flight (a new one may get its handle). A queue that replays what was
  * appended (a CUDA graph, a Level Zero command list executed again) would
  * copy recycled staging bytes: append to immediate command lists and
- * streams that are not being captured. */
+ * streams that are not being captured. A queue that runs only after the
+ * call returned (a regular command list not yet executed, a stream waiting
+ * for the host) must be given no more than the staging holds, or the call
+ * waits for it and times out, and the client is done for. Unregister the
+ * segment and disconnect only once the queue finished its copies. */
 #define FERRY_DIRECT_TICKET (UINT64_C(1) << 63)
 
 typedef struct ferry_direct_ops {
@@ -371,6 +377,7 @@ typedef struct ferry_direct_ops {
   uint32_t flags;  /* 0 */
   void *ctx;       /* passed to both functions */
   uint64_t queue;  /* names the queue (e.g. the stream's handle): see "One queue at a time" */
+  uint64_t queue_context; /* and its context (a handle is unique only within one): both name the queue */
   /* Appends to the queue a copy of `bytes` from `staging` (pinned memory of
    * the segment) to the destination's byte `dst_offset`. 0 or a negative errno. */
   int (*copy)(void *ctx, uint64_t dst_offset, const void *staging, uint64_t bytes);

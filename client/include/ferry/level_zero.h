@@ -164,6 +164,7 @@ static inline int ferry_ze_upload(ferry_client *c, ze_driver_handle_t driver, ze
   ops.flags = 0;
   ops.ctx = &d;
   ops.queue = (uint64_t)(uintptr_t)list;
+  ops.queue_context = 0; /* a list's handle names it in the whole process */
   ops.copy = ferry_ze_direct_copy_;
   ops.write = ferry_ze_direct_write_;
   return ferry_upload_direct(c, src, bytes, &ops, t);
