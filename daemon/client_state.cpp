@@ -276,7 +276,7 @@ ClientState::Direct ClientState::direct() const {
   d.bytes = w->bytes.load(std::memory_order_relaxed);
   const uint64_t issued = w->issued.load(std::memory_order_relaxed);
   const uint64_t done = w->completed.load(std::memory_order_relaxed);
-  d.in_flight = std::min<uint64_t>(issued > done ? issued - done : 0, uint64_t{entries_} * 2);
+  d.in_flight = std::min<uint64_t>(issued > done ? issued - done : 0, uint64_t{entries_} * 8);
   return d;
 }
 

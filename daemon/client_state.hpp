@@ -180,7 +180,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // What the client says of its direct uploads (proto::DirectWords), for its
   // own row alone: calls and bytes as it counts them, and the numbers its
   // queue has not yet written back, at most the placements a client can have
-  // in flight (2 * ring_entries). All 0 without a segment.
+  // in flight (8 * ring_entries). All 0 without a segment.
   struct Direct {
     uint64_t uploads = 0, bytes = 0, in_flight = 0;
   };

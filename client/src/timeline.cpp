@@ -31,7 +31,10 @@ void Timeline::attach(proto::Segment* seg, const proto::Result* results, char* s
   slot_bytes_ = slot_bytes;
   slots_ = slots;
   entries_ = entries;
-  placements_ = uint64_t{entries} * 2;
+  // Enough that the staging bytes, not this table, bound a direct uploader
+  // whose queue is held: 8 x ring_entries records (a 64 MiB staging area in
+  // 256 KiB pieces is 256 placements; the default 16 slots give 512).
+  placements_ = uint64_t{entries} * 8;
   placed_at_ = std::make_unique<Placed[]>(placements_);
   direct_ = reinterpret_cast<proto::DirectWords*>(reinterpret_cast<char*>(seg) + proto::kDirectOffset);
 }

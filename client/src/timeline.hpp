@@ -14,7 +14,7 @@
 // Staging: the segment's staging area is a FIFO of byte ranges. Each
 // placement takes the next `length` bytes (never wrapping inside one
 // transfer), in placement order, and writes them only once every placement
-// that used those bytes before is done, placement p - 2 * entries is done,
+// that used those bytes before is done, placement p - 8 * entries is done,
 // ring ticket t - entries is done (the daemon's window), and no download
 // still reads them: bytes are never rewritten before the device read them,
 // and small transfers share what one slot would hold.
@@ -151,7 +151,7 @@ class Timeline {
   uint64_t slot_bytes_ = 0;
   uint32_t slots_ = 0;
   uint32_t entries_ = 0;
-  uint64_t placements_ = 0;  // placements in flight at most: 2 * entries_
+  uint64_t placements_ = 0;  // placements in flight at most: 8 * entries_
 
   // Placement, in placement order (place()).
   std::mutex place_mu_;  // the members below
