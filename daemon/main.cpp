@@ -70,6 +70,21 @@ bool group_exists(const std::string& g) { return g.empty() || ::getgrnam(g.c_str
 
 }  // namespace
 
+// Where `cmake --install` put ferryd.conf for the prefix this ferryd was
+// installed to (cmake/install_paths.cmake): /etc for /usr, else
+// <prefix>/etc, the prefix being what holds this program's bin/. A ferryd
+// that is not in a bin/ (a build tree) reads /etc's.
+std::string default_config_path() {
+  char exe[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  std::string path(exe, n > 0 ? static_cast<size_t>(n) : 0);
+  const std::string tail = "/bin/ferryd";
+  if (path.size() <= tail.size() || path.compare(path.size() - tail.size(), tail.size(), tail) != 0)
+    return "/etc/ferry/ferryd.conf";
+  const std::string prefix = path.substr(0, path.size() - tail.size());
+  return prefix.empty() || prefix == "/usr" ? "/etc/ferry/ferryd.conf" : prefix + "/etc/ferry/ferryd.conf";
+}
+
 int main(int argc, char** argv) {
   // Under systemd every line, from the first, carries its syslog priority.
   ferry::ferryd::log::priority_prefix() = std::getenv("JOURNAL_STREAM") != nullptr;
@@ -82,7 +97,7 @@ int main(int argc, char** argv) {
   ferry::ferryd::Limits& l = o.limits;
   std::string user_memory = std::to_string(l.user_memory_percent) + "%";
   std::string client_memory;  // the old name of --user-memory
-  std::string config = "/etc/ferry/ferryd.conf";
+  std::string config = default_config_path();
   po::options_description cli(kUsage);
   // clang-format off
   cli.add_options()

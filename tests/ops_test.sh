@@ -88,7 +88,8 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in bin/ferryd bin/ferryctl lib/libferry.so include/ferry/ferry.h include/ferry/ferry.hpp \
   lib/pkgconfig/ferry.pc lib/cmake/ferry/ferryConfig.cmake lib/systemd/system/ferryd@.service \
   lib/systemd/system/ferryd@.socket lib/systemd/system/ferry-metrics.service lib/systemd/system/ferry-metrics.timer lib/systemd/system/ferry-mps.service lib/systemd/system/ferryd@.service.d/mps.conf etc/ferry/ferryd.conf share/man/man8/ferryd.8 share/man/man1/ferryctl.1 \
-  share/man/man3/libferry.3 share/man/man3/ferry_upload.3 share/man/man3/ferry_connect.3 lib/ferry/libze_ferry_sim.so.1; do
+  share/man/man3/libferry.3 share/man/man3/ferry_upload.3 share/man/man3/ferry_connect.3 share/man/man7/ferry_direct.7 \
+  lib/ferry/libze_ferry_sim.so.1; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
 cc -std=c11 -Wall -Werror "$src/examples/consumer/consumer.c" \
@@ -163,6 +164,9 @@ kill -TERM "$d4"
 wait "$d4" || fail "installed ferryd (prefix /usr) did not exit 0"
 echo "ok: prefix /usr: ExecStart=/usr/bin/ferryd, --config /etc/ferry/ferryd.conf, units verify in the root, ferry.pc resolves"
 
+# The installed ferryd reads the configuration installed with it (<prefix>/etc), unasked.
+"$prefix/bin/ferryd" --check-config --sim | grep -q "configuration file: $prefix/etc/ferry/ferryd.conf" ||
+  fail "the ferryd installed to $prefix does not read $prefix/etc/ferry/ferryd.conf: $("$prefix/bin/ferryd" --check-config --sim)"
 echo "== ferryd --check-config and -v"
 printf 'slots = 8\nmax-clients = -1\n' >"$tmp/bad.conf"
 if "$build/daemon/ferryd" --config "$tmp/bad.conf" --check-config 2>"$tmp/check.err"; then fail "a negative max-clients passed --check-config"; fi
