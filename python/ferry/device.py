@@ -214,6 +214,10 @@ def register(client, device=None):
     from . import _cuda
 
     ordinal = _ordinal(device)
+    # Once per client and device: upload_direct calls this on every upload.
+    words = client.__dict__.setdefault("_direct_words", {})
+    if ordinal in words:
+        return words[ordinal]
     cu = _cuda.driver()
     tl = client.timeline()
     if not getattr(client, "_cuda_pages", False):
@@ -222,7 +226,8 @@ def register(client, device=None):
     info = client.info()
     staging_bytes = info.slot_count * info.slot_bytes
     cu.register_range(ordinal, tl.segment + tl.segment_bytes - staging_bytes, staging_bytes)
-    return cu.device_word(ordinal, tl.direct_completed_address)
+    words[ordinal] = cu.device_word(ordinal, tl.direct_completed_address)
+    return words[ordinal]
 
 
 def stream_wait(client, stream, ticket):
