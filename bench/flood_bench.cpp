@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "ferry/proto.hpp"
+#include "ferry/wire.hpp"
 
 namespace {
 
@@ -256,17 +257,19 @@ int main(int argc, char** argv) {
       ++n;
     }
   });
-  flooded("Doorbell flood, 2 threads", [&](std::atomic<bool>& stop, std::atomic<size_t>& n) {
+  flooded("doorbell flood, 2 threads", [&](std::atomic<bool>& stop, std::atomic<size_t>& n) {
     const int fd = dial(socket);
     if (fd < 0) return;
     const proto::Hello h = hello();
-    (void)::send(fd, &h, sizeof h, MSG_NOSIGNAL);
-    std::vector<proto::Doorbell> bells(64, proto::make<proto::Doorbell>(proto::Type::doorbell));
-    // The Welcome (and its segment) is never read: only the messages matter.
-    while (!stop) {
-      if (::send(fd, bells.data(), bells.size() * sizeof bells[0], MSG_NOSIGNAL) <= 0) break;
-      n += bells.size();
-    }
+    std::vector<uint8_t> msg;
+    std::vector<int> fds;
+    // The Welcome's second descriptor is the doorbell eventfd: rung without
+    // pause, with nothing ever published in the ring.
+    if (::send(fd, &h, sizeof h, MSG_NOSIGNAL) != sizeof h || proto::read_message(fd, msg, &fds) != 0 || fds.size() != 2)
+      return (void)::close(fd);
+    const uint64_t one = 1;
+    while (!stop && ::write(fds[1], &one, sizeof one) == sizeof one) ++n;
+    for (int f : fds) ::close(f);
     ::close(fd);
   });
 

@@ -79,7 +79,8 @@ class Backend {
   virtual const DeviceInfo& info() const = 0;
   void set_fallback(const std::string& why) { const_cast<DeviceInfo&>(info()).fallback = why; }
 
-  // Device memory. Called from the engine's thread.
+  // Everything below is called on the data thread (ferryd's io thread),
+  // except where said. Device memory:
   virtual int alloc(uint64_t bytes, void** out) = 0;
   virtual void free(void* ptr) = 0;
 
@@ -95,8 +96,7 @@ class Backend {
   // cuStreamWriteValue64; only where info().device_writes, and only words of
   // registered segments: -ENOTSUP otherwise). bytes == 0: the
   // writes alone. The cookie is reported once all of it ran, so nothing it
-  // touches may go before. Work completes in submission order. Called from
-  // the engine's thread only.
+  // touches may go before. Work completes in submission order.
   virtual int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal* signal = nullptr,
                      const DeviceWrites* writes = nullptr) = 0;
 
@@ -111,18 +111,20 @@ class Backend {
   virtual int open_event_pool(const IpcHandle& h, uint32_t count, uint64_t* id) = 0;
   virtual void close_event_pool(uint64_t id) = 0;
 
-  // Called from the retire thread (or, with timeout 0, the poller), one at a
-  // time (the engine's reap lock, TransferEngine::reap_mu_): waits up to
-  // timeout_ns for the oldest queued copy, then appends it and every later
-  // one already finished to `out`, in submission order. Returns the number
-  // appended. timeout_ns == 0: never waits, only asks.
-  virtual size_t reap(std::vector<Done>& out, int64_t timeout_ns) = 0;
+  // The data thread's, and it never waits: appends the oldest queued copy
+  // and every later one already finished to `out`, in submission order.
+  // Returns the number appended.
+  virtual size_t reap(std::vector<Done>& out) = 0;
+  // The data thread goes to sleep: 1 is written to the eventfd `efd` once
+  // the oldest queued copy ends (by a waiter that owns no data, InFlight).
+  // False when no copy is queued.
+  virtual bool arm(int efd) = 0;
 
   // Whether the device is gone for good (after a failed copy, say). A lost
   // device takes no more work.
   virtual bool lost() = 0;
 
-  // io thread, as the poller goes to sleep: what a burst of copies made and
+  // As the poller goes to sleep: what a burst of copies made and
   // no copy has used for a while (ferryd's own event pools) may go.
   virtual void trim() {}
 };

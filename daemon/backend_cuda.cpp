@@ -22,7 +22,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -92,6 +91,7 @@ int to_errno(CUresult r) {
 class Cuda final : public Backend {
  public:
   ~Cuda() override {
+    inflight_.stop();  // its waiter may be looking at one of our events
     if (stream_ != nullptr) {
       current();
       cu_.cuStreamSynchronize(stream_);
@@ -301,28 +301,17 @@ class Cuda final : public Backend {
   // CUDA errors of a failed copy are sticky: the context is unusable after one.
   bool lost() override { return sticky_.load(); }
 
-  size_t reap(std::vector<Done>& out, int64_t timeout_ns) override {
+  size_t reap(std::vector<Done>& out) override {
     current();
-    auto wait = [&](CUevent e) {
-      // Poll briefly (small copies end within microseconds), then sleep: a
-      // blocking-sync event wakes its waiter tens of microseconds late.
-      CUresult r = cu_.cuEventQuery(e);
-      const auto poll_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kPollUs);
-      while (r == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < poll_end) r = cu_.cuEventQuery(e);
-      return r == CUDA_ERROR_NOT_READY ? cu_.cuEventSynchronize(e) : r;
-    };
     return inflight_.reap(
-        out, timeout_ns, wait, [&](CUevent e) { return cu_.cuEventQuery(e); },
-        [](CUresult r) { return r != CUDA_ERROR_NOT_READY; },
+        out, [&](CUevent e) { return cu_.cuEventQuery(e); }, [](CUresult r) { return r != CUDA_ERROR_NOT_READY; },
         [&](CUresult r) {
           if (r != CUDA_SUCCESS) sticky_ = true;
           return to_errno(r);
-        },
-        [&](CUevent e) {
-          std::lock_guard lock(mu_);
-          free_events_.push_back(e);
         });
   }
+
+  bool arm(int efd) override { return inflight_.arm(efd); }
 
  private:
   static constexpr int kPollUs = 50;
@@ -343,7 +332,6 @@ class Cuda final : public Backend {
   }
 
   CUevent take_event() {
-    std::lock_guard lock(mu_);
     if (!free_events_.empty()) {
       CUevent e = free_events_.back();
       free_events_.pop_back();
@@ -355,9 +343,18 @@ class Cuda final : public Backend {
     return e;
   }
 
-  void give_event(CUevent e) {
-    std::lock_guard lock(mu_);
-    free_events_.push_back(e);
+  void give_event(CUevent e) { free_events_.push_back(e); }
+
+  // The waiter's: polls briefly (small copies end within microseconds),
+  // then sleeps (a blocking-sync event wakes its waiter tens of
+  // microseconds late).
+  bool wait_event(CUevent e) {
+    current();
+    CUresult r = cu_.cuEventQuery(e);
+    const auto poll_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kPollUs);
+    while (r == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < poll_end) r = cu_.cuEventQuery(e);
+    if (r == CUDA_ERROR_NOT_READY) cu_.cuEventSynchronize(e);
+    return true;
   }
 
   Cu cu_;
@@ -365,8 +362,6 @@ class Cuda final : public Backend {
   CUdevice dev_ = 0;
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
-  std::mutex mu_;  // events
-  InFlight<CUevent> inflight_;
   // Registered host ranges: bytes, device address. The segment pool's thread
   // registers and unregisters; the io thread looks words up.
   mutable std::mutex mapped_mu_;
@@ -374,6 +369,7 @@ class Cuda final : public Backend {
   std::atomic<bool> sticky_{false};
   std::vector<CUevent> free_events_;
   std::vector<CUevent> all_events_;
+  InFlight<CUevent> inflight_{[this](CUevent e) { return wait_event(e); }, [this](CUevent e) { give_event(e); }};
 };
 
 }  // namespace

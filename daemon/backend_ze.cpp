@@ -5,12 +5,10 @@
 #include <dlfcn.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 
 #include "backend.hpp"
 #include "ze_api.hpp"
@@ -26,6 +24,7 @@ using namespace ze;
 class LevelZero final : public Backend {
  public:
   ~LevelZero() override {
+    inflight_.stop();  // its waiter may be looking at one of our events
     // Copies may still be queued (a stop past --drain): they signal our
     // events, so the queue finishes before the events go.
     if (list_ != nullptr) {
@@ -179,14 +178,12 @@ class LevelZero final : public Backend {
     std::memcpy(h.data, &in.fd, sizeof(int));
     ze_event_pool_handle_t pool = nullptr;
     if (ze_.zeEventPoolOpenIpcHandle(ctx_, h, &pool) != ZE_RESULT_SUCCESS) return -EINVAL;
-    std::lock_guard lock(mu_);
     *id = ++next_pool_;
     client_pools_[*id] = ClientPool{pool, count, std::vector<ze_event_handle_t>(count, nullptr)};
     return 0;
   }
 
   void close_event_pool(uint64_t id) override {
-    std::lock_guard lock(mu_);
     auto it = client_pools_.find(id);
     if (it == client_pools_.end()) return;
     for (auto* e : it->second.events)
@@ -200,16 +197,13 @@ class LevelZero final : public Backend {
 
   bool lost() override { return ze_.zeDeviceGetStatus(device_) == ZE_RESULT_ERROR_DEVICE_LOST; }
 
-  size_t reap(std::vector<Done>& out, int64_t timeout_ns) override {
+  size_t reap(std::vector<Done>& out) override {
     return inflight_.reap(
-        out, timeout_ns, [&](ze_event_handle_t e) { return ze_.zeEventHostSynchronize(e, static_cast<uint64_t>(timeout_ns)); },
-        [&](ze_event_handle_t e) { return ze_.zeEventQueryStatus(e); },
-        [](ze_result_t r) { return r != ZE_RESULT_NOT_READY; }, to_errno,
-        [&](ze_event_handle_t e) {
-          ze_.zeEventHostReset(e);
-          events_.give(e);
-        });
+        out, [&](ze_event_handle_t e) { return ze_.zeEventQueryStatus(e); },
+        [](ze_result_t r) { return r != ZE_RESULT_NOT_READY; }, to_errno);
   }
+
+  bool arm(int efd) override { return inflight_.arm(efd); }
 
  private:
   bool setup(std::string& why) {
@@ -309,7 +303,6 @@ class LevelZero final : public Backend {
   };
 
   ze_event_handle_t pool_event(uint64_t id, uint32_t index) {
-    std::lock_guard lock(mu_);
     auto it = client_pools_.find(id);
     if (it == client_pools_.end() || index >= it->second.count) return nullptr;
     ze_event_handle_t& e = it->second.events[index];
@@ -332,9 +325,14 @@ class LevelZero final : public Backend {
   import_fn import_ = nullptr;
   release_fn release_ = nullptr;
 
-  std::mutex mu_;  // client pools
-  InFlight<ze_event_handle_t> inflight_;
   OwnEvents events_{ze_};
+  // A bounded wait (stop() ends within it); an event goes back reset.
+  InFlight<ze_event_handle_t> inflight_{
+      [this](ze_event_handle_t e) { return ze_.zeEventHostSynchronize(e, 50'000'000) != ZE_RESULT_NOT_READY; },
+      [this](ze_event_handle_t e) {
+        ze_.zeEventHostReset(e);
+        events_.give(e);
+      }};
   std::map<uint64_t, ClientPool> client_pools_;
   uint64_t next_pool_ = 0;
 };

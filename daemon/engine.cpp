@@ -3,9 +3,8 @@
 // retire it when the device reports it done.
 #include "engine.hpp"
 
-#include <pthread.h>
+#include <sys/eventfd.h>
 
-#include <boost/asio/post.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -24,22 +23,23 @@ uint64_t now_ns() {
 
 TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend)
     : io_(io),
+      device_bell_(io, ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       backend_(std::move(backend)),
-      device_writes_(backend_->info().device_writes),
-      retirer_([this] { retire_loop(); }) {}
+      device_writes_(backend_->info().device_writes) {
+  listen_device();
+}
 
 TransferEngine::~TransferEngine() { stop(); }
 
 void TransferEngine::stop() {
-  if (stop_.exchange(true)) return;
-  {
-    std::lock_guard lock(retire_mu_);
-    retire_wanted_ = true;
-  }
-  retire_cv_.notify_one();
+  if (stopped_) return;
+  stopped_ = true;
+  boost::system::error_code ec;
+  device_bell_.cancel(ec);  // stays open until the backend's waiter is gone
+  for (Ring& r : rings_) r.bell->close(ec);
+  rings_.clear();
   holds_.stop();
   clients_.stop();
-  retirer_.join();
   if (!records_.empty()) {
     // Copies still queued past --drain read their client's segment and write
     // its buffer: what they hold must outlive them. ferryd then ends without
@@ -145,6 +145,8 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
   }
   ++stats_.in_flight;
   stats_.in_flight_bytes += bytes;
+  // Without a poller awake (or any: a test), the device's eventfd says when it ends.
+  if (asleep_) backend_->arm(device_bell_.native_handle());
   return 0;
 }
 
@@ -187,6 +189,7 @@ bool TransferEngine::queue_lone_write(const ClientRef& c, const FenceWrite* fenc
   if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, &w) == 0) {
     ++stats_.in_flight;
     c->lone_write_ = true;
+    if (asleep_) backend_->arm(device_bell_.native_handle());
     return true;
   }
   records_.pop_back();
@@ -280,40 +283,6 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
       resources_.device_lost();
       FERRY_LOG(error, "the device is lost: every later transfer and allocation is refused (-ENODEV); "
                        "restart ferryd once the device is back");
-    }
-  }
-}
-
-void TransferEngine::retire_loop() {
-  pthread_setname_np(pthread_self(), "ferry-retire");
-  std::vector<Done> batch;
-  while (!stop_.load(std::memory_order_relaxed)) {
-    {
-      // Parked while the poller reaps by itself.
-      std::unique_lock lock(retire_mu_);
-      retire_cv_.wait(lock, [&] { return retire_wanted_; });
-    }
-    batch.clear();
-    std::unique_lock reaper(reap_mu_);
-    // A short timeout keeps stop() prompt; a busy device returns at once.
-    if (backend_->reap(batch, 50'000'000) == 0) continue;
-    bool post;
-    {
-      std::lock_guard lock(done_mu_);
-      post = done_.empty();  // else a posted handler has yet to run and will take these too
-      done_.insert(done_.end(), batch.begin(), batch.end());
-      done_pending_.store(true, std::memory_order_release);
-    }
-    if (post) {
-      boost::asio::post(io_, [this] {
-        std::vector<Done> b;
-        {
-          std::lock_guard lock(done_mu_);
-          b.swap(done_);
-          done_pending_.store(false, std::memory_order_relaxed);
-        }
-        if (!b.empty()) retire(b);
-      });
     }
   }
 }

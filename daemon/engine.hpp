@@ -14,33 +14,21 @@
 // ClientState keeps what one client holds; the engine and its Holds alone
 // write their marks (ClientState's friends), everyone else goes through verbs.
 //
-// Threads and locks, all of them: everything here runs on the io_context's
-// thread, except the retire thread (which waits on the device only while the
-// poller sleeps) and the segment pool's thread (SegmentPool, its own lock).
-//   reap_mu_   one reaper at a time: the retire thread holds it around a
-//              waiting Backend::reap and the hand-over to done_; the poller
-//              try-locks it around a reap that never waits. Batches thus
-//              reach retire() in the order the device finished them.
-//   retire_mu_ + retire_cv_  park and wake the retire thread (sleep_begin/end).
-//   done_mu_   the retire thread's finished copies, until the io thread
-//              takes them (one post drains them all).
-// The backends' own short locks: their InFlight queue (push against pop) and
-// their event lists (ze_events.hpp, taken at submit, given back at reap);
-// nothing else is shared between threads.
+// Threads: everything here runs on the data thread (the io_context's, which
+// also serves the sockets), with no lock. While it sleeps, in the
+// io_context's wait on descriptors, three kinds of descriptor wake it: the
+// sockets, each client's doorbell eventfd (the client writes it when its
+// segment's `doorbell` word asks), and the device's eventfd, which the
+// backend's waiter writes when the oldest queued copy ends (InFlight; the
+// waiter owns no data). The segment pool's thread (SegmentPool) makes
+// segments under its own lock.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <atomic>
-#include <condition_variable>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <cstdint>
 #include <deque>
-#include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -102,13 +90,18 @@ class TransferEngine {
   // still happens after the copies before it, the fence's failed word first.
   void fail(const ClientRef& client, uint64_t ticket, int status, const FenceWrite* fence = nullptr);
 
-  // Stops the retire thread and drops the copies still recorded.
+  // Stops listening to the device and the doorbells; leaves the copies
+  // still recorded to the driver.
   void stop();
 
-  // ---- polling (engine_ring.cpp), driven by the Poller on the io thread
-  // Starts reading the client's submission ring (after its Welcome).
-  void use_ring(const ClientRef& c);
-  void count_doorbell() { ++stats_.doorbells; }
+  // ---- polling (engine_ring.cpp), driven by the Poller on the data thread
+  // Starts reading the client's submission ring (after its Welcome), and
+  // listening to its doorbell: returns the eventfd the client writes (its
+  // copy, to send with the Welcome), or -errno.
+  int use_ring(const ClientRef& c);
+  // The client's session closed: what it published is taken, it stops
+  // counting as connected, and its doorbell goes.
+  void client_gone(const ClientRef& c);
   void count_nap() { ++stats_.poller_naps; }
   // Takes the client's published ring entries, in ticket order. A broken
   // entry ends its session (ProgressSink::broken).
@@ -123,12 +116,12 @@ class TransferEngine {
   size_t drop_departed_holds(uid_t uid) { return holds_.drop_departed(uid); }
   // A hold came or moved within Holds::kAwake: the value it waits for is likely near.
   bool hold_near() const { return holds_.near(); }
-  // The poller goes to sleep: every ring asks for a Doorbell, the rings are
-  // looked at once more (false, and still awake, if that found work, or a
-  // hold came or moved within Holds::kAwake), and the retire thread waits on
-  // the device meanwhile.
+  // The poller goes to sleep: every ring asks for its doorbell, the rings
+  // are looked at once more (false, and still awake, if that found work, or
+  // a hold came or moved within Holds::kAwake), and the backend's waiter is
+  // lent the oldest copy, to write the device's eventfd when it ends.
   bool sleep_begin();
-  // The poller woke up: no more Doorbells, the retire thread parks.
+  // The poller woke up: no more doorbells.
   void sleep_end();
 
  private:
@@ -152,7 +145,6 @@ class TransferEngine {
   static void mark_failed(const FenceWrite& f);
   // Whether the device can write words of this client's segment.
   bool device_can_write(const ClientState& c) const { return device_writes_ && c.registered() && !c.host_timeline(); }
-  void retire_loop();
   // Queues a checked transfer now (the buffer, range and pool are checked here).
   void issue(const ClientRef& c, const Entry& e);
   // One device write without a copy: the client's frontier, if it moved,
@@ -164,11 +156,16 @@ class TransferEngine {
   bool timeline_write(ClientState& c, DeviceWrites* w);
   void retire(const std::vector<Done>& batch);
   void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
-  // Finished copies, without waiting: those the retire thread handed over and
-  // those the device reports done now.
+  // Finished copies, asked of the device without waiting, retired.
   size_t reap_now();
+  // Waits for the next write to a doorbell or the device's eventfd.
+  void listen(std::shared_ptr<boost::asio::posix::stream_descriptor> bell, std::weak_ptr<ClientState> c);
+  void listen_device();
 
   boost::asio::io_context& io_;
+  // The device's eventfd: declared before backend_, whose waiter writes it
+  // until the backend goes, so that it is closed after.
+  boost::asio::posix::stream_descriptor device_bell_;
   std::unique_ptr<Backend> backend_;
   EngineStats stats_;
   // Declared before everything that holds a ClientRef or BufferRef: the
@@ -184,18 +181,14 @@ class TransferEngine {
                [](ClientRef owner, uint32_t fence, uint64_t value) {
                  write_fence(FenceWrite{std::move(owner), fence, value}, true);
                }};
-  std::atomic<bool> stop_{false};
-  std::vector<ClientRef> rings_;  // connected clients with a submission ring
-  std::vector<Done> reaped_;      // reap_now's batch, kept for its capacity
-  // The three locks: see the top of this file.
-  std::mutex reap_mu_;
-  std::mutex retire_mu_;
-  std::condition_variable retire_cv_;
-  bool retire_wanted_ = true;
-  std::mutex done_mu_;
-  std::vector<Done> done_;
-  std::atomic<bool> done_pending_{false};
-  std::thread retirer_;
+  bool stopped_ = false;
+  // Connected clients with a submission ring, and their doorbells.
+  struct Ring {
+    ClientRef c;
+    std::shared_ptr<boost::asio::posix::stream_descriptor> bell;
+  };
+  std::vector<Ring> rings_;
+  std::vector<Done> reaped_;  // reap_now's batch, kept for its capacity
 };
 
 }  // namespace ferry::ferryd

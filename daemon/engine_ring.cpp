@@ -1,19 +1,76 @@
 // SPDX-License-Identifier: MIT
 // The engine's polling side: clients' submission rings, finished copies
-// reaped without a wait, and the hand-over to the retire thread and to
-// Doorbell messages while the poller sleeps. io thread only, except where
-// said.
+// reaped without a wait, and the descriptors that wake the data thread while
+// the poller sleeps (each client's doorbell, the device's eventfd). Data
+// thread only.
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 
 #include "engine.hpp"
 
 namespace ferry::ferryd {
 
-void TransferEngine::use_ring(const ClientRef& c) {
+using boost::asio::posix::stream_descriptor;
+
+int TransferEngine::use_ring(const ClientRef& c) {
+  const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd < 0) return -errno;
+  const int theirs = ::fcntl(efd, F_DUPFD_CLOEXEC, 3);
+  if (theirs < 0) {
+    const int e = -errno;
+    ::close(efd);
+    return e;
+  }
   c->ring_next_ = 1;
   // A client that joins while the poller sleeps must ring its first entry in.
   c->segment().header()->doorbell.store(asleep_ ? 1 : 0, std::memory_order_seq_cst);
-  rings_.push_back(c);
+  rings_.push_back({c, std::make_shared<stream_descriptor>(io_, efd)});
+  listen(rings_.back().bell, c);
+  return theirs;
+}
+
+void TransferEngine::client_gone(const ClientRef& c) {
+  // What it published before it went is still its to send (a producer's
+  // last upload, which a consumer's queue may wait for).
+  drain_ring(c);
+  c->disconnect();
+  auto it = std::find_if(rings_.begin(), rings_.end(), [&](const Ring& r) { return r.c == c; });
+  if (it == rings_.end()) return;
+  boost::system::error_code ec;
+  it->bell->close(ec);
+  *it = std::move(rings_.back());
+  rings_.pop_back();
+}
+
+void TransferEngine::listen(std::shared_ptr<stream_descriptor> bell, std::weak_ptr<ClientState> client) {
+  stream_descriptor& d = *bell;
+  d.async_wait(stream_descriptor::wait_read, [this, bell = std::move(bell), client = std::move(client)](
+                                                 const boost::system::error_code& ec) mutable {
+    if (ec) return;  // closed: the client went
+    uint64_t rung = 0;
+    [[maybe_unused]] ssize_t r = ::read(bell->native_handle(), &rung, sizeof rung);
+    ++stats_.doorbells;
+    ClientRef c = client.lock();
+    if (!c || !c->connected()) return;
+    drain_ring(c);
+    listen(std::move(bell), std::move(client));
+  });
+}
+
+void TransferEngine::listen_device() {
+  device_bell_.async_wait(stream_descriptor::wait_read, [this](const boost::system::error_code& ec) {
+    if (ec) return;
+    uint64_t done = 0;
+    [[maybe_unused]] ssize_t r = ::read(device_bell_.native_handle(), &done, sizeof done);
+    ++stats_.device_wakes;
+    reap_now();
+    if (asleep_) backend_->arm(device_bell_.native_handle());
+    listen_device();
+  });
 }
 
 namespace {
@@ -86,16 +143,7 @@ size_t TransferEngine::drain_ring(const ClientRef& c) {
 
 size_t TransferEngine::poll() {
   size_t n = 0;
-  for (size_t i = 0; i < rings_.size();) {
-    ClientState& c = *rings_[i];
-    if (!c.connected() || c.ring_broken()) {
-      rings_[i] = std::move(rings_.back());
-      rings_.pop_back();
-      continue;
-    }
-    n += drain_ring(rings_[i]);
-    ++i;
-  }
+  for (Ring& r : rings_) n += drain_ring(r.c);
   if (!holds_.empty()) n += holds_.poll();
   return n + reap_now();
 }
@@ -104,18 +152,8 @@ size_t TransferEngine::reap_now() {
   std::vector<Done>& batch = reaped_;
   batch.clear();
   if (records_.empty()) return 0;
-  // The retire thread may be inside a wait on the device: what it takes, it posts.
-  std::unique_lock reaper(reap_mu_, std::try_to_lock);
-  if (!reaper.owns_lock()) return 0;
-  // What the retire thread took earlier comes first: it is older.
-  if (done_pending_.load(std::memory_order_acquire)) {
-    std::lock_guard lock(done_mu_);
-    batch.swap(done_);
-    done_pending_.store(false, std::memory_order_relaxed);
-  }
   // No wait: the backend only asks the device which of its oldest copies ended.
-  backend_->reap(batch, 0);
-  reaper.unlock();
+  backend_->reap(batch);
   if (batch.empty()) return 0;
   retire(batch);
   return batch.size();
@@ -127,18 +165,14 @@ bool TransferEngine::sleep_begin() {
   // stays awake for it rather than leaving it to a timer and a wake-up.
   if (holds_.near()) return false;
   asleep_ = true;
-  for (const ClientRef& c : rings_) c->segment().header()->doorbell.store(1, std::memory_order_seq_cst);
+  for (const Ring& r : rings_) r.c->segment().header()->doorbell.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   // An entry published before a client could see the flag is found here.
   if (poll() != 0) {
     sleep_end();
     return false;
   }
-  {
-    std::lock_guard lock(retire_mu_);
-    retire_wanted_ = true;
-  }
-  retire_cv_.notify_one();
+  backend_->arm(device_bell_.native_handle());
   // Held transfers are looked at by a timer while the poller sleeps.
   holds_.clear_idle_wake();
   holds_.arm();
@@ -149,11 +183,7 @@ bool TransferEngine::sleep_begin() {
 
 void TransferEngine::sleep_end() {
   asleep_ = false;
-  {
-    std::lock_guard lock(retire_mu_);
-    retire_wanted_ = false;  // the retire thread finishes the wait it is in, then parks
-  }
-  for (const ClientRef& c : rings_) c->segment().header()->doorbell.store(0, std::memory_order_relaxed);
+  for (const Ring& r : rings_) r.c->segment().header()->doorbell.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace ferry::ferryd

@@ -41,18 +41,17 @@ bool Outbox::settle() {
   return hooks_.held(db, df);
 }
 
-void Outbox::queue(const void* data, size_t bytes, int fd) {
+void Outbox::queue(const void* data, size_t bytes, int fd, int fd2) {
   touched_ = true;
-  if (dropped_) {
-    if (fd >= 0) ::close(fd);
+  const bool refused = dropped_ || pending_.size() + bytes > limit_;
+  if (refused) {
+    for (int f : {fd, fd2})
+      if (f >= 0) ::close(f);
+    if (!dropped_) hooks_.failed("it does not read its socket");
     return;
   }
-  if (pending_.size() + bytes > limit_) {
-    if (fd >= 0) ::close(fd);
-    hooks_.failed("it does not read its socket");
-    return;
-  }
-  if (fd >= 0) fd_marks_.emplace_back(pending_.size(), fd);
+  for (int f : {fd, fd2})
+    if (f >= 0) fd_marks_.emplace_back(pending_.size(), f);
   const auto* p = static_cast<const uint8_t*>(data);
   pending_.insert(pending_.end(), p, p + bytes);
   // Over the user's bound (all its sessions' unread replies together): this
@@ -95,7 +94,7 @@ void Outbox::flush() {
                            });
 }
 
-// Sends the message at the front of pending_ with its fd, in one sendmsg.
+// Sends the message at the front of pending_ with its descriptors, in one sendmsg.
 void Outbox::send_with_fd() {
   sending_fd_ = true;
   socket_.async_wait(socket_type::wait_write, [this, keep = hooks_.keep_alive()](const boost::system::error_code& ec) {
@@ -104,8 +103,10 @@ void Outbox::send_with_fd() {
     if (ec) return hooks_.failed(nullptr);
     proto::Header h;
     std::memcpy(&h, pending_.data(), sizeof h);
-    const int fd = fd_marks_.front().second;
-    ssize_t n = proto::send_fd(socket_.native_handle(), pending_.data(), h.size, fd, MSG_DONTWAIT | MSG_NOSIGNAL);
+    int fds[2];
+    size_t count = 0;
+    for (size_t i = 0; i < fd_marks_.size() && fd_marks_[i].first == 0 && count < 2; ++i) fds[count++] = fd_marks_[i].second;
+    ssize_t n = proto::send_fds(socket_.native_handle(), pending_.data(), h.size, fds, count, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return flush();  // waits for room again
     // Refused (ETOOMANYREFS: the daemon's descriptors in flight) or only
     // partly sent: the stream is broken, and the session says why.
@@ -115,8 +116,10 @@ void Outbox::send_with_fd() {
       return hooks_.failed(why.c_str());
     }
     if (n != static_cast<ssize_t>(h.size)) return hooks_.failed("a message with a descriptor was only partly sent");
-    ::close(fd);
-    fd_marks_.pop_front();
+    for (size_t i = 0; i < count; ++i) {
+      ::close(fds[i]);
+      fd_marks_.pop_front();
+    }
     drop_front(h.size);
     settle();
     flush();

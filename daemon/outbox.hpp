@@ -36,9 +36,9 @@ class Outbox {
   Outbox(const Outbox&) = delete;
   Outbox& operator=(const Outbox&) = delete;
 
-  // Appends a message; `fd` (>= 0) goes with it and is the outbox's to close.
-  // Over the limit nothing is queued and `failed` is called.
-  void queue(const void* data, size_t bytes, int fd = -1);
+  // Appends a message; `fd` and `fd2` (>= 0) go with it and are the
+  // outbox's to close. Over the limit nothing is queued and `failed` is called.
+  void queue(const void* data, size_t bytes, int fd = -1, int fd2 = -1);
   // Starts writing, if not already.
   void flush();
   // Calls `drained` once everything queued so far is written.
@@ -62,7 +62,9 @@ class Outbox {
   Hooks hooks_;
   std::vector<uint8_t> pending_;  // not yet handed to the socket
   std::vector<uint8_t> writing_;  // being written
-  std::deque<std::pair<size_t, int>> fd_marks_;  // offsets in pending_ of messages that carry an fd
+  // Offsets in pending_ of messages that carry descriptors, one mark each
+  // (a message with two has two marks at its offset).
+  std::deque<std::pair<size_t, int>> fd_marks_;
   bool sending_fd_ = false;
   bool closing_ = false;
   bool dropped_ = false;

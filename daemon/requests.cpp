@@ -44,8 +44,7 @@ bool Requests::client_may_send(proto::Type type) {
   using T = proto::Type;
   switch (type) {
     case T::hello: case T::status_request: case T::alloc: case T::free: case T::grant: case T::revoke:
-    case T::open: case T::export_buffer: case T::import_buffer: case T::event_pool: case T::doorbell:
-    case T::admin_request:
+    case T::open: case T::export_buffer: case T::import_buffer: case T::event_pool: case T::admin_request:
       return true;
     default:
       return false;
@@ -60,14 +59,8 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
   if (type == T::admin_request) return call(this, msg, &Requests::on_admin);
   // Everything else works on the client's own resources.
   if (!client_) return peer_.fatal(-EPROTO, "request before Hello");
-  if (type == T::doorbell) {
-    ctx_.engine.count_doorbell();
-    rung_ = true;
-    return;
-  }
   // Entries published before this message come first (a Free after an
   // upload, say).
-  rung_ = false;
   ctx_.engine.drain_ring(client_);
   switch (type) {
     case T::alloc: return call(this, msg, &Requests::on_alloc);
@@ -80,12 +73,6 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
     case T::event_pool: return call(this, msg, &Requests::on_event_pool);
     default: return;
   }
-}
-
-void Requests::end_of_batch() {
-  if (!rung_ || !client_) return;
-  rung_ = false;
-  ctx_.engine.drain_ring(client_);
 }
 
 void Requests::on_hello(const proto::Hello& m) {
@@ -167,9 +154,14 @@ void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
   proto::set_text(w.backend, info.backend);
   const int fd = ::fcntl(c->segment().fd(), F_DUPFD_CLOEXEC, 3);
   if (fd < 0) return peer_.fatal(-errno, "cannot pass the staging segment");
-  engine.use_ring(c);
+  const int bell = engine.use_ring(c);
+  if (bell < 0) {
+    ::close(fd);
+    c->disconnect();
+    return peer_.fatal(bell, "cannot make the client's doorbell");
+  }
   client_ = std::move(c);
-  peer_.send(&w, sizeof w, fd);
+  peer_.send(&w, sizeof w, fd, bell);
   ++ctx_.stats.clients;
   engine.clients().publish();
   FERRY_LOG(info, "client %llu connected: pid %d uid %u \"%s\", %u slots of %llu bytes",

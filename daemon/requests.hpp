@@ -20,8 +20,8 @@ namespace ferry::ferryd {
 class Peer {
  public:
   virtual ~Peer() = default;
-  // Queues a message (with `fd`, >= 0, which the peer then owns) and starts writing.
-  virtual void send(const void* data, size_t bytes, int fd = -1) = 0;
+  // Queues a message (with `fd` and `fd2`, >= 0, which the peer then owns) and starts writing.
+  virtual void send(const void* data, size_t bytes, int fd = -1, int fd2 = -1) = 0;
   // Refuses the session: an Error marked fatal, then the connection closes.
   virtual void fatal(int code, const char* why) = 0;
   // The peer shut its end already (a connect, Hello and close): nothing it
@@ -60,9 +60,6 @@ class Requests {
   static bool client_may_send(proto::Type type);
   // Handles one decoded message of `type` (its bytes at `msg`, unaligned).
   void handle(proto::Type type, const uint8_t* msg);
-  // After the messages of one read: the ring, if a Doorbell asked for it
-  // (Doorbells in a row cost one look).
-  void end_of_batch();
   // Set once Hello succeeded.
   const ClientRef& client() const { return client_; }
 
@@ -94,7 +91,6 @@ class Requests {
   Peer& peer_;
   ClientRef client_;
   bool admin_ = false;  // the peer is one of the daemon's admins (set at Hello)
-  bool rung_ = false;  // a Doorbell came since the ring was last looked at
 };
 
 }  // namespace ferry::ferryd

@@ -75,10 +75,7 @@ void Session::close() {
   boost::system::error_code ec;
   socket_.close(ec);
   if (const ClientRef& c = client()) {
-    // What it published before it went is still its to send (a producer's
-    // last upload, which a consumer's queue may wait for).
-    ctx_.engine.drain_ring(c);
-    c->disconnect();
+    ctx_.engine.client_gone(c);
     ctx_.engine.clients().publish();
     FERRY_LOG(info, "client %llu (pid %d) gone; %u copies still in flight", static_cast<unsigned long long>(c->id()),
               pid, c->in_flight());
@@ -148,7 +145,6 @@ bool Session::consume() {
     requests_.handle(d.type, in_.data() + off);
     off += d.consumed;
   }
-  requests_.end_of_batch();
   if (closed_ || outbox_.closing()) return false;
   std::memmove(in_.data(), in_.data() + off, in_used_ - off);
   in_used_ -= off;
@@ -195,8 +191,8 @@ void Session::close_fds() {
   fds_in_.clear();
 }
 
-void Session::send(const void* data, size_t bytes, int fd) {
-  outbox_.queue(data, bytes, fd);
+void Session::send(const void* data, size_t bytes, int fd, int fd2) {
+  outbox_.queue(data, bytes, fd, fd2);
   outbox_.flush();
 }
 

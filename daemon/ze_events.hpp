@@ -4,12 +4,10 @@
 // burst made go again once every event has been back for kTrimAfter, so a
 // burst does not keep them (driver memory; in the simulation a descriptor
 // each) for the daemon's life, and bursts in a row do not remake them.
-// take() and give() from any thread; trim() from the io thread.
+// The data thread's alone.
 #pragma once
 
 #include <chrono>
-#include <iterator>
-#include <mutex>
 #include <vector>
 
 #include "log.hpp"
@@ -32,13 +30,10 @@ class OwnEvents {
   ~OwnEvents() { clear(); }
 
   ze_event_handle_t take() {
-    {
-      std::lock_guard lock(mu_);
-      if (!free_.empty()) {
-        ze_event_handle_t e = free_.back();
-        free_.pop_back();
-        return e;
-      }
+    if (!free_.empty()) {
+      ze_event_handle_t e = free_.back();
+      free_.pop_back();
+      return e;
     }
     ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr, ZE_EVENT_POOL_FLAG_HOST_VISIBLE, kPoolEvents};
     Pool made;
@@ -49,7 +44,6 @@ class OwnEvents {
       if (ze_.zeEventCreate(made.pool, &ed, &e) == ZE_RESULT_SUCCESS) made.events.push_back(e);
     }
     if (made.events.empty()) return destroy(made), nullptr;
-    std::lock_guard lock(mu_);
     free_.insert(free_.end(), made.events.begin(), made.events.end() - 1);
     ze_event_handle_t first = made.events.back();
     count_ += made.events.size();
@@ -59,25 +53,19 @@ class OwnEvents {
 
   // An event back (its copy retired, or it was never queued).
   void give(ze_event_handle_t e) {
-    std::lock_guard lock(mu_);
     free_.push_back(e);
     if (free_.size() == count_) all_back_ = std::chrono::steady_clock::now();
   }
 
   // The pools past the first go if every event has been back for
-  // kTrimAfter; destroyed outside the lock.
+  // kTrimAfter.
   void trim() {
-    std::vector<Pool> spare;
-    {
-      std::lock_guard lock(mu_);
-      if (pools_.size() < 2 || free_.size() != count_ || std::chrono::steady_clock::now() - all_back_ < kTrimAfter)
-        return;
-      spare.assign(std::make_move_iterator(pools_.begin() + 1), std::make_move_iterator(pools_.end()));
-      pools_.resize(1);
-      free_ = pools_[0].events;
-      count_ = free_.size();
-    }
-    for (auto& p : spare) destroy(p);
+    if (pools_.size() < 2 || free_.size() != count_ || std::chrono::steady_clock::now() - all_back_ < kTrimAfter)
+      return;
+    for (auto p = pools_.begin() + 1; p != pools_.end(); ++p) destroy(*p);
+    pools_.resize(1);
+    free_ = pools_[0].events;
+    count_ = free_.size();
   }
 
  private:
@@ -94,7 +82,6 @@ class OwnEvents {
   const Ze& ze_;
   ze_context_handle_t ctx_ = nullptr;
   ze_device_handle_t device_ = nullptr;
-  std::mutex mu_;
   std::vector<ze_event_handle_t> free_;
   std::vector<Pool> pools_;
   size_t count_ = 0;  // events in pools_

@@ -342,6 +342,7 @@ class RawClient {
   ~RawClient() {
     if (seg != nullptr) munmap(seg, welcome.segment_bytes);
     if (fd >= 0) ::close(fd);
+    if (bell >= 0) ::close(bell);
   }
   void send_bytes(const void* p, size_t n) { REQUIRE(proto::send_all(fd, p, n) == 0); }
   template <class T>
@@ -361,8 +362,9 @@ class RawClient {
     std::vector<int> fds;
     REQUIRE(proto::read_message(fd, msg, &fds) == 0);
     REQUIRE(proto::as(msg, &welcome));
-    REQUIRE(fds.size() == 1);
+    REQUIRE(fds.size() == 2);  // the segment, the doorbell
     const int sfd = fds.front();
+    bell = fds[1];
     seg = static_cast<char*>(mmap(nullptr, welcome.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0));
     ::close(sfd);
     REQUIRE(seg != MAP_FAILED);
@@ -375,7 +377,7 @@ class RawClient {
   }
   proto::Segment* header() { return reinterpret_cast<proto::Segment*>(seg); }
   // The entry of ticket t, filled and published
-  // (ticket stored last), with a Doorbell when the daemon asks for one.
+  // (ticket stored last), with the doorbell rung when the daemon asks for it.
   proto::SubmitEntry& entry(uint64_t t) {
     auto* ring = reinterpret_cast<proto::SubmitEntry*>(seg + welcome.ring_offset);
     return ring[(t - 1) % welcome.ring_entries];
@@ -398,7 +400,12 @@ class RawClient {
     e.event = event;
     e.ticket.store(t, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (ring_bell && header()->doorbell.load() != 0) send(proto::make<proto::Doorbell>(proto::Type::doorbell));
+    if (ring_bell && header()->doorbell.load() != 0) ring();
+  }
+  // Adds 1 to the doorbell eventfd of the Welcome.
+  void ring() {
+    const uint64_t one = 1;
+    REQUIRE(::write(bell, &one, sizeof one) == static_cast<ssize_t>(sizeof one));
   }
   // Reads one message; returns its type, with its bytes in `last`. 0 on EOF.
   uint16_t read_message() {
@@ -459,6 +466,7 @@ class RawClient {
   proto::Fence* fence(uint32_t f) { return reinterpret_cast<proto::Fence*>(seg + welcome.fences_offset) + (f - 1); }
 
   int fd = -1;
+  int bell = -1;  // the doorbell eventfd of the Welcome
   uint32_t last_fence = 0;  // the last allocation's
   proto::Welcome welcome{};
   char* seg = nullptr;

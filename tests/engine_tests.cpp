@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The slot lifecycle and the transfer engine, on the real Level Zero backend
-// over the simulated device.
+// The slot lifecycle and the transfer engine: on a device the test drives
+// (FakeDevice: nothing completes until the test says so), and on the real
+// Level Zero backend over the simulated device.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -11,7 +12,9 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <string>
 #include <thread>
@@ -26,6 +29,79 @@ using namespace ferry::ferryd;
 namespace proto = ferry::proto;
 
 namespace {
+// A device whose copies run only when the test says (run()): then it copies,
+// writes the words each submission asked for, and, if the engine lent it a
+// wait (arm), writes the engine's eventfd, as the backends' waiter does.
+class FakeDevice final : public Backend {
+ public:
+  FakeDevice() {
+    info_.backend = "fake";
+    info_.name = "a device the test drives";
+    info_.memory_bytes = 1 << 30;
+    info_.host_import = true;
+    info_.device_writes = true;
+  }
+  const DeviceInfo& info() const override { return info_; }
+  int alloc(uint64_t bytes, void** out) override { return (*out = std::calloc(1, bytes)) != nullptr ? 0 : -ENOMEM; }
+  void free(void* p) override { std::free(p); }
+  int register_host(void*, uint64_t) override { return 0; }
+  void unregister_host(void*) override {}
+  int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal*,
+             const DeviceWrites* w) override {
+    queued.push_back({cookie, dst, src, bytes, w != nullptr ? *w : DeviceWrites{}});
+    return 0;
+  }
+  int export_buffer(void*, IpcHandle*) override { return -ENOTSUP; }
+  int import_buffer(const IpcHandle&, uint64_t, void**, uint64_t*) override { return -ENOTSUP; }
+  void release_import(void*) override {}
+  int open_event_pool(const IpcHandle&, uint32_t, uint64_t*) override { return -ENOTSUP; }
+  void close_event_pool(uint64_t) override {}
+  bool lost() override { return false; }
+  size_t reap(std::vector<Done>& out) override {
+    out.insert(out.end(), finished.begin(), finished.end());
+    const size_t n = finished.size();
+    finished.clear();
+    return n;
+  }
+  bool arm(int efd) override {
+    if (queued.empty()) return false;
+    ++arms;
+    lent = efd;
+    return true;
+  }
+  // Runs the n oldest queued submissions with `status` as their outcome.
+  void run(size_t n, int status = 0) {
+    for (; n != 0 && !queued.empty(); --n) {
+      Op op = queued.front();
+      queued.pop_front();
+      if (status == 0) {
+        if (op.bytes != 0) std::memcpy(op.dst, op.src, op.bytes);
+        for (size_t i = 0; i < op.writes.n; ++i) *op.writes.w[i].word = op.writes.w[i].value;
+      }
+      finished.push_back({op.cookie, status});
+    }
+    if (lent >= 0) {
+      const uint64_t one = 1;
+      REQUIRE(::write(lent, &one, sizeof one) == static_cast<ssize_t>(sizeof one));
+      lent = -1;
+    }
+  }
+  struct Op {
+    uint64_t cookie;
+    void* dst;
+    const void* src;
+    uint64_t bytes;
+    DeviceWrites writes;
+  };
+  std::deque<Op> queued;
+  std::vector<Done> finished;
+  int lent = -1;  // the eventfd of the wait lent, until run() writes it
+  size_t arms = 0;
+
+ private:
+  DeviceInfo info_;
+};
+
 std::unique_ptr<Backend> backend() {
   std::string why;
   auto b = make_level_zero_backend(0, why);
@@ -117,7 +193,7 @@ TEST_CASE("large transfers: at most slot_count in flight, small ones not counted
 
 TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with the last reference", "[engine]") {
   boost::asio::io_context io;
-  auto guard = boost::asio::make_work_guard(io);  // run_one() waits for the retire thread's posts
+  auto guard = boost::asio::make_work_guard(io);  // run_one() waits for the device's eventfd
   {
     TransferEngine eng(io, backend());
     Limits limits;
@@ -167,6 +243,62 @@ TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with 
     CHECK(eng.stats().in_flight == 0);
     CHECK(eng.resources().holdings().buffers == buffers_before);
   }
+}
+
+TEST_CASE("engine: a copy retires only once the device ran it; asleep, the device's eventfd wakes the data thread",
+          "[engine][fake]") {
+  boost::asio::io_context io;
+  auto* dev = new FakeDevice;
+  TransferEngine eng(io, std::unique_ptr<Backend>(dev));
+  ClientRef c;
+  REQUIRE(eng.clients().add_client(4, 4096, &c) == 0);
+  REQUIRE(c->registered());
+  uint64_t id = 0;
+  REQUIRE(eng.resources().alloc(*c, 4096, &id) == 0);
+  auto buf = c->owned(1);
+  REQUIRE(buf);
+  const auto* device_word = &c->segment().header()->device_completed;
+
+  // Awake: the engine asks the device at every poll, and lends it no wait.
+  eng.sleep_end();
+  std::memset(c->segment().slot(0), 0x42, 4096);
+  REQUIRE(eng.submit(c, 1, false, buf->ptr, c->segment().slot(0), 4096, buf) == 0);
+  CHECK(dev->arms == 0);
+  CHECK(eng.poll() == 0);
+  CHECK(c->completed() == 0);
+  CHECK(eng.stats().in_flight == 1);
+  dev->run(1);
+  CHECK(eng.poll() == 1);
+  CHECK(c->completed() == 1);
+  CHECK(device_word->load() == 1);  // written by the device, after the copy
+  CHECK(static_cast<const unsigned char*>(buf->ptr)[4095] == 0x42);
+  CHECK(eng.stats().uploads == 1);
+
+  // Asleep: a copy queued now is lent to the waiter; nothing is retired
+  // until the device runs it, and then its eventfd wakes the data thread.
+  REQUIRE(eng.sleep_begin());
+  REQUIRE(eng.submit(c, 2, false, buf->ptr, c->segment().slot(1), 4096, buf) == 0);
+  REQUIRE(eng.submit(c, 3, false, buf->ptr, c->segment().slot(2), 4096, buf) == 0);
+  CHECK(dev->arms >= 1);
+  CHECK(io.poll() == 0);  // nothing to wake it
+  CHECK(c->completed() == 1);
+  dev->run(2);
+  CHECK(io.run_one_for(std::chrono::seconds(10)) == 1);  // not a wait on time: the eventfd is written already
+  CHECK(c->completed() == 3);  // both, in one wake-up
+  CHECK(eng.stats().device_wakes == 1);
+  CHECK(eng.stats().in_flight == 0);
+
+  // A copy the device failed: its ticket's Result says why, the timeline
+  // still passes it, and the device writes no more words.
+  REQUIRE(eng.submit(c, 4, false, buf->ptr, c->segment().slot(3), 4096, buf) == 0);
+  dev->run(1, -EIO);
+  CHECK(io.run_one_for(std::chrono::seconds(10)) == 1);
+  CHECK(c->completed() == 4);
+  CHECK(c->segment().header()->failures.load() == 1);
+  CHECK(c->segment().results()[(4 - 1) % c->ring_entries()].error.load() == -EIO);
+  CHECK_FALSE(eng.device_timeline());
+  CHECK(device_word->load() == 4);  // the host wrote it
+  eng.stop();
 }
 
 TEST_CASE("staging threads: a quarter of the cores by user, then among the user's clients", "[engine][share]") {

@@ -642,7 +642,8 @@ TEST_CASE("a Hello that finds no segment ready is answered once the pool's threa
   REQUIRE(proto::type_of(msg) == proto::Type::welcome);
   REQUIRE(proto::as(msg, &r.welcome));
   CHECK(r.welcome.slot_count == 2);
-  REQUIRE(fds.size() == 1);
+  REQUIRE(fds.size() == 2);  // the segment, the doorbell
+  r.bell = fds[1];
   ::close(fds[0]);
   proto::Reply rep{};
   REQUIRE(r.expect(proto::Type::reply, &rep));

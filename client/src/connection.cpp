@@ -49,11 +49,12 @@ int Connection::open(const std::string& path, const proto::Hello& hello, proto::
     refusal_ = proto::get_text(e.text);
   } else if (!sent) {
     r = -ECONNRESET;
-  } else if (r == 0 && (proto::type_of(msg) != proto::Type::welcome || fds.size() != 1 || !proto::as(msg, welcome))) {
+  } else if (r == 0 && (proto::type_of(msg) != proto::Type::welcome || fds.size() != 2 || !proto::as(msg, welcome))) {
     r = -EPROTO;
   }
   if (r == 0) {
-    *segment_fd = fds.front();
+    *segment_fd = fds[0];
+    bell_ = fds[1];
     fds.clear();
   }
   for (int f : fds) ::close(f);
@@ -70,6 +71,8 @@ void Connection::close() {
   if (receiver_.joinable()) receiver_.join();
   ::close(fd_);
   fd_ = -1;
+  if (bell_ >= 0) ::close(bell_);
+  bell_ = -1;
   for (int f : fds_in_) ::close(f);
   fds_in_.clear();
   for (auto& [id, a] : answers_)
@@ -79,7 +82,15 @@ void Connection::close() {
 
 void Connection::abandon() {
   if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
+  if (bell_ >= 0) ::close(bell_);
+  fd_ = bell_ = -1;
+}
+
+int Connection::ring() {
+  const uint64_t one = 1;
+  // EAGAIN: the counter is full, so ferryd has a wake-up pending anyway.
+  if (::write(bell_, &one, sizeof one) == static_cast<ssize_t>(sizeof one) || errno == EAGAIN) return 0;
+  return -ECONNRESET;
 }
 
 int Connection::send(const void* data, size_t n, int fd) {

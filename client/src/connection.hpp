@@ -47,8 +47,8 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   // Connects, says Hello, and receives the Welcome with the segment's fd
-  // (*segment_fd, the caller's to close). 0 or -errno; the daemon's refusal
-  // comes as its error code.
+  // (*segment_fd, the caller's to close) and the doorbell's (kept here).
+  // 0 or -errno; the daemon's refusal comes as its error code.
   int open(const std::string& path, const proto::Hello& hello, proto::Welcome* welcome, int* segment_fd);
   // Starts the receiver thread.
   void start();
@@ -60,6 +60,8 @@ class Connection {
 
   // One whole message on the socket (with `fd` when >= 0). 0 or -ECONNRESET.
   int send(const void* data, size_t n, int fd = -1);
+  // Wakes ferryd's data thread (its doorbell eventfd): 0, or -ECONNRESET.
+  int ring();
 
   // Sends a request and waits for its answer, copied into *out; the request
   // id is written to *request_field first. *reply_fd gets a descriptor that
@@ -105,6 +107,7 @@ class Connection {
 
   Timeline& timeline_;
   int fd_ = -1;
+  int bell_ = -1;  // the doorbell eventfd of the Welcome
   int timeout_ms_ = 30'000;
   std::string refusal_;
   std::thread receiver_;

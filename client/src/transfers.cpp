@@ -29,7 +29,7 @@ StagingPlan plan_for(ferry_client* c, uint64_t bytes) {
 }
 
 // One transfer of ticket t, as the daemon takes it: an entry in the
-// submission ring (and a Doorbell only if ferryd's poller sleeps).
+// submission ring (and its doorbell only if ferryd's poller sleeps).
 struct Submit {
   proto::Type type;
   uint64_t staging;  // byte offset in the staging area (Timeline::place)
@@ -56,8 +56,7 @@ int submit(ferry_client* c, const Submit& s) {
   // sees this entry, or this sees the flag (proto::Segment::doorbell).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (c->seg->doorbell.load(std::memory_order_relaxed) == 0) return 0;
-  auto m = proto::make<proto::Doorbell>(proto::Type::doorbell);
-  return c->conn.send(&m, sizeof m);
+  return c->conn.ring();
 }
 
 }  // namespace

@@ -26,10 +26,9 @@ size_t fixed_size(Type t) {
     case Type::export_reply: return sizeof(ExportReply);
     case Type::import_buffer: return sizeof(Import);
     case Type::event_pool: return sizeof(EventPool);
-    case Type::doorbell: return sizeof(Doorbell);
     case Type::admin_request: return sizeof(AdminRequest);
-    // Ring entry kinds, and the timeline messages of protocols 1 and 2.
-    case Type::upload: case Type::download: case Type::completion: case Type::ticket_failed:
+    // Ring entry kinds, the timeline messages of protocols 1 and 2, protocol 5's Doorbell.
+    case Type::upload: case Type::download: case Type::completion: case Type::ticket_failed: case Type::doorbell:
     case Type::upload_signal: case Type::upload_after: case Type::upload_fenced: return 0;
   }
   return 0;

@@ -44,7 +44,6 @@ int main(int argc, char** argv) {
   };
   one("hello", hello);
   one("welcome", welcome);
-  one("doorbell", make<Doorbell>(Type::doorbell));
   one("error", err);
   one("alloc", make<Alloc>(Type::alloc));
   one("free", make<Free>(Type::free));

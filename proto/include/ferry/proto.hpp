@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
-// ferry wire protocol, version 4 (one data plane): every message between
+// ferry wire protocol, version 6 (one data plane): every message between
 // libferry and ferryd, and the layout of a client's staging segment. This
 // file is the single source of truth; both sides include it.
 //
 // Two planes. The socket carries control only: Hello, buffers, grants,
-// import/export, event pools, status, admin requests, and Doorbells. Every
+// import/export, event pools, status and admin requests. Every
 // transfer (upload, download, held, signalled, fenced, committed, cancelled)
 // is an entry in the client's submission ring, and every ticket's outcome is
 // in the segment: `completed` (and the device's `device_completed`) say it is
@@ -23,7 +23,7 @@
 // zero and ignored on receipt.
 //
 // Flow:
-//   client -> Hello                daemon -> Welcome + segment fd (SCM_RIGHTS)
+//   client -> Hello                daemon -> Welcome + segment fd + doorbell eventfd (SCM_RIGHTS)
 //   client -> Alloc/Free           daemon -> Reply (value = buffer id)
 //   client -> StatusRequest        daemon -> StatusReply (JSON text follows the fixed part)
 //   client -> Grant / Revoke       daemon -> TokenReply / Reply   (sharing a buffer)
@@ -31,8 +31,9 @@
 //   client -> Export               daemon -> ExportReply (+ the IPC handle's fd, Level Zero)
 //   client -> Import (+ fd)        daemon -> BufferReply          (the client's own allocation)
 //   client -> EventPool (+ fd)     daemon -> Reply (value = pool id)
-//   client -> Doorbell             look at my submission ring (sent only while the segment's
-//                                  `doorbell` word asks for it: ferryd's poller sleeps)
+//   The doorbell is no message: while the segment's `doorbell` word asks for
+//   it (ferryd's poller sleeps), a client that published a ring entry adds 1
+//   to the doorbell eventfd of its Welcome.
 //   daemon -> Error                a request was refused; `fatal` closes the session
 //   daemon -> Shutdown             the daemon is stopping; the session ends next
 #pragma once
@@ -45,8 +46,9 @@
 namespace ferry::proto {
 
 inline constexpr uint32_t kMagic = 0x59524546;  // "FERY"
-// 3: transfers and outcomes only in the segment; 4: staging_threads; 5: DirectWords
-inline constexpr uint16_t kVersion = 5;
+// 3: transfers and outcomes only in the segment; 4: staging_threads; 5: DirectWords;
+// 6: the doorbell an eventfd of the Welcome, no message
+inline constexpr uint16_t kVersion = 6;
 
 // Feature bits, announced in Hello (wanted) and Welcome (granted).
 enum Feature : uint64_t {
@@ -68,8 +70,9 @@ inline constexpr uint64_t kFeaturesV1 = kFeatureTimelineCounter | kFeatureDownlo
 
 // Message types. The kinds of ring entry share the numbering (upload,
 // download, upload_signal, upload_after, upload_fenced: SubmitEntry::type);
-// they, completion and ticket_failed are no messages since protocol 3, and
-// a peer that sends one is refused as for any unknown type.
+// they, completion and ticket_failed are no messages since protocol 3,
+// doorbell none since protocol 6, and a peer that sends one is refused as
+// for any unknown type.
 enum class Type : uint16_t {
   hello = 1,
   welcome = 2,
@@ -95,7 +98,7 @@ enum class Type : uint16_t {
   event_pool = 22,
   upload_signal = 23,
   upload_after = 24,
-  doorbell = 25,
+  doorbell = 25,  // no message: see the Flow above
   admin_request = 26,
   upload_fenced = 27,
 };
@@ -344,13 +347,6 @@ struct EventPool {
 };
 static_assert(sizeof(EventPool) == 88);
 
-// "Look at my submission ring": ferryd's poller was asleep when the client
-// published an entry (Segment::doorbell was set). Carries nothing else.
-struct Doorbell {
-  Header h;
-  uint64_t reserved;
-};
-static_assert(sizeof(Doorbell) == 16);
 
 // ---------------------------------------------------------------- submission ring
 // A transfer is not a message: the client describes it in the ring entry of
@@ -474,7 +470,7 @@ struct alignas(64) Segment {
   // this client's wake-ups.
   std::atomic<uint64_t> wake_at;
   // 1 while ferryd's poller sleeps (or never polls): a client that published
-  // a ring entry then sends a Doorbell. The daemon stores 1, then looks at
+  // a ring entry then writes its doorbell eventfd. The daemon stores 1, then looks at
   // the ring once more; the client stores its entry, then looks here (both
   // with seq_cst fences): one of them sees the other.
   alignas(64) std::atomic<uint32_t> doorbell;
