@@ -145,8 +145,7 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
   }
   ++stats_.in_flight;
   stats_.in_flight_bytes += bytes;
-  // Without a poller awake (or any: a test), the device's eventfd says when it ends.
-  if (asleep_) backend_->arm(device_bell_.native_handle());
+  rest();
   return 0;
 }
 
@@ -189,7 +188,7 @@ bool TransferEngine::queue_lone_write(const ClientRef& c, const FenceWrite* fenc
   if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, &w) == 0) {
     ++stats_.in_flight;
     c->lone_write_ = true;
-    if (asleep_) backend_->arm(device_bell_.native_handle());
+    rest();
     return true;
   }
   records_.pop_back();

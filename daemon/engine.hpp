@@ -123,6 +123,10 @@ class TransferEngine {
   bool sleep_begin();
   // The poller woke up: no more doorbells.
   void sleep_end();
+  // Set by a poller that polls after every wake-up (Poller with
+  // --poll-idle-us > 0): what a wake-up queues is then lent to the device's
+  // waiter only when the poller sleeps again, not at once.
+  void set_polled(bool on) { polled_ = on; }
 
  private:
   struct Record {
@@ -156,6 +160,9 @@ class TransferEngine {
   bool timeline_write(ClientState& c, DeviceWrites* w);
   void retire(const std::vector<Done>& batch);
   void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
+  // Asleep and not polled after this wake-up (no poller, or one that never
+  // polls): the device's eventfd must say when the oldest copy ends.
+  void rest();
   // Finished copies, asked of the device without waiting, retired.
   size_t reap_now();
   // Waits for the next write to a doorbell or the device's eventfd.
@@ -182,6 +189,7 @@ class TransferEngine {
                  write_fence(FenceWrite{std::move(owner), fence, value}, true);
                }};
   bool stopped_ = false;
+  bool polled_ = false;  // set_polled
   // Connected clients with a submission ring, and their doorbells.
   struct Ring {
     ClientRef c;

@@ -68,7 +68,7 @@ void TransferEngine::listen_device() {
     [[maybe_unused]] ssize_t r = ::read(device_bell_.native_handle(), &done, sizeof done);
     ++stats_.device_wakes;
     reap_now();
-    if (asleep_) backend_->arm(device_bell_.native_handle());
+    rest();
     listen_device();
   });
 }
@@ -146,6 +146,10 @@ size_t TransferEngine::poll() {
   for (Ring& r : rings_) n += drain_ring(r.c);
   if (!holds_.empty()) n += holds_.poll();
   return n + reap_now();
+}
+
+void TransferEngine::rest() {
+  if (asleep_ && !polled_) backend_->arm(device_bell_.native_handle());
 }
 
 size_t TransferEngine::reap_now() {

@@ -43,8 +43,8 @@ inline void relax() {
 
 void Poller::run() {
   if (idle_us_ == 0) {
-    // Never polls: every ring entry comes with a Doorbell, every finished
-    // copy through the retire thread.
+    // Never polls: every ring entry comes with its doorbell, every finished
+    // copy with the device's eventfd.
     engine_.sleep_begin();
     io_.run();
     return;
@@ -53,6 +53,7 @@ void Poller::run() {
   // It starts awake, and says so (the engine starts as if asleep, for use
   // without a poller): it polls for `idle`, then sleeps the proper way.
   engine_.sleep_end();
+  engine_.set_polled(true);
   auto last_work = Clock::now();
   auto last_io = last_work;
   while (!io_.stopped()) {
