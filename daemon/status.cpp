@@ -206,6 +206,7 @@ std::string status_json(const Context& ctx, const PeerCred& who) {
       {"poller",
        {{"ring_entries", poll.ring_entries},
         {"doorbells", poll.doorbells},
+        {"device_wakes", poll.device_wakes},
         {"sleeps", poll.poller_sleeps},
         {"naps", poll.poller_naps},
         {"segments_pooled", poll.segments_pooled},
