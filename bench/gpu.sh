@@ -137,7 +137,7 @@ step_tests() {
   "$B/examples/multi_upload" -s "$sock" -p 8 -n 400 -b 4194304 >"$OUT/test-multi_upload.log" 2>&1 &
   local m=$!
   sleep 0.5  # the producers at work, for ferryctl's view
-  "$B/client/ferryctl" -s "$sock" status >"$OUT/ferryctl-status.txt" 2>&1
+  "$B/tools/ferryctl" -s "$sock" status >"$OUT/ferryctl-status.txt" 2>&1
   wait $m
   log "multi_upload (8 producers, verified): exit $?"
   if command -v python3 >/dev/null && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then

@@ -22,13 +22,13 @@
 #include <string>
 
 #include "ferry/proto.hpp"
-#include "backend.hpp"
+#include "device/backend.hpp"
 #include "ferry/wire.hpp"
 #include "log.hpp"
 #include "options.hpp"
-#include "server.hpp"
+#include "net/server.hpp"
 #include "startup.hpp"
-#include "systemd.hpp"
+#include "net/systemd.hpp"
 
 namespace po = boost::program_options;
 

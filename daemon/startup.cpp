@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "ferry/files.hpp"
+#include "ferry/util/files.hpp"
 #include "ferry/proto.hpp"
 #include "log.hpp"
 
@@ -93,7 +93,7 @@ RunningMarker::RunningMarker(std::string path) : path_(std::move(path)) {
   // Readable by all whatever the umask (the unit's is 0077): ferryctl as
   // another user (the metrics timer) reads it.
   std::string what;
-  if (int r = proto::write_file_atomically(path_, std::to_string(::getpid()) + "\n", 0644, false, &what); r != 0) {
+  if (int r = util::write_file_atomically(path_, std::to_string(::getpid()) + "\n", 0644, false, &what); r != 0) {
     FERRY_LOG(warn, "cannot %s (%s): `ferryctl --running-only` (ferry-metrics.service) will take this daemon "
                     "for stopped", what.c_str(), std::strerror(-r));
     path_.clear();

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "backend.hpp"
+#include "device/backend.hpp"
 #include "options.hpp"
 
 namespace ferry::ferryd {

@@ -30,11 +30,11 @@ clients=$!
 sleep 0.25
 echo
 echo "== ferryctl status, while they upload:"
-"$build/client/ferryctl" --socket "$sock" status || true
+"$build/tools/ferryctl" --socket "$sock" status || true
 wait $clients
 echo
 echo "== ferryctl status, after they finished:"
-"$build/client/ferryctl" --socket "$sock" status
+"$build/tools/ferryctl" --socket "$sock" status
 echo
 kill -TERM $daemon
 wait $daemon

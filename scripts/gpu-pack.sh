@@ -10,7 +10,7 @@ build=$root/build/cuda
 CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc} bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON \
   -DFERRY_CUDA_BENCH=ON -DFERRY_BUILD_BENCH=ON -DFERRY_BUILD_TESTS=ON -DFERRY_TUNING_ENV=ON >/dev/null
 rm -rf "$root/.device"
-for f in daemon/ferryd client/ferryctl client/libferry.so.0 tests/upload_tests tests/ring_tests tests/reliability_tests tests/sharing_tests tests/cpp_api_tests tests/ordering_tests tests/fence_tests tests/fork_tests tests/producer_client \
+for f in daemon/ferryd tools/ferryctl client/libferry.so.0 tests/upload_tests tests/ring_tests tests/reliability_tests tests/sharing_tests tests/cpp_api_tests tests/ordering_tests tests/fence_tests tests/fork_tests tests/producer_client \
   examples/multi_upload bench/flood_bench bench/cuda_bench bench/link_check bench/submit_probe bench/cuda_ipc_check bench/loader_bench; do
   mkdir -p "$root/.device/$(dirname "$f")"
   cp -L "$build/$f" "$root/.device/$f"

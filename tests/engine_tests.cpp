@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
-#include "backend.hpp"
-#include "engine.hpp"
-#include "mps.hpp"
-#include "segment_pool.hpp"
+#include "device/backend.hpp"
+#include "engine/engine.hpp"
+#include "device/mps.hpp"
+#include "engine/segment_pool.hpp"
 
 using namespace ferry::ferryd;
 namespace proto = ferry::proto;

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <string>
 
-#include "mps.hpp"
+#include "device/mps.hpp"
 
 using ferry::ferryd::mps_user_warning;
 namespace fs = std::filesystem;

@@ -189,7 +189,7 @@ echo "ok: --check-config names file and line; -v logs each client's allocations"
 echo "== ferryctl: devices, --all, --json on every command, metrics for Prometheus, watch across a restart, disconnect"
 dir=$tmp/run-ferry
 mkdir -p "$dir"
-ctl() { "$build/client/ferryctl" --socket-dir "$dir" "$@"; }
+ctl() { "$build/tools/ferryctl" --socket-dir "$dir" "$@"; }
 "$build/daemon/ferryd" --sim --socket "$dir/ferryd-0.sock" -q &
 e0=$!
 pids+=($e0)
@@ -231,7 +231,7 @@ for p in range(last + 1, last + 2001):
     os.symlink(target, "%s/ferry.prom.tmp.%d" % (d, p))
 ' "$export_dir" "$secret"
   as_user ln -s "$secret" "$export_dir/ferry.prom"
-  timeout 20 "$build/client/ferryctl" --socket-dir "$dir" --all metrics --output "$export_dir/ferry.prom" ||
+  timeout 20 "$build/tools/ferryctl" --socket-dir "$dir" --all metrics --output "$export_dir/ferry.prom" ||
     fail "--output into a planted directory: exit $?"
   [[ $(cat "$secret") == "root only" && $(stat -c %a "$secret") == 600 ]] || fail "--output changed a file a planted link named"
   [[ -f $export_dir/ferry.prom && ! -L $export_dir/ferry.prom ]] || fail "--output left the planted link at its name"
@@ -248,13 +248,13 @@ for p in range(last + 1, last + 2001):
   # A FIFO at the target's own name is replaced, not opened (which would block).
   rm "$export_dir/ferry.prom"
   as_user mkfifo "$export_dir/ferry.prom"
-  timeout 20 "$build/client/ferryctl" --socket-dir "$dir" --all metrics --output "$export_dir/ferry.prom" ||
+  timeout 20 "$build/tools/ferryctl" --socket-dir "$dir" --all metrics --output "$export_dir/ferry.prom" ||
     fail "--output onto a FIFO: exit $?"
   [[ -f $export_dir/ferry.prom && ! -p $export_dir/ferry.prom ]] || fail "--output left the FIFO at its name"
   ! ls -A "$export_dir" | grep -q '^\.ferry\.prom\.tmp' || fail "--output left a temporary file"
   echo "ok: --output in a directory another user planted links and a FIFO in changed nothing else"
 fi
-"$build/client/ferryctl" --socket-dir "$dir" --interval=0.2 -d 0 watch >"$tmp/watch.out" 2>&1 &
+"$build/tools/ferryctl" --socket-dir "$dir" --interval=0.2 -d 0 watch >"$tmp/watch.out" 2>&1 &
 w=$!
 pids+=($w)
 # Each step waits for what watch printed (it flushes every frame).
@@ -338,7 +338,7 @@ for _ in $(seq 200); do [[ $(ctl -d 0 --json status | python3 -c 'import json,sy
 me=$(id -un)
 ctl -d 0 status | grep -qE "^[0-9]+ +[0-9]+ +${me:0:10} " || fail "status does not name the user $me: $(ctl -d 0 status | tail -3)"
 # A 12-line terminal: the header stays, the rows that do not fit are counted.
-script -qfc "stty rows 12 cols 80; $build/client/ferryctl --socket-dir $dir -d 0 --interval 0.2 watch" /dev/null >"$tmp/tty.out" &
+script -qfc "stty rows 12 cols 80; $build/tools/ferryctl --socket-dir $dir -d 0 --interval 0.2 watch" /dev/null >"$tmp/tty.out" &
 tw=$!
 pids+=($tw)
 for _ in $(seq 200); do grep -q "more clients not shown" "$tmp/tty.out" && break; sleep 0.05; done
@@ -350,15 +350,15 @@ frame=$(tr -d '\r' <"$tmp/tty.out" | awk '/\033\[H/ { n = 0 } { n++; if (n > max
 kill "$holders" 2>/dev/null || true
 ctl metrics --help | grep -q -- "--running-only asks only" || fail "ferryctl metrics --help"
 ctl help drain | grep -q "admins only" || fail "ferryctl help drain"
-rc=0; "$build/client/ferryctl" --all --socket-dir "$tmp/none" status 2>/dev/null || rc=$?
+rc=0; "$build/tools/ferryctl" --all --socket-dir "$tmp/none" status 2>/dev/null || rc=$?
 ((rc == 3)) || fail "--all with no socket: exit $rc, want 3"
-rc=0; "$build/client/ferryctl" --socket "$tmp/nothing.sock" status 2>/dev/null || rc=$?
+rc=0; "$build/tools/ferryctl" --socket "$tmp/nothing.sock" status 2>/dev/null || rc=$?
 ((rc == 3)) || fail "no daemon: exit $rc, want 3"
 if [[ -n ${FERRY_TEST_USER:-} ]]; then
   # Another user may connect (as a member of the socket's group would) but is no admin.
   chmod o+x "$tmp" "$dir" && chmod 0666 "$dir/ferryd-0.sock"
   err=$(setpriv --reuid "$FERRY_TEST_USER" --regid "$(id -g "$FERRY_TEST_USER")" --clear-groups \
-    "$build/client/ferryctl" --socket "$dir/ferryd-0.sock" drain 2>&1) && fail "a non-admin drained the daemon"
+    "$build/tools/ferryctl" --socket "$dir/ferryd-0.sock" drain 2>&1) && fail "a non-admin drained the daemon"
   grep -q "not an admin of this daemon.*admin-group" <<<"$err" || fail "the refusal does not name the fix: $err"
 fi
 kill -TERM "$act" 2>/dev/null || true
@@ -386,7 +386,7 @@ pids+=($d6)
 wait_for_socket "$sock6"
 grep -q '^<4>warning: no Level Zero GPU driver on this host: serving the simulated device' "$tmp/nogpu.log" ||
   fail "no warning of the fallback: $(head -3 "$tmp/nogpu.log")"
-"$build/client/ferryctl" --socket "$sock6" status | grep -q "simulated in place of a GPU: no Level Zero GPU driver" ||
+"$build/tools/ferryctl" --socket "$sock6" status | grep -q "simulated in place of a GPU: no Level Zero GPU driver" ||
   fail "ferryctl status does not say the device is simulated"
 "$build/examples/multi_upload" -s "$sock6" -p 1 -n 2 -b 1000 >/dev/null || fail "uploads to the fallback device"
 kill -TERM "$d6"

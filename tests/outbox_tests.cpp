@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "ferry/wire.hpp"
-#include "outbox.hpp"
+#include "net/outbox.hpp"
 
 using namespace ferry::ferryd;
 namespace proto = ferry::proto;

@@ -24,6 +24,6 @@ inline std::string build_path(const char* rel) {
 
 // Programs the tests start (each a temporary: use within one expression).
 #define FERRYD_PATH ::ferry::test::build_path("daemon/ferryd").c_str()
-#define FERRYCTL_PATH ::ferry::test::build_path("client/ferryctl").c_str()
+#define FERRYCTL_PATH ::ferry::test::build_path("tools/ferryctl").c_str()
 #define IPC_PEER_PATH ::ferry::test::build_path("tests/sim_ipc_peer").c_str()
 #define MULTI_UPLOAD_PATH ::ferry::test::build_path("examples/multi_upload").c_str()

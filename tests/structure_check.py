@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: MIT
 """Checks the shape docs/DESIGN.md promises: every source file of daemon/ and
 client/src/ small enough to read in one sitting, no include cycle among the
-project's own headers, and proto/ at the bottom (it includes nothing of the
-daemon's or the library's). Prints the include graph with --graph.
+project's own headers, proto/ and util/ at the bottom (they include nothing of
+the daemon's or the library's), and ferryd's layers in order: device/ includes
+nothing of engine/, admin/ or net/; engine/ nothing of admin/ or net/; admin/
+nothing of net/. Prints the include graph with --graph.
 usage: structure_check.py REPO_ROOT [--graph]"""
 import os
 import re
@@ -11,7 +13,10 @@ import sys
 
 MAX_LINES = 400
 root = sys.argv[1]
-parts = ["proto/include/ferry", "proto/src", "daemon", "client/src", "client/include/ferry"]
+parts = ["proto/include/ferry", "proto/src", "util/include/ferry/util", "util/src", "daemon", "daemon/device",
+         "daemon/engine", "daemon/admin", "daemon/net", "client/src", "client/include/ferry", "tools"]
+# ferryd's layers, lowest first: each may include only its own and those before it.
+layers = ["daemon/device/", "daemon/engine/", "daemon/admin/", "daemon/net/"]
 include = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 files = {}
@@ -28,9 +33,10 @@ def resolve(src, inc):
     if here in files:
         return here
     for part in parts:
-        cand = os.path.join(os.path.dirname(part), inc) if inc.startswith("ferry/") else os.path.join(part, inc)
-        if cand in files:
-            return cand
+        base = part if not inc.startswith("ferry/") else part[: part.index("ferry")] if "ferry" in part else part
+        for cand in (os.path.join(base, inc), os.path.join(part, inc)):
+            if cand in files:
+                return cand
     return None
 
 
@@ -42,15 +48,20 @@ for f, t in files.items():
         n = t.count("\n")
         if n > MAX_LINES:
             problems.append(f"{f}: {n} lines (at most {MAX_LINES})")
-    if f.startswith("proto/"):
+    if f.startswith(("proto/", "util/")):
         for g in graph[f]:
-            if not g.startswith("proto/"):
-                problems.append(f"{f} includes {g}: proto/ must stay at the bottom")
+            if not g.startswith(("proto/", "util/")):
+                problems.append(f"{f} includes {g}: proto/ and util/ must stay at the bottom")
+    for i, layer in enumerate(layers):
+        if f.startswith(layer):
+            for g in graph[f]:
+                if any(g.startswith(above) for above in layers[i + 1:]):
+                    problems.append(f"{f} includes {g}: {layer} is below it")
 
 # Cycles between modules: a .hpp and its .cpp are one node, so two sources
 # that include each other's headers form a cycle too.
 def module(f):
-    return os.path.splitext(f)[0].replace("proto/src/", "proto/include/ferry/")
+    return os.path.splitext(f)[0].replace("proto/src/", "proto/include/ferry/").replace("util/src/", "util/include/ferry/util/")
 
 
 mods = {}

@@ -16,7 +16,7 @@
 
 #include "connection.hpp"
 #include "ferry/ferry.h"
-#include "ferry/mapping.hpp"
+#include "ferry/util/mapping.hpp"
 #include "ferry/proto.hpp"
 #include "stager.hpp"
 #include "timeline.hpp"
@@ -25,7 +25,7 @@ struct ferry_client {
   ferry_client();
 
   // The staging segment's mapping: declared first, so it goes last.
-  ferry::proto::SegmentMapping mapping;
+  ferry::util::SegmentMapping mapping;
   // Declared before the connection, so the connection (whose receiver feeds
   // the timeline) goes before it.
   ferry::client::Timeline timeline;

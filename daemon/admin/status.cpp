@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: MIT
+#include "admin/status.hpp"
+
+#include <boost/json.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+
+namespace ferry::ferryd {
+
+namespace {
+
+namespace json = boost::json;
+
+// {"bounds_ns":[...],"counts":[...],"count":n,"sum_ns":s}; counts per bucket, the last one above every bound.
+json::object histogram_json(const Histogram& h) {
+  json::array bounds, counts;
+  for (size_t i = 0; i + 1 < proto::kLatencyBuckets; ++i) bounds.push_back(proto::kLatencyBoundsNs[i]);
+  for (size_t i = 0; i < proto::kLatencyBuckets; ++i) counts.push_back(h.buckets[i]);
+  return {{"bounds_ns", std::move(bounds)}, {"counts", std::move(counts)}, {"count", h.count}, {"sum_ns", h.sum_ns}};
+}
+
+int64_t unix_seconds(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+namespace {
+// What each user holds against Limits (an admin sees every user, anyone
+// else its own), and the bounds themselves.
+json::array users_json(const StatusInputs& ctx, bool all, uid_t viewer) {
+  static const std::map<uid_t, size_t> kNone;
+  const auto& conns = ctx.connections_by_uid != nullptr ? *ctx.connections_by_uid : kNone;
+  std::set<uid_t> uids;
+  for (const auto& [uid, n] : conns) uids.insert(uid);
+  for (const auto& [id, c] : ctx.engine.clients().all()) uids.insert(c->uid);
+  json::array rows;
+  for (uid_t uid : uids) {
+    if (!all && uid != viewer) continue;
+    const Usage u = ctx.engine.resources().usage(uid);
+    auto it = conns.find(uid);
+    rows.push_back(json::object{{"uid", uid}, {"connections", it != conns.end() ? it->second : 0}, {"clients", u.clients},
+                                {"buffers", u.buffers}, {"device_bytes", u.device_bytes}, {"grants", u.grants},
+                                {"opens", u.opens}, {"imports", u.imports}, {"event_pools", u.event_pools}});
+  }
+  return rows;
+}
+
+json::object limits_json(const Limits& l) {
+  return {{"max_clients", l.max_clients},         {"max_connections", l.max_connections},
+          {"admin_seats", Limits::kAdminSeats},   {"user_share_percent", l.user_share},
+          {"user_memory_bytes", l.user_memory},   {"max_buffers", l.max_buffers},
+          {"max_buffers_total", l.max_buffers_total}, {"max_grants", l.max_grants},
+          {"max_opens", l.max_opens},             {"max_imports", l.max_imports},
+          {"max_event_pools", l.max_event_pools}};
+}
+}  // namespace
+
+std::string status_json(const StatusInputs& ctx, const PeerCred& who) {
+  const uid_t viewer = who.uid;
+  const TransferEngine& engine = ctx.engine;
+  const Options& opts = ctx.options;
+  const DeviceInfo& info = engine.device();
+  const EngineStats& st = engine.stats();
+  const bool all = is_admin(opts, who);
+  // The ring's counts, as everything below, are of the clients the viewer
+  // may see: another user's traffic is theirs.
+  uint64_t entries_total = 0, busy = 0, bytes_busy = 0;
+  json::array clients;
+  for (const auto& [id, c] : engine.clients().all()) {
+    if (!c->connected()) continue;
+    if (!all && c->uid != viewer) continue;
+    entries_total += c->ring_entries();
+    busy += c->in_flight();
+    bytes_busy += c->in_flight_bytes();
+    const ClientStats& cs = c->stats();
+    const ClientState::Direct direct = c->direct();
+    clients.push_back(json::object{{"id", c->id()},
+                                   {"pid", c->pid},
+                                   {"uid", c->uid},
+                                   {"name", c->name},
+                                   {"slots", c->slot_count()},
+                                   {"entries", c->ring_entries()},
+                                   {"transfers_in_flight", c->in_flight()},
+                                   {"bytes_in_flight", c->in_flight_bytes()},
+                                   {"buffers", c->buffer_count()},
+                                   {"device_bytes", c->device_bytes()},
+                                   {"uploads", cs.uploads},
+                                   {"upload_pieces", cs.upload_pieces},
+                                   {"upload_bytes", cs.upload_bytes},
+                                   {"downloads", cs.downloads},
+                                   {"errors", cs.errors},
+                                   {"completed", c->completed()},
+                                   // As the client reports them (ferry_upload_direct): its row only.
+                                   {"direct_uploads", direct.uploads},
+                                   {"direct_bytes", direct.bytes},
+                                   {"direct_in_flight", direct.in_flight},
+                                   {"connected_since", unix_seconds(c->since)}});
+  }
+  // What other users did is theirs: a viewer who sees only its own clients
+  // gets totals, holdings and histograms of its own clients too.
+  ClientStats totals{st.uploads, st.upload_pieces, st.upload_bytes, st.downloads, st.failed};
+  uint64_t client_connections = ctx.stats.clients, copies = st.in_flight;
+  Holdings h = engine.resources().holdings();
+  Histogram latency = st.upload_latency, slot_wait = engine.clients().slot_waits();
+  EngineStats poll = st;
+  if (!all) {
+    totals = ClientStats{};
+    client_connections = copies = 0;
+    h = Holdings{};
+    latency = slot_wait = Histogram{};
+    poll = EngineStats{};
+    for (const auto& [id, c] : engine.clients().all()) {
+      if (!c->connected() || c->uid != viewer) continue;
+      const ClientStats& cs = c->stats();
+      totals.uploads += cs.uploads;
+      totals.upload_pieces += cs.upload_pieces;
+      totals.upload_bytes += cs.upload_bytes;
+      totals.downloads += cs.downloads;
+      totals.errors += cs.errors;
+      ++client_connections;
+      copies += c->in_flight();
+      ++h.clients;
+      h.buffers += c->buffer_count();
+      h.device_bytes += c->device_bytes();
+    }
+  }
+  json::object doc{
+      {"version", FERRY_VERSION},
+      {"pid", ::getpid()},
+      {"started", ctx.stats.started_unix},
+      {"device",
+       {{"index", opts.device},
+        {"backend", info.backend},
+        {"name", info.name},
+        {"driver", info.driver},
+        {"memory_bytes", info.memory_bytes},
+        {"copy_engine", info.copy_engine},
+        {"host_import", info.host_import},
+        {"lost", engine.device_lost()},
+        {"timeline", engine.device_timeline() ? "device" : "host"},
+        {"sharing", info.sharing.empty() ? json::value(nullptr) : json::value(info.sharing)},
+        {"fallback", info.fallback.empty() ? json::value(nullptr) : json::value(info.fallback)},
+        {"uuid", info.uuid.empty() ? json::value(nullptr) : json::value(info.uuid)},
+        {"pci_bus_id", info.pci_bus_id.empty() ? json::value(nullptr) : json::value(info.pci_bus_id)}}},
+      {"ring",
+       {{"slot_bytes", opts.slot_bytes},
+        {"slots_per_client", opts.slots},
+        {"entries_per_client", proto::ring_entries(opts.slots)},
+        {"max_clients", opts.limits.max_clients},
+        {"entries_total", entries_total},
+        {"transfers_in_flight", busy},
+        {"entries_free", entries_total - busy},
+        {"bytes_in_flight", all ? st.in_flight_bytes : bytes_busy}}},
+      // uploads: ferry_upload calls done; upload_pieces: the copies they took.
+      // connections: clients (Hellos), not status requests such as ferryctl's.
+      {"totals",
+       {{"uploads", totals.uploads},
+        {"upload_pieces", totals.upload_pieces},
+        {"upload_bytes", totals.upload_bytes},
+        {"downloads", totals.downloads},
+        {"failed", totals.errors},
+        {"connections", client_connections},
+        {"status_requests", all ? ctx.stats.connections - ctx.stats.clients : 0},
+        {"connections_refused", all ? ctx.stats.refused : 0},
+        {"accept_failures", all ? ctx.stats.accept_failures : 0},
+        {"hellos_gone", all ? ctx.stats.hellos_gone : 0},
+        {"log_lines_left_out", all ? ctx.stats.log_lines_left_out : 0}}},
+      {"poller",
+       {{"ring_entries", poll.ring_entries},
+        {"doorbells", poll.doorbells},
+        {"device_wakes", poll.device_wakes},
+        {"sleeps", poll.poller_sleeps},
+        {"naps", poll.poller_naps},
+        {"segments_pooled", poll.segments_pooled},
+        {"segments_ordered", poll.segments_ordered},
+        {"segments_made", poll.segments_made}}},
+      {"held",
+       {{"clients", h.clients},
+        {"buffers", h.buffers},
+        {"device_bytes", h.device_bytes},
+        {"copies_in_flight", copies}}},
+      {"clients", std::move(clients)},
+      {"users", users_json(ctx, all, viewer)},
+      {"limits", limits_json(opts.limits)},
+      {"all_clients_visible", all},
+      {"scope", all ? "daemon" : "own clients"},
+      {"histograms", {{"upload_latency", histogram_json(latency)}, {"slot_wait", histogram_json(slot_wait)}}}};
+  return json::serialize(doc);
+}
+
+std::string status_line(const TransferEngine& engine) {
+  uint64_t entries = 0, busy = 0;
+  for (const auto& [id, c] : engine.clients().all())
+    if (c->connected()) entries += c->ring_entries(), busy += c->in_flight();
+  return std::to_string(engine.clients().connected()) + " clients, " + std::to_string(busy) + "/" +
+         std::to_string(entries) + " transfers in flight, " + std::to_string(engine.stats().uploads) + " uploads" +
+         (engine.device_lost() ? ", DEVICE LOST" : "");
+}
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: MIT
+// The engine's copy path: check a transfer, queue it on the backend, and
+// retire it when the device reports it done.
+#include "engine/engine.hpp"
+
+#include <sys/eventfd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
+#include "log.hpp"
+
+namespace ferry::ferryd {
+
+namespace {
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+}  // namespace
+
+
+TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend)
+    : io_(io),
+      device_bell_(io, ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      backend_(std::move(backend)),
+      device_writes_(backend_->info().device_writes) {
+  listen_device();
+}
+
+TransferEngine::~TransferEngine() { stop(); }
+
+void TransferEngine::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  boost::system::error_code ec;
+  device_bell_.cancel(ec);  // stays open until the backend's waiter is gone
+  for (Ring& r : rings_) r.bell->close(ec);
+  rings_.clear();
+  holds_.stop();
+  clients_.stop();
+  if (!records_.empty()) {
+    // Copies still queued past --drain read their client's segment and write
+    // its buffer: what they hold must outlive them. ferryd then ends without
+    // tearing the device down (main), so their records are let go of without
+    // releasing anything; the driver ends the copies with the process.
+    FERRY_LOG(warn, "%zu copies still in flight at exit: left to the driver", records_.size());
+    new std::deque<Record>(std::move(records_));  // NOLINT: deliberately never freed
+  }
+}
+
+const char* TransferEngine::transfer(const ClientRef& c, const Entry& e) {
+  // Breaking the slot protocol is a broken client: its session closes.
+  if (const char* why = c->check_transfer(e.ticket, e.staging, e.length)) return why;
+  ClientState::Held h;
+  h.e = e;
+  if (e.fenced() && e.pool != 0) {
+    // The fence released is the destination's: found now, for the hold. A
+    // buffer the client may not upload into holds nothing; issue() fails
+    // its ticket.
+    int err = 0;
+    if (BufferRef b = c->find(e.buffer, proto::kRightUpload, &err); b && b->fence != 0) {
+      h.fence_owner = b->owner;
+      h.fence = b->fence;
+    }
+  }
+  // Behind an earlier hold, or before its own values: kept here, on the
+  // host, never as a wait in the device's queue that every client shares.
+  if (!c->held().empty() || !c->hold_over(h)) {
+    holds_.add(c, h);
+    return nullptr;
+  }
+  issue(c, e);
+  return nullptr;
+}
+
+void TransferEngine::issue(const ClientRef& c, const Entry& e) {
+  if (e.buffer == proto::kNoBuffer && e.kind == proto::Type::upload) return fail(c, e.ticket, 0);  // nothing to copy
+  // A wrong buffer or range is the caller's mistake: fail that ticket only.
+  int err = 0;
+  BufferRef buf = c->find(e.buffer, e.download() ? proto::kRightDownload : proto::kRightUpload, &err);
+  if (!buf) return fail(c, e.ticket, err);
+  // An upload_fenced's publish: into the fence the buffer has now.
+  FenceWrite fence;
+  if (e.fenced()) {
+    ClientRef owner = buf->owner.lock();
+    // An owner that left takes its buffers along, even while its state drains.
+    if (owner && !owner->connected()) return fail(c, e.ticket, -ENOENT);
+    if (buf->fence == 0 || !owner) return fail(c, e.ticket, -ENOTSUP);  // no fence (an import, say)
+    if (e.event != 0) fence = FenceWrite{std::move(owner), buf->fence, e.event};
+  }
+  const FenceWrite* fp = fence.value != 0 ? &fence : nullptr;
+  if (e.offset > buf->bytes || e.length > buf->bytes - e.offset) return fail(c, e.ticket, -EINVAL, fp);
+  Signal signal;
+  if (e.signal()) {
+    if (!c->event_pool(e.pool, &signal.pool)) return fail(c, e.ticket, -ENOENT);
+    signal.index = static_cast<uint32_t>(e.event);
+  }
+  // The cores are shared among clients that stage with threads: those whose
+  // uploads are that large, into buffers they may write (not small or
+  // buffer-less entries, nor ones that copy nothing).
+  if (!e.download() && c->note_upload(e.length, e.last_piece())) clients_.publish();
+  char* slot = c->segment().slots_begin() + uint64_t{e.staging} * proto::kStagingAlign;
+  // CUDA device addresses are not host pointers: plain integer arithmetic.
+  auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + e.offset);
+  int r = e.download() ? submit(c, e.ticket, true, slot, dev, e.length, buf)
+                       : submit(c, e.ticket, false, dev, slot, e.length, buf, e.signal() ? &signal : nullptr,
+                                e.last_piece(), fp);
+  if (r != 0) fail(c, e.ticket, r, fp);
+}
+
+int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool download, void* dst, const void* src,
+                           uint64_t bytes, BufferRef buffer, const Signal* signal, bool last_piece,
+                           const FenceWrite* fence) {
+  if (device_lost_) return -ENODEV;
+  const uint64_t cookie = next_cookie_++;
+  // Record first: the retire thread may report the copy before submit returns,
+  // but its batch is handled on this thread, after we return.
+  records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, last_piece, now_ns()});
+  Record& rec = records_.back();
+  if (fence != nullptr) rec.fence = *fence;
+  client->mark_in_flight(ticket, bytes);
+  const uint64_t before = client->frontier();
+  DeviceWrites w;
+  const bool own = timeline_write(*client, &w);
+  rec.fence_on_device = fence != nullptr && device_can_write(*fence->owner);
+  if (rec.fence_on_device) w.add(reinterpret_cast<uint64_t*>(&fence->owner->fence_words(fence->fence)->ready), fence->value);
+  int r = backend_->submit(dst, src, bytes, cookie, signal, w.n != 0 ? &w : nullptr);
+  if (r == -ENOTSUP && w.n != 0) {
+    // The device cannot write these words: the copy goes alone, and the
+    // retire path keeps them (this client's timeline from now on).
+    if (own) {
+      client->keep_timeline_on_host();
+      client->reset_frontier(before);
+    }
+    rec.fence_on_device = false;
+    r = backend_->submit(dst, src, bytes, cookie, signal, nullptr);
+  }
+  if (r != 0) {
+    records_.pop_back();
+    client->unmark_in_flight(ticket, bytes);
+    client->reset_frontier(before);
+    return r;
+  }
+  ++stats_.in_flight;
+  stats_.in_flight_bytes += bytes;
+  rest();
+  return 0;
+}
+
+// A refused ticket is reported at once: its Result is written before the
+// device (or the retire path) can pass it. status 0: a ticket with nothing
+// to copy, done as it is.
+void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status, const FenceWrite* fence) {
+  client->mark_in_flight(ticket, 0);
+  if (status != 0) {
+    client->record_failure(ticket, status);
+    ++stats_.failed;
+  }
+  settle(client, ticket, 0, 0);
+  // The fence's owner reads of the failure first, then (like the frontier,
+  // if it moved) the fence's value comes after the copies before it.
+  if (fence != nullptr) mark_failed(*fence);
+  const FenceWrite* on_device = fence != nullptr && device_can_write(*fence->owner) ? fence : nullptr;
+  // The device's word passes this ticket after the copies before it: with
+  // the next copy's write, or one write of its own. One such write per
+  // client at a time (a stream of cancelled tickets queues one, not one
+  // each); the retire path sends the next if the frontier moved meanwhile.
+  if (on_device == nullptr && client->lone_write_) {
+    if (fence != nullptr) write_fence(*fence, false);
+    return;
+  }
+  if (!queue_lone_write(client, on_device) && fence != nullptr) write_fence(*fence, false);
+}
+
+bool TransferEngine::queue_lone_write(const ClientRef& c, const FenceWrite* fence) {
+  DeviceWrites w;
+  const bool own = timeline_write(*c, &w);
+  if (fence != nullptr) w.add(reinterpret_cast<uint64_t*>(&fence->owner->fence_words(fence->fence)->ready), fence->value);
+  if (w.n == 0) return false;
+  const uint64_t cookie = next_cookie_++;
+  records_.push_back({cookie, c, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: the writes alone
+  if (fence != nullptr) {
+    records_.back().fence = *fence;
+    records_.back().fence_on_device = true;
+  }
+  if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, &w) == 0) {
+    ++stats_.in_flight;
+    c->lone_write_ = true;
+    rest();
+    return true;
+  }
+  records_.pop_back();
+  if (own) {
+    c->keep_timeline_on_host();  // the retire path keeps the word from now on
+    c->publish(true);
+  }
+  return false;
+}
+
+void TransferEngine::write_fence(const FenceWrite& f, bool failed) {
+  if (!f.owner || f.owner->segment().header() == nullptr) return;
+  if (failed) mark_failed(f);
+  f.owner->fence_words(f.fence)->ready.store(f.value, std::memory_order_release);
+  f.owner->wake_sleepers();
+}
+
+void TransferEngine::mark_failed(const FenceWrite& f) {
+  if (f.owner && f.owner->segment().header() != nullptr)
+    f.owner->fence_words(f.fence)->failed.store(f.value, std::memory_order_release);
+}
+
+bool TransferEngine::timeline_write(ClientState& c, DeviceWrites* w) {
+  uint64_t v = 0;
+  if (!device_writes_ || !c.registered() || c.host_timeline() || !c.advance_frontier(&v)) return false;
+  w->add(reinterpret_cast<uint64_t*>(&c.segment().header()->device_completed), v);
+  return true;
+}
+
+// The one place a ticket's outcome goes out: the client's state, the
+// Result records of failed copies, then the segment's timeline words.
+void TransferEngine::settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status) {
+  Failed failed;
+  const bool moved = client->finish(ticket, bytes, status, failed);
+  for (const auto& [t, error] : failed) client->record_failure(t, error);
+  stats_.failed += failed.size();
+  if (moved) client->publish(!device_writes_ || !client->registered() || client->host_timeline());
+  // A ring that waits for a large transfer to retire (ClientState::large_room).
+  if (client->ring_waits_) drain_ring(client);
+}
+
+void TransferEngine::retire(const std::vector<Done>& batch) {
+  for (const Done& d : batch) {
+    if (records_.empty() || records_.front().cookie != d.cookie) {
+      FERRY_LOG(error, "retire: completion %llu out of order", static_cast<unsigned long long>(d.cookie));
+      continue;
+    }
+    Record r = std::move(records_.front());
+    records_.pop_front();
+    --stats_.in_flight;
+    stats_.in_flight_bytes -= r.bytes;
+    // The fence's owner hears of the copy once it is done: from the device's
+    // own write (its sleepers are woken now), or from this one.
+    if (r.fence.owner) {
+      if (r.fence_on_device && d.status == 0) {
+        r.fence.owner->wake_sleepers();
+      } else {
+        write_fence(r.fence, d.status != 0);
+      }
+    }
+    if (r.ticket == 0) {  // timeline writes alone
+      if (d.status != 0) device_writes_ = false;
+      r.client->lone_write_ = false;
+      // Tickets that completed without a copy while it was queued.
+      if (d.status == 0) queue_lone_write(r.client, nullptr);
+      continue;
+    }
+    if (d.status == 0) {
+      ClientStats& cs = r.client->stats();
+      if (r.download) {
+        ++stats_.downloads;
+        ++cs.downloads;
+      } else {
+        // A call is counted when its last piece is done (a device queue
+        // runs a client's pieces in order); pieces apart.
+        stats_.uploads += r.last_piece;
+        ++stats_.upload_pieces;
+        stats_.upload_bytes += r.bytes;
+        stats_.upload_latency.add(now_ns() - r.submitted_ns);
+        cs.uploads += r.last_piece;
+        ++cs.upload_pieces;
+        cs.upload_bytes += r.bytes;
+      }
+    }
+    // A queue that failed a copy writes no more: the retire path keeps every
+    // client's device word from now on, so waits on it still end.
+    if (d.status != 0) device_writes_ = false;
+    settle(r.client, r.ticket, r.bytes, d.status);
+    if (d.status != 0 && !device_lost_ && backend_->lost()) {
+      device_lost_ = true;
+      resources_.device_lost();
+      FERRY_LOG(error, "the device is lost: every later transfer and allocation is refused (-ENODEV); "
+                       "restart ferryd once the device is back");
+    }
+  }
+}
+
+}  // namespace ferry::ferryd

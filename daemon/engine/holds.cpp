@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: MIT
+// Held transfers (holds.hpp).
+#include "engine/holds.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace ferry::ferryd {
+
+namespace {
+// Held transfers wait for a value the application's queue writes, and
+// nothing tells ferryd: the poller looks at them on every round while it is
+// awake. Asleep, a timer looks, every sixteenth of the time since a hold
+// last moved (at least kHoldPollMin, at most kHoldPollMax): a hold released
+// within half a second is seen within 1/16 of its wait, and one that is
+// never answered costs ferryd a wake-up per kHoldPollMax, not a core (at 8
+// ms, 1.1-1.3% of one on the 2-core machine: over the 1% an idle hold may
+// cost).
+constexpr auto kHoldPollMin = std::chrono::microseconds(20);
+constexpr auto kHoldPollMax = std::chrono::milliseconds(32);
+}  // namespace
+
+void Holds::add(const ClientRef& c, const ClientState::Held& h) {
+  if (!c->holder_) {
+    c->holder_ = true;
+    holders_.push_back(c);  // kept until its holds are gone, connected or not
+  }
+  since_ = std::chrono::steady_clock::now();  // a hold came
+  c->hold(h);
+  if (asleep_) arm();  // awake, the poller looks on every round
+}
+
+void Holds::arm() {
+  if (timer_armed_ || holders_.empty()) return;
+  timer_armed_ = true;
+  const auto age = std::chrono::steady_clock::now() - since_;
+  timer_.expires_after(std::clamp<std::chrono::steady_clock::duration>(age / 16, kHoldPollMin, kHoldPollMax));
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    timer_armed_ = false;
+    if (ec) return;
+    // Nothing released: the poller may go back to sleep at once.
+    if (poll() == 0) idle_wake_ = true;
+    if (asleep_) arm();
+  });
+}
+
+void Holds::drop(const ClientRef& c, const ClientState::Held& h) {
+  // The fence it would have published into is the destination's.
+  if (h.e.fenced() && h.e.event != 0) {
+    int err = 0;
+    if (BufferRef b = c->find(h.e.buffer, proto::kRightUpload, &err); b && b->fence != 0)
+      if (ClientRef owner = b->owner.lock()) fail_fence_(std::move(owner), b->fence, h.e.event);
+  }
+}
+
+size_t Holds::drop_departed(uid_t uid) {
+  size_t gone = 0;
+  for (size_t i = 0; i < holders_.size();) {
+    const ClientRef c = holders_[i];
+    if (c->connected() || c->uid != uid) {
+      ++i;
+      continue;
+    }
+    for (const ClientState::Held& h : c->held()) drop(c, h);
+    c->held().clear();
+    c->holder_ = false;
+    holders_[i] = std::move(holders_.back());
+    holders_.pop_back();
+    ++gone;
+  }
+  return gone;
+}
+
+size_t Holds::poll() {
+  size_t released = 0;
+  for (size_t i = 0; i < holders_.size();) {
+    // A copy, not a reference: issuing may settle tickets, drain the ring
+    // and add to holders_ (which moves its elements).
+    const ClientRef c = holders_[i];
+    auto& held = c->held();
+    while (!held.empty()) {
+      const ClientState::Held& h = held.front();
+      // A client that left still sends what it queued (as its copies in
+      // flight still finish): an upload waiting for a fence's release goes
+      // once the owner releases it. Its own application's value will never
+      // come: such a hold is dropped, and a fence it would have published
+      // into still moves, marked failed, so the owner's queue goes on.
+      if (!c->connected() && h.e.after != 0 && c->app_value() < h.e.after) {
+        drop(c, h);
+        held.pop_front();
+        ++released;
+        continue;
+      }
+      if (!c->hold_over(h)) break;
+      // Held or not, large transfers stay slot_count in flight.
+      if (c->large(h.e.length) && !c->large_room()) break;
+      const Entry go = h.e;
+      held.pop_front();
+      issue_(c, go);
+      ++released;
+    }
+    if (released != 0) since_ = std::chrono::steady_clock::now();
+    if (held.empty()) {
+      c->holder_ = false;
+      holders_[i] = std::move(holders_.back());  // no hold keeps it any more
+      holders_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return released;
+}
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+// Transfers held on the host until their value comes (an upload after the
+// client's app_value reaches a value; a fenced upload after the destination's
+// fence is released), and the clients that have them.
+//
+// Contract: io thread only. A client with held transfers is kept alive here
+// until its last hold goes, connected or not; its holds leave in ticket
+// order, each handed to `issue` once its value came (and, for a large one,
+// once a slot's worth is free). A client that left drops holds waiting on
+// its own application's value (that value never comes; their tickets are
+// never settled, as no one waits for them) and has the fence they would
+// have published into marked failed (`fail_fence`), so the owner's queue
+// goes on. The poller looks on every round while awake; while
+// it sleeps, a timer looks, backing off from 20 µs to 32 ms.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "engine/client.hpp"
+
+namespace ferry::ferryd {
+
+class Holds {
+ public:
+  using Issue = std::function<void(const ClientRef&, const Entry&)>;
+  using FailFence = std::function<void(ClientRef owner, uint32_t fence, uint64_t value)>;
+  // `asleep`: the poller's state, read when the timer fires.
+  Holds(boost::asio::io_context& io, const bool& asleep, Issue issue, FailFence fail_fence)
+      : timer_(io), asleep_(asleep), issue_(std::move(issue)), fail_fence_(std::move(fail_fence)) {}
+
+  // `h` waits: behind the client's earlier holds, or for its own value.
+  void add(const ClientRef& c, const ClientState::Held& h);
+  // Releases the holds whose value came; how many.
+  size_t poll();
+  // Drops every hold of the departed clients of `uid`, as poll() drops those
+  // whose application's value can no longer come (a fence they would have
+  // published into is marked failed, so its owner's queue goes on), so that
+  // their state goes: a user at its bound of clients makes room with its
+  // own departed ones. How many clients let go.
+  size_t drop_departed(uid_t uid);
+  // While the poller sleeps: a look after a while.
+  void arm();
+  void stop() { timer_.cancel(); }
+  bool empty() const { return holders_.empty(); }
+  // A hold is usually answered within the kernels its application queued:
+  // for this long after one came or moved the poller does not sleep.
+  static constexpr auto kAwake = std::chrono::milliseconds(1);
+  bool near() const { return !holders_.empty() && std::chrono::steady_clock::now() - since_ < kAwake; }
+  // Whether the timer's last look released nothing (the poller then goes
+  // back to sleep at once); clears it.
+  bool take_idle_wake() { return std::exchange(idle_wake_, false); }
+  void clear_idle_wake() { idle_wake_ = false; }
+
+ private:
+  // A hold given up: its fence publish, if any, marked failed.
+  void drop(const ClientRef& c, const ClientState::Held& h);
+  std::vector<ClientRef> holders_;  // clients with held transfers
+  boost::asio::steady_timer timer_;
+  bool timer_armed_ = false;
+  std::chrono::steady_clock::time_point since_;  // a hold last came or moved
+  bool idle_wake_ = false;
+  const bool& asleep_;
+  Issue issue_;
+  FailFence fail_fence_;
+};
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: MIT
+// The engine's polling side: clients' submission rings, finished copies
+// reaped without a wait, and the descriptors that wake the data thread while
+// the poller sleeps (each client's doorbell, the device's eventfd). Data
+// thread only.
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "engine/engine.hpp"
+
+namespace ferry::ferryd {
+
+using boost::asio::posix::stream_descriptor;
+
+int TransferEngine::use_ring(const ClientRef& c) {
+  const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd < 0) return -errno;
+  const int theirs = ::fcntl(efd, F_DUPFD_CLOEXEC, 3);
+  if (theirs < 0) {
+    const int e = -errno;
+    ::close(efd);
+    return e;
+  }
+  c->ring_next_ = 1;
+  // A client that joins while the poller sleeps must ring its first entry in.
+  c->segment().header()->doorbell.store(asleep_ ? 1 : 0, std::memory_order_seq_cst);
+  rings_.push_back({c, std::make_shared<stream_descriptor>(io_, efd)});
+  listen(rings_.back().bell, c);
+  return theirs;
+}
+
+void TransferEngine::client_gone(const ClientRef& c) {
+  // What it published before it went is still its to send (a producer's
+  // last upload, which a consumer's queue may wait for).
+  drain_ring(c);
+  c->disconnect();
+  auto it = std::find_if(rings_.begin(), rings_.end(), [&](const Ring& r) { return r.c == c; });
+  if (it == rings_.end()) return;
+  boost::system::error_code ec;
+  it->bell->close(ec);
+  *it = std::move(rings_.back());
+  rings_.pop_back();
+}
+
+void TransferEngine::listen(std::shared_ptr<stream_descriptor> bell, std::weak_ptr<ClientState> client) {
+  stream_descriptor& d = *bell;
+  d.async_wait(stream_descriptor::wait_read, [this, bell = std::move(bell), client = std::move(client)](
+                                                 const boost::system::error_code& ec) mutable {
+    if (ec) return;  // closed: the client went
+    uint64_t rung = 0;
+    [[maybe_unused]] ssize_t r = ::read(bell->native_handle(), &rung, sizeof rung);
+    ++stats_.doorbells;
+    ClientRef c = client.lock();
+    if (!c || !c->connected()) return;
+    drain_ring(c);
+    listen(std::move(bell), std::move(client));
+  });
+}
+
+void TransferEngine::listen_device() {
+  device_bell_.async_wait(stream_descriptor::wait_read, [this](const boost::system::error_code& ec) {
+    if (ec) return;
+    uint64_t done = 0;
+    [[maybe_unused]] ssize_t r = ::read(device_bell_.native_handle(), &done, sizeof done);
+    ++stats_.device_wakes;
+    reap_now();
+    rest();
+    listen_device();
+  });
+}
+
+namespace {
+// Copies ring entry e out of shared memory, every word once, before any is
+// looked at: the client may be rewriting it right now, and only this copy
+// counts. Returns nullptr, or why the entry is no transfer.
+const char* take_entry(const proto::SubmitEntry& e, uint64_t ticket, Entry* out) {
+  const uint64_t word = e.type.load(std::memory_order_relaxed);
+  out->ticket = ticket;
+  out->kind = static_cast<proto::Type>(word & 0xffffu);
+  out->flags = static_cast<uint32_t>((word >> 16) & 0xffffu);
+  out->staging = static_cast<uint32_t>(word >> 32);
+  out->length = e.length.load(std::memory_order_relaxed);
+  out->buffer = e.buffer.load(std::memory_order_relaxed);
+  out->offset = e.offset.load(std::memory_order_relaxed);
+  out->after = e.after.load(std::memory_order_relaxed);
+  out->pool = e.pool.load(std::memory_order_relaxed);
+  out->event = e.event.load(std::memory_order_relaxed);
+  if ((out->flags & ~proto::kTransferLastPiece) != 0) return "ring entry with unknown flags";
+  // Only the kinds that have them keep their values (a plain upload is
+  // never held by a stray `after`).
+  if (out->kind != proto::Type::upload_after && out->kind != proto::Type::upload_fenced) out->after = 0;
+  if (out->kind != proto::Type::upload_signal && out->kind != proto::Type::upload_fenced) out->pool = out->event = 0;
+  switch (out->kind) {
+    case proto::Type::upload: case proto::Type::download: case proto::Type::upload_fenced: return nullptr;
+    case proto::Type::upload_after:
+      return out->after == 0 ? "ring entry upload_after with no value to wait for" : nullptr;
+    case proto::Type::upload_signal:
+      return out->event > UINT32_MAX ? "ring entry with an event index past 32 bits" : nullptr;
+    default: return "ring entry of a kind that is no transfer";
+  }
+}
+}  // namespace
+
+size_t TransferEngine::drain_ring(const ClientRef& c) {
+  if (c->ring_broken() || !c->connected() || c->draining_ || c->segment().header() == nullptr) return 0;
+  c->draining_ = true;
+  c->ring_waits_ = false;
+  proto::SubmitEntry* ring = c->segment().ring();
+  const uint32_t count = c->ring_entries();
+  size_t n = 0;
+  // At most one round of the ring per call: past it the window check refuses anyway.
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint64_t t = c->ring_next_;
+    proto::SubmitEntry& slot = ring[(t - 1) % count];
+    if (slot.ticket.load(std::memory_order_acquire) != t) break;  // not published yet
+    Entry e;
+    const char* why = take_entry(slot, t, &e);
+    // Large transfers stay slot_count in flight: this one waits in the ring
+    // (untaken, read again) until one retires.
+    if (why == nullptr && c->large(e.length) && e.length <= c->slot_bytes() && !c->large_room()) {
+      c->ring_waits_ = true;
+      break;
+    }
+    c->ring_next_ = t + 1;
+    ++stats_.ring_entries;
+    if (why == nullptr) why = transfer(c, e);
+    if (why != nullptr) {
+      // The ring is the client's to break, and only its own session ends.
+      c->break_ring();
+      c->draining_ = false;
+      if (auto sink = c->sink.lock()) sink->broken(why);
+      return n;
+    }
+    ++n;
+  }
+  c->draining_ = false;
+  return n;
+}
+
+size_t TransferEngine::poll() {
+  size_t n = 0;
+  for (Ring& r : rings_) n += drain_ring(r.c);
+  if (!holds_.empty()) n += holds_.poll();
+  return n + reap_now();
+}
+
+void TransferEngine::rest() {
+  if (asleep_ && !polled_) backend_->arm(device_bell_.native_handle());
+}
+
+size_t TransferEngine::reap_now() {
+  std::vector<Done>& batch = reaped_;
+  batch.clear();
+  if (records_.empty()) return 0;
+  // No wait: the backend only asks the device which of its oldest copies ended.
+  backend_->reap(batch);
+  if (batch.empty()) return 0;
+  retire(batch);
+  return batch.size();
+}
+
+bool TransferEngine::sleep_begin() {
+  // A hold that came or moved lately is likely answered soon (the
+  // application's queue is running the kernels it waits for): the poller
+  // stays awake for it rather than leaving it to a timer and a wake-up.
+  if (holds_.near()) return false;
+  asleep_ = true;
+  for (const Ring& r : rings_) r.c->segment().header()->doorbell.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // An entry published before a client could see the flag is found here.
+  if (poll() != 0) {
+    sleep_end();
+    return false;
+  }
+  backend_->arm(device_bell_.native_handle());
+  // Held transfers are looked at by a timer while the poller sleeps.
+  holds_.clear_idle_wake();
+  holds_.arm();
+  backend_->trim();  // what a burst made and nothing used for a while
+  ++stats_.poller_sleeps;
+  return true;
+}
+
+void TransferEngine::sleep_end() {
+  asleep_ = false;
+  for (const Ring& r : rings_) r.c->segment().header()->doorbell.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: MIT
+// Device memory lent to clients, their event pools and grants, and each
+// user's bounds (resources.hpp). Every call into the backend for them is here.
+#include "engine/resources.hpp"
+
+#include <cerrno>
+#include <string>
+
+namespace ferry::ferryd {
+
+void Resources::client_gone(ClientState& c) {
+  grants_.revoke(c.id(), 0, nullptr, true);  // its grants end with it, and its buffers go
+  for (const auto& [id, backend_id] : c.event_pools()) backend_.close_event_pool(backend_id);
+  --holdings_.clients;
+}
+
+BufferRef Resources::lend(void* ptr, uint64_t bytes, bool imported) {
+  ++holdings_.buffers;
+  holdings_.device_bytes += bytes;
+  auto* raw = new Buffer;
+  raw->ptr = ptr;
+  raw->bytes = bytes;
+  raw->imported = imported;
+  return BufferRef(raw, [this](Buffer* b) {
+    // Every copy into it retired: no device write to its fence is queued.
+    if (b->fence != 0)
+      if (auto owner = b->owner.lock()) owner->give_fence(b->fence);
+    if (b->imported) {
+      backend_.release_import(b->ptr);
+    } else {
+      backend_.free(b->ptr);
+    }
+    --holdings_.buffers;
+    holdings_.device_bytes -= b->bytes;
+    delete b;
+  });
+}
+
+int Resources::alloc(ClientState& c, uint64_t bytes, uint64_t* id, uint32_t* fence) {
+  if (lost_) return -ENODEV;
+  if (bytes == 0) return -EINVAL;
+  if (int r = within(c, Quota::memory, bytes); r != 0) return r;
+  if (int r = within(c, Quota::buffers); r != 0) return r;
+  void* p = nullptr;
+  if (int r = backend_.alloc(bytes, &p); r != 0) return r;
+  BufferRef b = lend(p, bytes, false);
+  b->charged = bytes;
+  b->owner = c.weak_from_this();
+  b->fence = c.take_fence();
+  if (fence != nullptr) *fence = b->fence;
+  *id = c.adopt(std::move(b));
+  return 0;
+}
+
+int Resources::free(ClientState& c, uint64_t id) {
+  bool owned = false;
+  if (int r = c.remove(id, &owned); r != 0) return r;
+  if (owned) grants_.revoke(c.id(), id, nullptr, true);  // a freed buffer takes its grants with it
+  return 0;
+}
+
+int Resources::import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id) {
+  if (bytes == 0) return -EINVAL;
+  if (int r = within(c, Quota::imports); r != 0) return r;
+  void* p = nullptr;
+  uint64_t mapped = 0;
+  if (int r = backend_.import_buffer(h, bytes, &p, &mapped); r != 0) return r;
+  // The whole mapping counts against the user's memory, whatever it named.
+  if (int r = within(c, Quota::memory, mapped); r != 0) {
+    backend_.release_import(p);
+    return r;
+  }
+  BufferRef b = lend(p, bytes, true);
+  b->charged = mapped;
+  *id = c.adopt(std::move(b));
+  return 0;
+}
+
+int Resources::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes) {
+  auto b = c.owned(id);
+  if (!b || b->imported) return -ENOENT;
+  if (int r = backend_.export_buffer(b->ptr, h); r != 0) return r;
+  b->exported = true;
+  *bytes = b->bytes;
+  return 0;
+}
+
+int Resources::open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id) {
+  if (int r = within(c, Quota::event_pools); r != 0) return r;
+  uint64_t backend_id = 0;
+  if (int r = backend_.open_event_pool(h, count, &backend_id); r != 0) return r;
+  *id = c.add_event_pool(backend_id);
+  return 0;
+}
+
+int Resources::grant(ClientState& c, uint64_t buffer, uint32_t rights, Token* token) {
+  auto b = c.owned(buffer);
+  const uint32_t all = proto::kRightUpload | proto::kRightDownload;
+  if (!b || b->imported) return -ENOENT;  // only the owner of an allocation grants it
+  if (rights == 0 || (rights & ~all) != 0) return -EINVAL;
+  if (int r = within(c, Quota::grants); r != 0) return r;
+  *token = grants_.add(b, c.id(), buffer, rights)->token;
+  return 0;
+}
+
+int Resources::revoke(ClientState& c, uint64_t buffer, const uint8_t* token, size_t* n) {
+  *n = 0;
+  if (!c.owned(buffer)) return -ENOENT;
+  *n = grants_.revoke(c.id(), buffer, token);
+  return *n == 0 && token != nullptr ? -ENOENT : 0;
+}
+
+int Resources::open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t* bytes, uint32_t* rights) {
+  auto g = grants_.find(token);
+  if (!g) return -EACCES;  // a forged or revoked token: nothing
+  if (int r = within(c, Quota::opens); r != 0) return r;
+  if (int r = c.open(g, id, bytes); r != 0) return r;
+  *rights = g->rights;
+  return 0;
+}
+
+Usage Resources::usage(uid_t uid) const {
+  Usage u;
+  for (const auto& [id, c] : clients_) {
+    if (c->uid != uid) continue;
+    ++u.clients;
+    u.buffers += c->allocated();
+    u.device_bytes += c->device_bytes();
+    u.grants += grants_.count(id);
+    u.opens += c->opened();
+    u.imports += c->imported();
+    u.event_pools += c->event_pools().size();
+  }
+  return u;
+}
+
+int Resources::within(const ClientState& c, Quota q, uint64_t bytes) {
+  auto refuse = [&](std::string why) {
+    refusal_ = std::move(why);
+    return -EDQUOT;
+  };
+  const Usage u = usage(c.uid);
+  const std::string who = "uid " + std::to_string(c.uid);  // for a refusal's text
+  if (q == Quota::memory) {
+    const uint64_t bound = limits_.user_memory;
+    if (bound == 0 || (bytes <= bound && u.device_bytes <= bound - bytes)) return 0;
+    return refuse(who + " holds " + std::to_string(u.device_bytes) + " B of device memory; " +
+                  std::to_string(bytes) + " B more would pass --user-memory " + std::to_string(bound));
+  }
+  if (q == Quota::buffers && limits_.max_buffers_total != 0) {
+    const uint64_t total = limits_.max_buffers_total;
+    if (holdings_.buffers >= total) {
+      refused_total_.note("allocation refused: all users together hold --max-buffers-total allocations");
+      return refuse("all users together hold " + std::to_string(holdings_.buffers) +
+                    " allocations (--max-buffers-total " + std::to_string(total) + ")");
+    }
+    if (!c.admin && u.buffers >= limits_.share_of(total))
+      return refuse(who + " holds " + std::to_string(u.buffers) + " allocations, its most of --max-buffers-total " +
+                    std::to_string(total) + " (--user-share " + std::to_string(limits_.user_share) + "%)");
+  }
+  struct Bound {
+    uint64_t have, most;
+    const char* what;
+    const char* flag;
+  };
+  const Bound b = q == Quota::buffers  ? Bound{u.buffers, limits_.max_buffers, "allocations", "--max-buffers"}
+                : q == Quota::grants   ? Bound{u.grants, limits_.max_grants, "grants", "--max-grants"}
+                : q == Quota::opens    ? Bound{u.opens, limits_.max_opens, "buffers opened through grants", "--max-opens"}
+                : q == Quota::imports  ? Bound{u.imports, limits_.max_imports, "imported allocations", "--max-imports"}
+                                       : Bound{u.event_pools, limits_.max_event_pools, "IPC event pools", "--max-event-pools"};
+  if (b.have < b.most) return 0;
+  return refuse(who + " holds " + std::to_string(b.have) + " " + b.what + ", the most one user may (" + b.flag + " " +
+                std::to_string(b.most) + ")");
+}
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT
+// What clients hold besides their staging segment, and each user's bounds:
+// device memory lent to them (allocations and imports), IPC event pools,
+// grants and the buffers opened through them.
+//
+// Contract: every call runs on the io thread and returns 0 or -errno; on an
+// error nothing the client holds changed (only the refusal's text is kept). A call that would take a user past a bound of
+// Limits returns -EDQUOT and take_refusal() says which bound, whose, and
+// its flag. A user's holdings are the sum over all its clients (those still
+// draining included): nothing is counted twice, nothing is kept apart. A
+// buffer's memory returns to the backend when its last reference goes
+// (its owner's table, a grant, an opener, or a copy in flight).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "device/backend.hpp"
+#include "engine/buffer.hpp"
+#include "engine/client.hpp"
+#include "engine/grants.hpp"
+#include "log.hpp"
+#include "options.hpp"
+#include "engine/stats.hpp"
+
+namespace ferry::ferryd {
+
+// What one user's clients hold together, those still draining included.
+struct Usage {
+  // Connected, and departed ones whose state lives on (transfers held for a
+  // fence's release, copies in flight): a user's bound counts both.
+  uint32_t clients = 0;
+  uint64_t buffers = 0, device_bytes = 0;  // its own allocations
+  uint64_t grants = 0, opens = 0, imports = 0, event_pools = 0;
+};
+
+class Resources {
+ public:
+  // `clients`: every client whose resources exist (the engine's table).
+  Resources(Backend& backend, const std::map<uint64_t, ClientState*>& clients) : backend_(backend), clients_(clients) {}
+
+  // The bounds kept here (per user, and allocations of all): user_memory and
+  // max_buffers_total already resolved to numbers.
+  void set_limits(const Limits& l) { limits_ = l; }
+  // After the device is lost no memory is lent (-ENODEV).
+  void device_lost() { lost_ = true; }
+  const Holdings& holdings() const { return holdings_; }
+  // What the clients of `uid` hold (ClientState::uid, set at its Hello).
+  Usage usage(uid_t uid) const;
+  // Why the last call refused past a bound, for the client; empty for any
+  // other error. Cleared by reading.
+  std::string take_refusal() { return std::exchange(refusal_, {}); }
+
+  // *fence (may be null): the allocation's fence, index + 1, 0 if none was free.
+  int alloc(ClientState& c, uint64_t bytes, uint64_t* id, uint32_t* fence = nullptr);
+  int free(ClientState& c, uint64_t id);
+  // A client's own allocation from its IPC handle (h.fd, if any, stays the
+  // caller's); the whole mapping counts against the user's memory.
+  int import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id);
+  // An IPC handle of the client's own allocation `id`; h->fd belongs to the driver.
+  int export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes);
+  int open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id);
+  int grant(ClientState& c, uint64_t buffer, uint32_t rights, Token* token);
+  // One grant (token) or, with token == nullptr, every grant of the buffer. *n: how many.
+  int revoke(ClientState& c, uint64_t buffer, const uint8_t* token, size_t* n);
+  int open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t* bytes, uint32_t* rights);
+
+  // A client came, or its last reference went: its grants end, its event
+  // pools close (its buffers go with the ClientState itself).
+  void client_came() { ++holdings_.clients; }
+  void client_gone(ClientState& c);
+
+ private:
+  enum class Quota { buffers, memory, grants, opens, imports, event_pools };
+  // 0 when one more of `q` (`bytes` more, for memory) keeps c's user within
+  // its bounds; else -EDQUOT with refusal_ set.
+  int within(const ClientState& c, Quota q, uint64_t bytes = 0);
+  BufferRef lend(void* ptr, uint64_t bytes, bool imported);
+
+  Backend& backend_;
+  const std::map<uint64_t, ClientState*>& clients_;
+  Holdings holdings_;  // before grants_: counted in as buffers go, whatever goes last
+  GrantRegistry grants_;
+  Limits limits_;
+  std::string refusal_;
+  bool lost_ = false;
+  log::Every refused_total_{std::chrono::seconds(10)};
+};
+
+}  // namespace ferry::ferryd

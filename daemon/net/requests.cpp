@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: MIT
+#include "net/requests.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "log.hpp"
+#include "admin/status.hpp"
+
+namespace ferry::ferryd {
+
+namespace {
+unsigned long long ull(uint64_t v) { return v; }  // for %llu
+
+// Export replies with a descriptor a client may leave queued in ferryd at
+// once; more Exports are answered -EAGAIN until it reads them...
+constexpr size_t kMaxQueuedFds = 16;
+// ...nor while it leaves this much unread in its socket: descriptors already
+// written wait there too (the kernel holds them, charged to ferryd's user).
+constexpr size_t kMaxUnreadBytes = 16 * 1024;
+
+// The client chooses its name: only printable ASCII reaches logs, the status
+// document, ferryctl's terminal and metric labels; anything else becomes '?'.
+std::string printable(std::string s) {
+  for (char& ch : s)
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7e) ch = '?';
+  return s;
+}
+
+// Copies a message out of the read buffer (which has no alignment promise)
+// and hands it to its handler.
+template <class Msg>
+void call(Requests* r, const uint8_t* bytes, void (Requests::*handler)(const Msg&)) {
+  Msg m;
+  std::memcpy(&m, bytes, sizeof m);
+  (r->*handler)(m);
+}
+}  // namespace
+
+bool Requests::client_may_send(proto::Type type) {
+  using T = proto::Type;
+  switch (type) {
+    case T::hello: case T::status_request: case T::alloc: case T::free: case T::grant: case T::revoke:
+    case T::open: case T::export_buffer: case T::import_buffer: case T::event_pool: case T::admin_request:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void Requests::handle(proto::Type type, const uint8_t* msg) {
+  using T = proto::Type;
+  if (!client_may_send(type)) return peer_.fatal(-EPROTO, "message type a client may not send");
+  if (type == T::hello) return call(this, msg, &Requests::on_hello);
+  if (type == T::status_request) return call(this, msg, &Requests::on_status);
+  if (type == T::admin_request) return call(this, msg, &Requests::on_admin);
+  // Everything else works on the client's own resources.
+  if (!client_) return peer_.fatal(-EPROTO, "request before Hello");
+  // Entries published before this message come first (a Free after an
+  // upload, say).
+  ctx_.engine.drain_ring(client_);
+  switch (type) {
+    case T::alloc: return call(this, msg, &Requests::on_alloc);
+    case T::free: return call(this, msg, &Requests::on_free);
+    case T::grant: return call(this, msg, &Requests::on_grant);
+    case T::revoke: return call(this, msg, &Requests::on_revoke);
+    case T::open: return call(this, msg, &Requests::on_open);
+    case T::export_buffer: return call(this, msg, &Requests::on_export);
+    case T::import_buffer: return call(this, msg, &Requests::on_import);
+    case T::event_pool: return call(this, msg, &Requests::on_event_pool);
+    default: return;
+  }
+}
+
+void Requests::on_hello(const proto::Hello& m) {
+  if (client_) return peer_.fatal(-EPROTO, "second Hello");
+  if (m.version != proto::kVersion) {
+    // The rule (proto.hpp): exactly this version, and a refusal that says so.
+    const std::string why = "libferry speaks protocol " + std::to_string(m.version) + ", this ferryd " +
+                            std::to_string(proto::kVersion) + ": use the libferry of this ferryd's release";
+    return peer_.fatal(-EPROTONOSUPPORT, why.c_str());
+  }
+  if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
+  // Gone already: a segment made for it would cost milliseconds of a core for
+  // nothing (made, then unmapped), at whatever rate a flood connects.
+  if (peer_.hung_up()) {
+    ++ctx_.stats.hellos_gone;
+    return peer_.close();
+  }
+  const Options& o = ctx_.options;
+  TransferEngine& engine = ctx_.engine;
+  const Limits& l = o.limits;
+  if (engine.clients().connected() + ctx_.hellos_pending() >= l.max_clients) {
+    const std::string why = "ferryd serves " + std::to_string(l.max_clients) + " clients of all users (--max-clients)";
+    return peer_.fatal(-EUSERS, why.c_str());
+  }
+  // No user but an admin takes more than its share: the rest stays for the others.
+  admin_ = is_admin(o, peer_.cred);
+  // Its departed clients count until their held transfers go; at its bound,
+  // those holds are given up to make room (their states go with them).
+  uint64_t mine = engine.resources().usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
+  if (!admin_ && mine >= l.share_of(l.max_clients) && engine.drop_departed_holds(peer_.uid) != 0)
+    mine = engine.resources().usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
+  if (!admin_ && mine >= l.share_of(l.max_clients)) {
+    const std::string why = "uid " + std::to_string(peer_.uid) + " has " + std::to_string(mine) +
+                            " clients, its most of --max-clients " + std::to_string(l.max_clients) + " (--user-share " +
+                            std::to_string(l.user_share) + "%)";
+    return peer_.fatal(-EUSERS, why.c_str());
+  }
+  // The Welcome is the first thing this session sends: it carries the segment.
+  if (!peer_.untouched()) return peer_.fatal(-EPROTO, "Hello after other requests");
+  const uint32_t slots = m.slots_wanted == 0 ? o.slots : std::min(m.slots_wanted, o.slots);
+  // Nothing else of this session is handled until the Welcome is out; a
+  // segment that is not ready is made off the io thread meanwhile.
+  peer_.pause();
+  ctx_.hello_started(peer_.uid);
+  engine.clients().add_client(slots, o.slot_bytes, peer_.cancelled(),
+                    [this, keep = peer_.keep_alive(), m](int r, ClientRef c) { welcome(m, r, std::move(c)); });
+}
+
+void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
+  ctx_.hello_ended(peer_.uid);
+  if (r == -ECANCELED) return;  // the connection went meanwhile
+  if (r != 0) return peer_.fatal(r, "cannot create the staging segment");
+  if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
+  const Options& o = ctx_.options;
+  TransferEngine& engine = ctx_.engine;
+  c->pid = peer_.pid;
+  c->uid = peer_.uid;
+  c->admin = admin_;
+  c->name = printable(proto::get_text(m.name));
+  c->sink = peer_.sink();
+
+  const DeviceInfo& info = engine.device();
+  auto w = proto::make<proto::Welcome>(proto::Type::welcome);
+  w.magic = proto::kMagic;
+  w.version = proto::kVersion;
+  w.features = m.features & proto::kFeaturesV1;
+  if (!engine.device_timeline() || !c->registered()) w.features &= ~uint64_t{proto::kFeatureDeviceTimeline};
+  w.client_id = c->id();
+  w.segment_bytes = c->segment().bytes();
+  w.slot_bytes = c->slot_bytes();
+  w.slot_count = c->slot_count();
+  w.ring_entries = c->ring_entries();
+  w.slots_offset = c->segment().slots_offset();
+  w.ring_offset = proto::ring_offset();
+  w.fences_offset = c->segment().fences_offset();
+  w.results_offset = c->segment().results_offset();
+  w.max_buffer_bytes = o.limits.user_memory != 0 ? o.limits.user_memory : info.memory_bytes;
+  proto::set_text(w.device, info.name);
+  proto::set_text(w.backend, info.backend);
+  const int fd = ::fcntl(c->segment().fd(), F_DUPFD_CLOEXEC, 3);
+  if (fd < 0) return peer_.fatal(-errno, "cannot pass the staging segment");
+  const int bell = engine.use_ring(c);
+  if (bell < 0) {
+    ::close(fd);
+    c->disconnect();
+    return peer_.fatal(bell, "cannot make the client's doorbell");
+  }
+  client_ = std::move(c);
+  peer_.send(&w, sizeof w, fd, bell);
+  ++ctx_.stats.clients;
+  engine.clients().publish();
+  FERRY_LOG(info, "client %llu connected: pid %d uid %u \"%s\", %u slots of %llu bytes",
+            static_cast<unsigned long long>(client_->id()), peer_.pid, peer_.uid, client_->name.c_str(),
+            client_->slot_count(), static_cast<unsigned long long>(o.slot_bytes));
+  peer_.resume();
+}
+
+void Requests::on_alloc(const proto::Alloc& m) {
+  uint64_t id = 0;
+  uint32_t fence = 0;
+  int r = ctx_.engine.resources().alloc(*client_, m.bytes, &id, &fence);
+  FERRY_LOG(debug, "client %llu: alloc %llu bytes -> %s (buffer %llu)", ull(client_->id()), ull(m.bytes),
+            r == 0 ? "ok" : std::strerror(-r), ull(id));
+  if (!refused_past_bound(m.request, r)) reply(m.request, r, id, fence);
+}
+
+void Requests::on_free(const proto::Free& m) {
+  const int r = ctx_.engine.resources().free(*client_, m.buffer);
+  FERRY_LOG(debug, "client %llu: free buffer %llu -> %s", ull(client_->id()), ull(m.buffer), r == 0 ? "ok" : std::strerror(-r));
+  reply(m.request, r, 0);
+}
+
+void Requests::on_grant(const proto::Grant& m) {
+  auto r = proto::make<proto::TokenReply>(proto::Type::token_reply);
+  r.request = m.request;
+  Token token{};
+  r.status = ctx_.engine.resources().grant(*client_, m.buffer, m.rights, &token);
+  FERRY_LOG(debug, "client %llu: grant of buffer %llu (rights %u) -> %s", ull(client_->id()), ull(m.buffer), m.rights,
+            r.status == 0 ? "ok" : std::strerror(-r.status));
+  if (refused_past_bound(m.request, r.status)) return;
+  std::memcpy(r.token, token.data(), sizeof r.token);
+  peer_.send(&r, sizeof r);
+}
+
+void Requests::on_revoke(const proto::Revoke& m) {
+  static const uint8_t kZero[proto::kTokenBytes] = {};
+  const bool all = std::memcmp(m.token, kZero, sizeof kZero) == 0;
+  size_t n = 0;
+  int r = ctx_.engine.resources().revoke(*client_, m.buffer, all ? nullptr : m.token, &n);
+  FERRY_LOG(debug, "client %llu: revoke %s of buffer %llu -> %zu revoked", ull(client_->id()), all ? "all grants" : "a grant",
+            ull(m.buffer), n);
+  reply(m.request, r, n);
+}
+
+void Requests::on_open(const proto::Open& m) {
+  uint64_t id = 0, bytes = 0;
+  uint32_t rights = 0;
+  int r = ctx_.engine.resources().open(*client_, m.token, &id, &bytes, &rights);
+  FERRY_LOG(debug, "client %llu: open through a token -> %s (buffer %llu, %llu bytes)", ull(client_->id()),
+            r == 0 ? "ok" : std::strerror(-r), ull(id), ull(bytes));
+  if (!refused_past_bound(m.request, r)) buffer_reply(m.request, r, rights, id, bytes);
+}
+
+void Requests::on_export(const proto::Export& m) {
+  auto r = proto::make<proto::ExportReply>(proto::Type::export_reply);
+  r.request = m.request;
+  // Each reply carries a descriptor until the client reads it: a client that
+  // exports without reading would park them in the daemon's table.
+  if (peer_.queued_fds() >= kMaxQueuedFds || peer_.unread_bytes() > kMaxUnreadBytes) {
+    r.status = -EAGAIN;
+    return peer_.send(&r, sizeof r);
+  }
+  IpcHandle h;
+  uint64_t bytes = 0;
+  r.status = ctx_.engine.resources().export_buffer(*client_, m.buffer, &h, &bytes);
+  FERRY_LOG(debug, "client %llu: export buffer %llu -> %s", ull(client_->id()), ull(m.buffer),
+            r.status == 0 ? "ok" : std::strerror(-r.status));
+  // The fd travels with the reply; the client puts its own number in the handle.
+  int fd = -1;
+  if (r.status == 0 && h.fd >= 0) {
+    fd = ::fcntl(h.fd, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0) r.status = -errno;  // out of descriptors: no success without the handle's fd
+  }
+  if (r.status == 0) {
+    r.kind = h.kind;
+    r.bytes = bytes;
+    std::memcpy(r.handle, h.data, sizeof r.handle);
+  }
+  peer_.send(&r, sizeof r, fd);
+}
+
+IpcHandle Requests::ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcBytes]) {
+  IpcHandle h;
+  h.kind = kind;
+  std::memcpy(h.data, data, sizeof h.data);
+  h.fd = kind == proto::kIpcLevelZero ? peer_.take_fd() : -1;
+  return h;
+}
+
+void Requests::on_import(const proto::Import& m) {
+  IpcHandle h = ipc_handle(m.kind, m.handle);
+  uint64_t id = 0;
+  int r = ctx_.engine.resources().import_buffer(*client_, h, m.bytes, &id);
+  FERRY_LOG(debug, "client %llu: import of %llu bytes -> %s", ull(client_->id()), ull(m.bytes), r == 0 ? "ok" : std::strerror(-r));
+  if (h.fd >= 0) ::close(h.fd);  // the driver keeps its own mapping
+  if (refused_past_bound(m.request, r)) return;
+  buffer_reply(m.request, r, r == 0 ? (proto::kRightUpload | proto::kRightDownload) : 0, id, r == 0 ? m.bytes : 0);
+}
+
+void Requests::on_event_pool(const proto::EventPool& m) {
+  IpcHandle h = ipc_handle(m.kind, m.handle);
+  uint64_t id = 0;
+  int r = ctx_.engine.resources().open_event_pool(*client_, h, m.count, &id);
+  FERRY_LOG(debug, "client %llu: event pool of %u events -> %s", ull(client_->id()), m.count, r == 0 ? "ok" : std::strerror(-r));
+  if (h.fd >= 0) ::close(h.fd);
+  if (!refused_past_bound(m.request, r)) reply(m.request, r, id);
+}
+
+void Requests::on_admin(const proto::AdminRequest& m) {
+  // The same model as status: root, the daemon's user and --admin-group.
+  if (!is_admin(ctx_.options, peer_.cred)) return reply(m.request, -EPERM, 0);
+  if (m.action == proto::kAdminDrain) {
+    FERRY_LOG(info, "drain asked by uid %u (ferryctl drain): stopping", peer_.uid);
+    reply(m.request, 0, 0);
+    if (ctx_.request_stop) ctx_.request_stop();
+    return;
+  }
+  if (m.action != proto::kAdminDisconnect) return reply(m.request, -EINVAL, 0);
+  const auto& all = ctx_.engine.clients().all();
+  auto it = all.find(m.client);
+  if (it == all.end() || !it->second->connected()) return reply(m.request, -ENOENT, 0);
+  auto sink = it->second->sink.lock();
+  if (!sink) return reply(m.request, -ENOENT, 0);
+  FERRY_LOG(info, "client %llu (pid %d) disconnected by uid %u (ferryctl disconnect)", ull(m.client),
+            it->second->pid, peer_.uid);
+  sink->end(-ECONNABORTED, "disconnected by an administrator (ferryctl disconnect)");
+  reply(m.request, 0, m.client);
+}
+
+void Requests::on_status(const proto::StatusRequest& m) {
+  std::string json = status_json({ctx_.engine, ctx_.options, ctx_.stats, ctx_.connections_by_uid}, peer_.cred);
+  if (json.size() > proto::kMaxStatusJson) json = "{\"error\":\"status too large\"}";
+  auto h = proto::make<proto::StatusReply>(proto::Type::status_reply);
+  h.request = m.request;
+  h.json_bytes = static_cast<uint32_t>(json.size());
+  h.h.size = static_cast<uint32_t>(sizeof h + json.size());
+  std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
+  msg += json;
+  peer_.send(msg.data(), msg.size());
+}
+
+void Requests::reply(uint64_t request, int status, uint64_t value, uint32_t fence) {
+  auto r = proto::make<proto::Reply>(proto::Type::reply);
+  r.request = request;
+  r.status = status;
+  r.value = value;
+  r.fence = fence;
+  peer_.send(&r, sizeof r);
+}
+
+bool Requests::refused_past_bound(uint64_t request, int status) {
+  const std::string why = ctx_.engine.resources().take_refusal();
+  if (status == 0 || why.empty()) return false;
+  auto e = proto::make<proto::Error>(proto::Type::error);
+  e.request = request;
+  e.code = status;
+  proto::set_text(e.text, why);
+  peer_.send(&e, sizeof e);
+  return true;
+}
+
+void Requests::buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes) {
+  auto r = proto::make<proto::BufferReply>(proto::Type::buffer_reply);
+  r.request = request;
+  r.status = status;
+  r.rights = rights;
+  r.buffer = buffer;
+  r.bytes = bytes;
+  peer_.send(&r, sizeof r);
+}
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: MIT
+#include "net/server.hpp"
+
+#include "engine/poller.hpp"
+
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <grp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+#include "ferry/fdpass.hpp"
+#include "log.hpp"
+#include "admin/status.hpp"
+#include "net/systemd.hpp"
+
+namespace ferry::ferryd {
+
+namespace {
+// The bound on all clients' allocations: as given, or with the simulated
+// device (a descriptor per allocation) what the descriptor limit leaves
+// after every connection's own (socket, segment, replies carrying one).
+uint64_t buffers_total(const Options& o) {
+  const Limits& l = o.limits;
+  if (l.max_buffers_total != 0 || !o.sim) return l.max_buffers_total;
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
+  const uint64_t reserve = 3ull * (l.max_connections + Limits::kAdminSeats) + 16ull * l.max_clients + 256;
+  return rl.rlim_cur > reserve + 64 ? rl.rlim_cur - reserve : 64;
+}
+}  // namespace
+
+namespace asio = boost::asio;
+using stream = asio::local::stream_protocol;
+
+Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backend> backend)
+    : io_(io),
+      opts_(opts),
+      engine_(io, std::move(backend)),
+      ctx_{.engine = engine_, .options = opts_},
+      acceptor_(io),
+      signals_(io, SIGTERM, SIGINT, SIGHUP),
+      timer_(io),
+      status_timer_(io),
+      accept_pause_(io) {
+  // The admins' group by number, once: no name service is asked per peer.
+  if (!opts_.admin_group.empty())
+    if (const group* g = ::getgrnam(opts_.admin_group.c_str())) opts_.admin_gid = g->gr_gid;
+  // A share of the device's memory becomes bytes now that the device is known.
+  Limits& l = opts_.limits;
+  if (l.user_memory == 0 && l.user_memory_percent != 0 && l.user_memory_percent < 100)
+    l.user_memory = engine_.device().memory_bytes / 100 * l.user_memory_percent;
+  l.max_buffers_total = buffers_total(opts_);
+  engine_.resources().set_limits(l);
+  ctx_.connections_by_uid = &sessions_.by_user();
+  if (opts.segment_pool != 0)
+    engine_.clients().use_segment_pool(opts.slots, opts.slot_bytes, opts.segment_pool);
+  ctx_.stats.started_unix =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Server::~Server() { unlink_socket(); }
+
+void Server::unlink_socket() {
+  // Only the file this daemon bound: a successor that found it stale (while
+  // this one drained) may have bound its own at the same path since.
+  struct stat st {};
+  if (owns_path_ && ::lstat(path_.c_str(), &st) == 0 && st.st_dev == bound_.st_dev && st.st_ino == bound_.st_ino)
+    ::unlink(path_.c_str());
+  owns_path_ = false;
+}
+
+namespace {
+
+// Whether some process accepts connections on `path`.
+bool someone_listens(const std::string& path) {
+  int fd = -1;
+  if (proto::connect_unix(path, &fd) != 0) return false;
+  ::close(fd);
+  return true;
+}
+
+}  // namespace
+
+int Server::apply_perms(const std::string& path, std::string& why) {
+  if (!opts_.socket_group.empty()) {
+    group* g = ::getgrnam(opts_.socket_group.c_str());
+    if (g == nullptr || ::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+      why = "cannot give " + path + " to group " + opts_.socket_group + " (--socket-group): " + std::strerror(errno);
+      return -EPERM;
+    }
+  }
+  if (::chmod(path.c_str(), opts_.socket_mode) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", opts_.socket_mode);
+    why = "cannot set " + path + " to mode " + mode + " (--socket-mode): " + std::strerror(errno);
+    return -EPERM;
+  }
+  return 0;
+}
+
+int Server::listen(const std::string& path, int fd, std::string& why) {
+  boost::system::error_code ec;
+  path_ = path;
+  if (fd >= 0) {
+    acceptor_.assign(stream(), fd, ec);
+    if (ec) {
+      why = "cannot adopt the socket passed in: " + ec.message();
+      return -EINVAL;
+    }
+    // Whoever made the socket (systemd-socket-activate, a container's init)
+    // may not have given it the mode and group asked for here: applied to
+    // the file the socket is bound to. (systemd's own SocketMode and
+    // SocketGroup need no flag: ferryd@.socket sets them.)
+    if (opts_.socket_perms_given) {
+      sockaddr_un a{};
+      socklen_t len = sizeof a;
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && a.sun_family == AF_UNIX &&
+          a.sun_path[0] != '\0') {
+        const std::string bound(a.sun_path, ::strnlen(a.sun_path, sizeof a.sun_path));
+        if (int r = apply_perms(bound, why); r != 0) return r;
+      }
+    }
+  } else {
+    if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+      why = "socket path too long: " + path;
+      return -ENAMETOOLONG;
+    }
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+      if (someone_listens(path)) {
+        why = "another daemon already listens on " + path;
+        return -EADDRINUSE;
+      }
+      ::unlink(path.c_str());  // left behind by a daemon that died
+    }
+    acceptor_.open(stream(), ec);
+    if (!ec) acceptor_.bind(stream::endpoint(path), ec);
+    if (ec) {
+      why = "cannot bind " + path + ": " + ec.message();
+      return -ec.value();
+    }
+    owns_path_ = ::lstat(path.c_str(), &bound_) == 0;
+    if (int r = apply_perms(path, why); r != 0) return r;
+    acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      why = "cannot listen on " + path + ": " + ec.message();
+      return -ec.value();
+    }
+  }
+  systemd::notify("READY=1\nSTATUS=" + status_line(engine_));
+  status_tick();
+  ctx_.request_stop = [this] { boost::asio::post(io_, [this] { stop(); }); };
+  wait_signal();
+  accept();
+  return 0;
+}
+
+void Server::wait_signal() {
+  signals_.async_wait([this](const boost::system::error_code& e, int sig) {
+    if (e) return;
+    if (sig == SIGHUP) {
+      // Nothing is re-read while running (a new setting needs a restart);
+      // a reload must not stop the daemon.
+      FERRY_LOG(info, "SIGHUP: settings are read at start only; restart ferryd to change them");
+      return wait_signal();
+    }
+    FERRY_LOG(info, "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    stop();
+  });
+}
+
+size_t Server::run() {
+  Poller(io_, engine_, opts_.poll_idle_us, opts_.poll_nap_us).run();
+  // Every session is closed by now; the handlers still pending on their
+  // sockets (a write a client never read, say) end here, while the engine
+  // their client states return everything to is still alive.
+  sessions_.stop_all();
+  engine_.stop();
+  io_.restart();
+  io_.poll();
+  return engine_.stats().in_flight;
+}
+
+void Server::accept() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec, stream::socket sock) {
+    if (ec == asio::error::operation_aborted || ctx_.stopping) return;
+    if (!ec) {
+      ++ctx_.stats.connections;
+      const std::string why = admit(sock.native_handle());
+      if (!why.empty()) {
+        // Closed at once, told why: connections are bounded, Hello or not.
+        // A fresh socket's buffer takes the one message without blocking.
+        refused(why.c_str());
+        auto e = proto::make<proto::Error>(proto::Type::error);
+        e.h.flags = proto::kErrorFatal;
+        e.code = -EUSERS;
+        proto::set_text(e.text, why);
+        (void)::send(sock.native_handle(), &e, sizeof e, MSG_DONTWAIT | MSG_NOSIGNAL);
+        boost::system::error_code ignored;
+        sock.close(ignored);
+        ++ctx_.stats.refused;
+      } else {
+        sessions_.start(std::move(sock), ctx_);
+      }
+    } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+               ec == asio::error::no_memory) {
+      // Retrying at once would spin: wait for a session to end and free one.
+      ++ctx_.stats.accept_failures;
+      refused("accept: out of file descriptors; pausing 100 ms");
+      accept_pause_.expires_after(std::chrono::milliseconds(100));
+      accept_pause_.async_wait([this](const boost::system::error_code& e) {
+        if (!e && !ctx_.stopping) accept();
+      });
+      return;
+    }
+    accept();
+  });
+}
+
+std::string Server::admit(int fd) {
+  const PeerCred cred = peer_cred(fd);
+  if (cred.uid == static_cast<uid_t>(-1)) return "cannot tell who connects (SO_PEERCRED)";
+  const Limits& l = opts_.limits;
+  const size_t open = sessions_.size(), mine = sessions_.of_user(cred.uid);
+  const uint64_t share = l.share_of(l.max_connections);
+  if (open < l.max_connections && mine < share) return {};
+  // Past a bound for users: an admin still comes in (status, disconnect,
+  // drain), into seats no other user can take.
+  if (open < uint64_t{l.max_connections} + Limits::kAdminSeats && is_admin(opts_, cred)) return {};
+  if (open >= l.max_connections)
+    return "ferryd has " + std::to_string(open) + " connections of all users (--max-connections " +
+           std::to_string(l.max_connections) + ")";
+  return "uid " + std::to_string(cred.uid) + " has " + std::to_string(mine) + " connections, its most of " +
+         "--max-connections " + std::to_string(l.max_connections) + " (--user-share " +
+         std::to_string(l.user_share) + "%)";
+}
+
+void Server::refused(const char* why) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_refusal_log_ < std::chrono::seconds(10)) return;  // at most one line per 10 s
+  last_refusal_log_ = now;
+  FERRY_LOG(warn, "%s", why);
+}
+
+void Server::status_tick() {
+  status_timer_.expires_after(std::chrono::seconds(2));
+  status_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || ctx_.stopping) return;
+    systemd::notify("STATUS=" + status_line(engine_));
+    status_tick();
+  });
+}
+
+void Server::stop() {
+  if (ctx_.stopping) return;
+  ctx_.stopping = true;
+  systemd::notify("STOPPING=1\nSTATUS=stopping: draining " + std::to_string(engine_.stats().in_flight) + " copies");
+  status_timer_.cancel();
+  boost::system::error_code ec;
+  accept_pause_.cancel();
+  acceptor_.close(ec);
+  signals_.cancel(ec);
+  for (const auto& [id, c] : engine_.clients().all())
+    if (c->connected()) c->set_daemon_state(2);
+  drain_deadline_ = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(static_cast<int64_t>(opts_.drain_seconds * 1000));
+  drain_tick();
+}
+
+void Server::drain_tick() {
+  const bool drained = engine_.stats().in_flight == 0;
+  if (!drained && std::chrono::steady_clock::now() < drain_deadline_) {
+    timer_.expires_after(std::chrono::milliseconds(5));
+    timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) drain_tick();
+    });
+    return;
+  }
+  if (!drained)
+    FERRY_LOG(warn, "stopping with %u copies still in flight", engine_.stats().in_flight);
+  sessions_.shut_down_all();
+  // Give the Shutdown messages a moment to leave, then end.
+  timer_.expires_after(std::chrono::milliseconds(100));
+  timer_.async_wait([this](const boost::system::error_code&) {
+    sessions_.stop_all();
+    io_.stop();
+  });
+}
+
+}  // namespace ferry::ferryd
