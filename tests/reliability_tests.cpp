@@ -687,9 +687,9 @@ TEST_CASE("allocations are bounded per user and in all; the descriptor table nev
   mine.pop_back();
   REQUIRE(ferry_buffer_alloc(b, 64, &x) == 0);  // a free gives the place back, to any of its clients
   CHECK(ferry_buffer_alloc(a, 64, &x) == -EDQUOT);
-  // Two connections' own (socket, segment), the segment pool's two made to
-  // replace theirs, and one per allocation: a's 3 and b's 1.
-  CHECK(fd_count(d.pid) <= fds0 + 2 * 2 + 2 + 4);
+  // Two connections' own (socket, segment, doorbell), the segment pool's two
+  // made to replace theirs, and one per allocation: a's 3 and b's 1.
+  CHECK(fd_count(d.pid) <= fds0 + 2 * 3 + 2 + 4);
   ferry_disconnect(a);
   // a's allocations went with it: b may have them now.
   REQUIRE(eventually([&] { return ferry_buffer_alloc(b, 64, &x) == 0; }));

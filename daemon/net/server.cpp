@@ -25,13 +25,14 @@ namespace ferry::ferryd {
 namespace {
 // The bound on all clients' allocations: as given, or with the simulated
 // device (a descriptor per allocation) what the descriptor limit leaves
-// after every connection's own (socket, segment, replies carrying one).
+// after every connection's own (socket, segment, replies carrying one) and
+// every client's doorbell eventfd.
 uint64_t buffers_total(const Options& o) {
   const Limits& l = o.limits;
   if (l.max_buffers_total != 0 || !o.sim) return l.max_buffers_total;
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
-  const uint64_t reserve = 3ull * (l.max_connections + Limits::kAdminSeats) + 16ull * l.max_clients + 256;
+  const uint64_t reserve = 3ull * (l.max_connections + Limits::kAdminSeats) + (16ull + 1) * l.max_clients + 256;
   return rl.rlim_cur > reserve + 64 ? rl.rlim_cur - reserve : 64;
 }
 }  // namespace
