@@ -263,12 +263,16 @@ int main(int argc, char** argv) {
     const proto::Hello h = hello();
     std::vector<uint8_t> msg;
     std::vector<int> fds;
-    // The Welcome's second descriptor is the doorbell eventfd: rung without
-    // pause, with nothing ever published in the ring.
+    // The Welcome's second descriptor is the doorbell: rung without pause,
+    // with nothing ever published in the ring (EAGAIN: a wake-up is pending).
     if (::send(fd, &h, sizeof h, MSG_NOSIGNAL) != sizeof h || proto::read_message(fd, msg, &fds) != 0 || fds.size() != 2)
       return (void)::close(fd);
-    const uint64_t one = 1;
-    while (!stop && ::write(fds[1], &one, sizeof one) == sizeof one) ++n;
+    const char one = 1;
+    while (!stop) {
+      const ssize_t k = ::send(fds[1], &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (k == 1) ++n;
+      else if (errno != EAGAIN) break;
+    }
     for (int f : fds) ::close(f);
     ::close(fd);
   });

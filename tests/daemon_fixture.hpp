@@ -402,10 +402,11 @@ class RawClient {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (ring_bell && header()->doorbell.load() != 0) ring();
   }
-  // Adds 1 to the doorbell eventfd of the Welcome.
+  // Sends a byte on the doorbell of the Welcome (EAGAIN: one is pending).
   void ring() {
-    const uint64_t one = 1;
-    REQUIRE(::write(bell, &one, sizeof one) == static_cast<ssize_t>(sizeof one));
+    const char one = 1;
+    const ssize_t n = ::send(bell, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    REQUIRE((n == 1 || errno == EAGAIN));
   }
   // Reads one message; returns its type, with its bytes in `last`. 0 on EOF.
   uint16_t read_message() {
@@ -466,7 +467,7 @@ class RawClient {
   proto::Fence* fence(uint32_t f) { return reinterpret_cast<proto::Fence*>(seg + welcome.fences_offset) + (f - 1); }
 
   int fd = -1;
-  int bell = -1;  // the doorbell eventfd of the Welcome
+  int bell = -1;  // the doorbell of the Welcome (a socket)
   uint32_t last_fence = 0;  // the last allocation's
   proto::Welcome welcome{};
   char* seg = nullptr;

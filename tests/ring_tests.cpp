@@ -2,6 +2,7 @@
 // The submission ring: every transfer published in the segment, every
 // outcome read there (Result records), the Doorbell only while the poller
 // sleeps, and a ring a client fills with nonsense ending only its own session.
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -113,8 +114,11 @@ TEST_CASE("ring: the doorbell is asked for only while the poller sleeps", "[ring
     r.ring();
     REQUIRE(eventually([&] { return r.completed() >= 1; }));
     // A Doorbell message (protocol 5's) is no message now: it ends the session.
-    r.send(proto::Header{static_cast<uint16_t>(proto::Type::doorbell), 0, 16});
-    r.send(uint64_t{0});
+    struct {
+      proto::Header h;
+      uint64_t reserved;
+    } old{{static_cast<uint16_t>(proto::Type::doorbell), 0, 16}, 0};
+    r.send(old);
     closed_for(r, "not a message type");
   }
   SECTION("an awake poller takes entries without any message, and sleeps again when idle") {
@@ -256,7 +260,7 @@ TEST_CASE("ring: a client rewriting its whole ring at random ends only its own s
       if (k % 8 == 0 && (v & 1)) v = 1 + (v >> 1) % 4;
       if (k % 8 == 1 && (v & 1)) v = static_cast<uint64_t>(proto::Type::upload) + (v >> 1) % 2;
       words[k].store(v, std::memory_order_release);
-      if (i % 1000 == 0) r.ring();  // the session may be gone: the eventfd is still ours
+      if (i % 1000 == 0) r.ring();  // the session may be gone: the doorbell is still ours
     }
   }
   CHECK(w.finish() >= 3);
@@ -265,16 +269,18 @@ TEST_CASE("ring: a client rewriting its whole ring at random ends only its own s
 }
 
 TEST_CASE("a flood of doorbells: the ring is served meanwhile, and requests are answered", "[ring][flood]") {
-  // A client that rings without pause (another thread) costs ferryd a wake-up
-  // at most per read of the eventfd, and nothing else: its uploads and its
-  // requests go through meanwhile, and another client's too.
+  // A client that rings without pause (another thread), its end made
+  // blocking, costs ferryd a wake-up per read of the doorbell at most, and
+  // nothing else: its uploads and its requests go through meanwhile, and
+  // another client's too. Closing its end ends its doorbell, not ferryd's loop.
   Daemon d({"--poll-idle-us", "0"});
   RingClient r(d.socket);
   RingClient other(d.socket);
   std::atomic<bool> stop{false};
+  REQUIRE(::fcntl(r.bell, F_SETFL, 0) == 0);  // blocking: ferryd's end is another open file
   std::thread ringer([&] {
-    const uint64_t one = 1;
-    while (!stop.load()) [[maybe_unused]] auto n = ::write(r.bell, &one, sizeof one);
+    const char one = 1;
+    while (!stop.load()) [[maybe_unused]] auto n = ::send(r.bell, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   });
   for (uint64_t t = 1; t <= 8; ++t) {
     r.publish(t, proto::Type::upload, 4096, r.buffer, 0, 0, false);
@@ -286,6 +292,14 @@ TEST_CASE("a flood of doorbells: the ring is served meanwhile, and requests are 
   stop = true;
   ringer.join();
   CHECK(d.status().get<uint64_t>("poller.doorbells") >= 1);
+  // Its end closed: ferryd stops listening (it does not wake for the end of
+  // file again and again), and both sessions still work.
+  ::close(r.bell);
+  r.bell = -1;
+  CHECK(r.alloc(4096) != 0);
+  const uint64_t rung = d.status().get<uint64_t>("poller.doorbells");
+  CHECK(other.alloc(4096) != 0);
+  CHECK(d.status().get<uint64_t>("poller.doorbells") == rung);
 }
 
 TEST_CASE("wake_at: ferryd wakes a sleeping client only once completed reaches what it waits for", "[ring][wake]") {

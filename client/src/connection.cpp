@@ -87,10 +87,10 @@ void Connection::abandon() {
 }
 
 int Connection::ring() {
-  const uint64_t one = 1;
-  // EAGAIN: the counter is full, so ferryd has a wake-up pending anyway.
-  if (::write(bell_, &one, sizeof one) == static_cast<ssize_t>(sizeof one) || errno == EAGAIN) return 0;
-  return -ECONNRESET;
+  const char one = 1;
+  // EAGAIN: its buffer is full, so ferryd has a wake-up pending anyway.
+  if (::send(bell_, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN) return 0;
+  return -ECONNRESET;  // ferryd went
 }
 
 int Connection::send(const void* data, size_t n, int fd) {

@@ -60,7 +60,7 @@ class Connection {
 
   // One whole message on the socket (with `fd` when >= 0). 0 or -ECONNRESET.
   int send(const void* data, size_t n, int fd = -1);
-  // Wakes ferryd's data thread (its doorbell eventfd): 0, or -ECONNRESET.
+  // Wakes ferryd's data thread (a byte on the doorbell of the Welcome): 0, or -ECONNRESET.
   int ring();
 
   // Sends a request and waits for its answer, copied into *out; the request
@@ -107,7 +107,7 @@ class Connection {
 
   Timeline& timeline_;
   int fd_ = -1;
-  int bell_ = -1;  // the doorbell eventfd of the Welcome
+  int bell_ = -1;  // the doorbell of the Welcome (a socket)
   int timeout_ms_ = 30'000;
   std::string refusal_;
   std::thread receiver_;

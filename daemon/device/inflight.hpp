@@ -59,9 +59,9 @@ class InFlight {
   // earlier loan writes `efd` when that ends (the data thread then arms
   // again): a loan is never lost, and never two at a time.
   bool arm(int efd) {
-    take_back();
     if (queue_.empty()) return false;
     if (state_.load(std::memory_order_acquire) != kIdle) return true;
+    take_back();  // after the waiter is seen idle: a parked event is never overwritten
     lent_ = queue_.front().event;
     efd_ = efd;
     state_.store(kLent, std::memory_order_release);
@@ -69,7 +69,8 @@ class InFlight {
     return true;
   }
 
-  // Stops the waiter (a loan in progress ends first: its wait is bounded).
+  // Stops the waiter: a loan in progress ends first (Level Zero's wait is
+  // bounded; CUDA's ends with the copy, which a stuck device may never end).
   void stop() {
     if (!waiter_.joinable()) return;
     state_.store(kStop, std::memory_order_release);

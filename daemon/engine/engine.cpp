@@ -8,12 +8,19 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <system_error>
 
 #include "log.hpp"
 
 namespace ferry::ferryd {
 
 namespace {
+int device_eventfd() {
+  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd for the device's completions");
+  return fd;
+}
+
 uint64_t now_ns() {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
@@ -23,7 +30,7 @@ uint64_t now_ns() {
 
 TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Backend> backend)
     : io_(io),
-      device_bell_(io, ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      device_bell_(io, device_eventfd()),
       backend_(std::move(backend)),
       device_writes_(backend_->info().device_writes) {
   listen_device();

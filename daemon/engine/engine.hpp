@@ -20,7 +20,8 @@
 // Threads: everything here runs on the data thread (the io_context's, which
 // also serves the sockets), with no lock. While it sleeps, in the
 // io_context's wait on descriptors, three kinds of descriptor wake it: the
-// sockets, each client's doorbell eventfd (the client writes it when its
+// sockets, each client's doorbell (a socket pair's end; the client sends
+// a byte on its end when its
 // segment's `doorbell` word asks), and the device's eventfd, which the
 // backend's waiter writes when the oldest queued copy ends (InFlight; the
 // waiter owns no data). The segment pool's thread (SegmentPool) makes
@@ -99,7 +100,7 @@ class TransferEngine {
 
   // ---- polling (intake.cpp), driven by the Poller on the data thread
   // Starts reading the client's submission ring (after its Welcome), and
-  // listening to its doorbell: returns the eventfd the client writes (its
+  // listening to its doorbell: returns the end of it the client rings (its
   // copy, to send with the Welcome), or -errno.
   int use_ring(const ClientRef& c);
   // The client's session closed: what it published is taken, it stops

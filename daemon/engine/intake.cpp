@@ -3,8 +3,8 @@
 // reaped without a wait, and the descriptors that wake the data thread while
 // the poller sleeps (each client's doorbell, the device's eventfd). Data
 // thread only.
-#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,20 +17,21 @@ namespace ferry::ferryd {
 using boost::asio::posix::stream_descriptor;
 
 int TransferEngine::use_ring(const ClientRef& c) {
-  const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (efd < 0) return -errno;
-  const int theirs = ::fcntl(efd, F_DUPFD_CLOEXEC, 3);
-  if (theirs < 0) {
-    const int e = -errno;
-    ::close(efd);
-    return e;
-  }
+  // A socket pair, not an eventfd: the two ends are two open files, so
+  // nothing the client does to its end (clear O_NONBLOCK, read the count
+  // back) reaches ferryd's, and a peer that went is seen (end of file).
+  // Both ends' buffers are the smallest the kernel gives: a byte rings.
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) return -errno;
+  const int small = 1;
+  ::setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  ::setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
   c->ring_next_ = 1;
   // A client that joins while the poller sleeps must ring its first entry in.
   c->segment().header()->doorbell.store(asleep_ ? 1 : 0, std::memory_order_seq_cst);
-  rings_.push_back({c, std::make_shared<stream_descriptor>(io_, efd)});
+  rings_.push_back({c, std::make_shared<stream_descriptor>(io_, sv[0])});
   listen(rings_.back().bell, c);
-  return theirs;
+  return sv[1];
 }
 
 void TransferEngine::client_gone(const ClientRef& c) {
@@ -51,8 +52,10 @@ void TransferEngine::listen(std::shared_ptr<stream_descriptor> bell, std::weak_p
   d.async_wait(stream_descriptor::wait_read, [this, bell = std::move(bell), client = std::move(client)](
                                                  const boost::system::error_code& ec) mutable {
     if (ec) return;  // closed: the client went
-    uint64_t rung = 0;
-    [[maybe_unused]] ssize_t r = ::read(bell->native_handle(), &rung, sizeof rung);
+    // Never blocks, whatever the descriptor's flags. 0: the client closed
+    // its end and rings no more (listening on would spin on end of file).
+    char rung[256];
+    if (::recv(bell->native_handle(), rung, sizeof rung, MSG_DONTWAIT) == 0) return;
     ++stats_.doorbells;
     ClientRef c = client.lock();
     if (!c || !c->connected()) return;

@@ -41,7 +41,7 @@ struct EngineStats {
   uint64_t in_flight_bytes = 0;
   Histogram upload_latency;  // from the daemon's receipt of an upload to its retirement
   uint64_t ring_entries = 0;   // transfers taken from submission rings
-  uint64_t doorbells = 0;      // wake-ups by a client's doorbell eventfd
+  uint64_t doorbells = 0;      // wake-ups by a client's doorbell
   uint64_t device_wakes = 0;   // wake-ups by the device's eventfd (a copy ended while the poller slept)
   uint64_t poller_sleeps = 0;  // times the poller went to sleep
   uint64_t poller_naps = 0;    // naps while the device had copies queued (--poll-nap-us)

@@ -26,7 +26,7 @@ namespace {
 // The bound on all clients' allocations: as given, or with the simulated
 // device (a descriptor per allocation) what the descriptor limit leaves
 // after every connection's own (socket, segment, replies carrying one) and
-// every client's doorbell eventfd.
+// every client's doorbell.
 uint64_t buffers_total(const Options& o) {
   const Limits& l = o.limits;
   if (l.max_buffers_total != 0 || !o.sim) return l.max_buffers_total;

@@ -23,7 +23,7 @@
 // zero and ignored on receipt.
 //
 // Flow:
-//   client -> Hello                daemon -> Welcome + segment fd + doorbell eventfd (SCM_RIGHTS)
+//   client -> Hello                daemon -> Welcome + segment fd + doorbell (SCM_RIGHTS)
 //   client -> Alloc/Free           daemon -> Reply (value = buffer id)
 //   client -> StatusRequest        daemon -> StatusReply (JSON text follows the fixed part)
 //   client -> Grant / Revoke       daemon -> TokenReply / Reply   (sharing a buffer)
@@ -33,7 +33,8 @@
 //   client -> EventPool (+ fd)     daemon -> Reply (value = pool id)
 //   The doorbell is no message: while the segment's `doorbell` word asks for
 //   it (ferryd's poller sleeps), a client that published a ring entry adds 1
-//   to the doorbell eventfd of its Welcome.
+//   sends a byte on the doorbell of its Welcome (a stream socket; EAGAIN
+//   means a wake-up is pending already).
 //   daemon -> Error                a request was refused; `fatal` closes the session
 //   daemon -> Shutdown             the daemon is stopping; the session ends next
 #pragma once
@@ -47,7 +48,7 @@ namespace ferry::proto {
 
 inline constexpr uint32_t kMagic = 0x59524546;  // "FERY"
 // 3: transfers and outcomes only in the segment; 4: staging_threads; 5: DirectWords;
-// 6: the doorbell an eventfd of the Welcome, no message
+// 6: the doorbell a socket of the Welcome, no message
 inline constexpr uint16_t kVersion = 6;
 
 // Feature bits, announced in Hello (wanted) and Welcome (granted).
@@ -470,7 +471,7 @@ struct alignas(64) Segment {
   // this client's wake-ups.
   std::atomic<uint64_t> wake_at;
   // 1 while ferryd's poller sleeps (or never polls): a client that published
-  // a ring entry then writes its doorbell eventfd. The daemon stores 1, then looks at
+  // a ring entry then sends a byte on its doorbell. The daemon stores 1, then looks at
   // the ring once more; the client stores its entry, then looks here (both
   // with seq_cst fences): one of them sees the other.
   alignas(64) std::atomic<uint32_t> doorbell;
