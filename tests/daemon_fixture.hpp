@@ -402,11 +402,11 @@ class RawClient {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (ring_bell && header()->doorbell.load() != 0) ring();
   }
-  // Sends a byte on the doorbell of the Welcome (EAGAIN: one is pending).
-  void ring() {
+  // Sends a byte on the doorbell of the Welcome: whether it rang (EAGAIN:
+  // one is pending; false once ferryd closed its end, the session gone).
+  bool ring() {
     const char one = 1;
-    const ssize_t n = ::send(bell, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-    REQUIRE((n == 1 || errno == EAGAIN));
+    return ::send(bell, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN;
   }
   // Reads one message; returns its type, with its bytes in `last`. 0 on EOF.
   uint16_t read_message() {
