@@ -67,7 +67,6 @@ proto::Hello hello() {
   auto h = proto::make<proto::Hello>(proto::Type::hello);
   h.magic = proto::kMagic;
   h.version = proto::kVersion;
-  h.features = proto::kFeaturesV1;
   proto::set_text(h.name, "flood");
   return h;
 }

@@ -350,11 +350,10 @@ class RawClient {
     send_bytes(&m, sizeof m);
   }
   // Hello (with the program name given, raw bytes), then the Welcome and the segment.
-  void hello(const std::string& name = {}, uint64_t features = 0, uint32_t slots_wanted = 0) {
+  void hello(const std::string& name = {}, uint32_t slots_wanted = 0) {
     auto h = proto::make<proto::Hello>(proto::Type::hello);
     h.magic = proto::kMagic;
     h.version = proto::kVersion;
-    h.features = features;
     h.slots_wanted = slots_wanted;
     std::memcpy(h.name, name.data(), std::min(name.size(), sizeof h.name));
     send(h);

@@ -555,7 +555,7 @@ struct Made {
   uint64_t pooled, ordered, inline_;
 };
 Made churn(const Daemon& d, int n, uint32_t slots_wanted = 0) {
-  for (int i = 0; i < n; ++i) RawClient(d.socket).hello({}, 0, slots_wanted);
+  for (int i = 0; i < n; ++i) RawClient(d.socket).hello({}, slots_wanted);
   const auto t = status(d.socket);
   return {t.get<uint64_t>("poller.segments_pooled"), t.get<uint64_t>("poller.segments_ordered"),
           t.get<uint64_t>("poller.segments_made")};

@@ -38,7 +38,6 @@ proto::Hello hello_message() {
   auto hello = proto::make<proto::Hello>(proto::Type::hello);
   hello.magic = proto::kMagic;
   hello.version = proto::kVersion;
-  hello.features = proto::kFeaturesV1;
   char comm[proto::kNameBytes + 1] = {};
   if (FILE* f = std::fopen("/proc/self/comm", "r")) {
     if (std::fgets(comm, sizeof comm, f) != nullptr) comm[std::strcspn(comm, "\n")] = '\0';
@@ -79,14 +78,12 @@ int map_segment(ferry_client* c, int seg_fd) {
   }
   c->ring = reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(p) + w.ring_offset);
   auto* results = reinterpret_cast<proto::Result*>(static_cast<char*>(p) + w.results_offset);
-  if (w.features & proto::kFeatureFences) {
-    if (w.fences_offset < results_end || w.fences_offset % alignof(proto::Fence) != 0 ||
-        w.fences_offset + proto::kFencesBytes > w.slots_offset) {
-      c->mapping.reset();
-      return -EPROTO;
-    }
-    c->fence_words = reinterpret_cast<proto::Fence*>(static_cast<char*>(p) + w.fences_offset);
+  if (w.fences_offset < results_end || w.fences_offset % alignof(proto::Fence) != 0 ||
+      w.fences_offset + proto::kFencesBytes > w.slots_offset) {
+    c->mapping.reset();
+    return -EPROTO;
   }
+  c->fence_words = reinterpret_cast<proto::Fence*>(static_cast<char*>(p) + w.fences_offset);
   c->seg = seg;
   c->seg_bytes = w.segment_bytes;
   c->slot_count = w.slot_count;
@@ -271,7 +268,7 @@ int ferry_get_timeline(ferry_client* c, ferry_timeline* out) {
   t.device_completed = reinterpret_cast<volatile uint64_t*>(&c->seg->device_completed);
   t.app_value = reinterpret_cast<volatile uint64_t*>(&c->seg->app_value);
   t.direct_completed = reinterpret_cast<volatile uint64_t*>(&c->timeline.direct_words().completed);
-  t.device_written = (c->welcome.features & proto::kFeatureDeviceTimeline) != 0;
+  t.device_written = (c->welcome.flags & proto::kDeviceTimeline) != 0;
   return fc::fill_versioned(out, t, "ferry_get_timeline");
 }
 

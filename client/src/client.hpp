@@ -35,7 +35,7 @@ struct ferry_client {
   ferry::proto::Segment* seg = nullptr;
   // The submission ring: every transfer goes there.
   ferry::proto::SubmitEntry* ring = nullptr;
-  // The fences of this client's allocations (kFeatureFences), or nullptr.
+  // The fences of this client's allocations.
   ferry::proto::Fence* fence_words = nullptr;
   uint64_t seg_bytes = 0;
   uint32_t slot_count = 0;

@@ -138,8 +138,7 @@ void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
   auto w = proto::make<proto::Welcome>(proto::Type::welcome);
   w.magic = proto::kMagic;
   w.version = proto::kVersion;
-  w.features = m.features & proto::kFeaturesV1;
-  if (!engine.device_timeline() || !c->registered()) w.features &= ~uint64_t{proto::kFeatureDeviceTimeline};
+  w.flags = engine.device_timeline() && c->registered() ? proto::kDeviceTimeline : 0;
   w.client_id = c->id();
   w.segment_bytes = c->segment().bytes();
   w.slot_bytes = c->slot_bytes();

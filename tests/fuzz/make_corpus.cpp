@@ -26,7 +26,6 @@ int main(int argc, char** argv) {
   auto hello = make<Hello>(Type::hello);
   hello.magic = kMagic;
   hello.version = kVersion;
-  hello.features = kFeaturesV1;
   auto welcome = make<Welcome>(Type::welcome);
   welcome.magic = kMagic;
   welcome.version = kVersion;

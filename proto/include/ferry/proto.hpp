@@ -14,8 +14,8 @@
 // its own version and refuses any other with a fatal Error
 // (-EPROTONOSUPPORT) whose text names both versions, before anything else
 // is sent. The version goes up whenever a message, the segment layout or
-// the meaning of a word changes; features within one version are announced
-// by the feature bits (wanted in Hello, granted in Welcome).
+// the meaning of a word changes; within one version only Welcome::flags
+// differs from daemon to daemon.
 //
 // Transport: a Unix stream socket. Every message starts with a Header whose
 // `size` counts the whole message. All fields are little-endian fixed-width
@@ -48,26 +48,17 @@ namespace ferry::proto {
 
 inline constexpr uint32_t kMagic = 0x59524546;  // "FERY"
 // 3: transfers and outcomes only in the segment; 4: staging_threads; 5: DirectWords;
-// 6: the doorbell a socket of the Welcome, no message
+// 6: the doorbell a socket of the Welcome, no message; Welcome::flags for feature bits
 inline constexpr uint16_t kVersion = 6;
 
-// Feature bits, announced in Hello (wanted) and Welcome (granted).
-enum Feature : uint64_t {
-  kFeatureTimelineCounter = 1u << 0,  // Segment::completed is maintained
-  kFeatureDownload = 1u << 1,
-  kFeatureStatus = 1u << 2,
-  // Segment::device_completed is written by the device itself, in queue order
-  // (granted only where the backend can; the word is kept by the daemon otherwise).
-  kFeatureDeviceTimeline = 1u << 3,
-  kFeatureUploadAfter = 1u << 4,  // UploadAfter and Segment::app_value
-  // 1u << 5 was the submission ring, optional before protocol 3; it is the
-  // only way a transfer goes now, and the bit is not used.
-  // Every allocation has a fence in its owner's segment (Fence, at
-  // Welcome::fences_offset; Reply::fence names it) and UploadFenced exists.
-  kFeatureFences = 1u << 6,
-};
-inline constexpr uint64_t kFeaturesV1 = kFeatureTimelineCounter | kFeatureDownload | kFeatureStatus |
-                                        kFeatureDeviceTimeline | kFeatureUploadAfter | kFeatureFences;
+// Welcome::flags: the one thing that differs between daemons of this
+// version. Everything else the protocol names is always there (the
+// timeline counter, downloads, status, UploadAfter, fences: the feature bits
+// of protocols 1 to 5, which a Hello no longer sends).
+//   kDeviceTimeline: Segment::device_completed is written by the device
+//   itself, in queue order (where the backend can and the segment is
+//   registered; the daemon keeps the word otherwise).
+inline constexpr uint64_t kDeviceTimeline = 1u << 0;
 
 // Message types. The kinds of ring entry share the numbering (upload,
 // download, upload_signal, upload_after, upload_fenced: SubmitEntry::type);
@@ -122,14 +113,14 @@ struct Hello {
   uint32_t magic;           // kMagic
   uint16_t version;         // kVersion
   uint16_t reserved0;
-  uint64_t features;        // wanted
+  uint64_t reserved3;       // 0 (protocols up to 5: the feature bits wanted)
   uint32_t slots_wanted;    // 0: the daemon's default
   uint32_t reserved1;
   char name[kNameBytes];    // program name, for ferryctl; NUL-padded
   uint64_t reserved2[2];
 };
 static_assert(sizeof(Hello) == 64);
-static_assert(offsetof(Hello, features) == 16);
+static_assert(offsetof(Hello, slots_wanted) == 24);
 static_assert(offsetof(Hello, name) == 32);
 
 struct Welcome {
@@ -137,7 +128,7 @@ struct Welcome {
   uint32_t magic;
   uint16_t version;
   uint16_t reserved0;
-  uint64_t features;        // granted
+  uint64_t flags;           // kDeviceTimeline, or 0
   uint64_t client_id;
   uint64_t segment_bytes;   // size of the memfd that comes with this message
   uint64_t slot_bytes;      // the largest transfer
@@ -148,7 +139,7 @@ struct Welcome {
   char device[kDeviceNameBytes];
   char backend[kNameBytes];
   uint64_t ring_offset;     // byte offset of the submission ring
-  uint64_t fences_offset;   // byte offset of the kFences fences (kFeatureFences)
+  uint64_t fences_offset;   // byte offset of the kFences fences
   uint64_t results_offset;  // byte offset of the ring_entries Result records
 };
 static_assert(sizeof(Welcome) == 176);
@@ -420,7 +411,7 @@ inline constexpr uint32_t kFences = 1024;  // per client: its allocations at onc
 // ---------------------------------------------------------------- segment
 // The staging segment: this header, the submission ring (ring_entries
 // entries), the results (ring_entries records), the fences (kFences of
-// them, kFeatureFences), then the staging
+// them), then the staging
 // area of slot_count * slot_bytes at slots_offset. The daemon creates it (memfd), maps it, and hands the fd to
 // exactly one client.
 //
