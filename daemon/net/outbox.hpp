@@ -47,7 +47,7 @@ class Outbox {
   // Nothing was ever queued.
   bool untouched() const { return !touched_; }
   // Descriptors queued and not yet sent (a client that does not read parks them).
-  size_t queued_fds() const { return fd_marks_.size() + (sending_fd_ ? 1 : 0); }
+  size_t queued_fds() const { return fd_marks_.size(); }  // a message being sent keeps its marks until sent
   // Stops: closes the descriptors not sent and writes nothing more.
   void drop();
 
