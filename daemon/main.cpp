@@ -9,6 +9,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
   ferry::ferryd::Limits& l = o.limits;
   std::string user_memory = std::to_string(l.user_memory_percent) + "%";
   std::string client_memory;  // the old name of --user-memory
+  std::string user_staging = "auto";
   std::string config = default_config_path();
   po::options_description cli(kUsage);
   // clang-format off
@@ -148,6 +150,9 @@ int main(int argc, char** argv) {
      "device memory one user's clients may hold together: bytes, or a share of the device's memory such as "
      "50% (0 or 100%: no limit)")
     ("client-memory", po::value(&client_memory), "the old name of --user-memory (now per user, not per client)")
+    ("user-staging", po::value(&user_staging)->default_value(user_staging),
+     "bytes of staging areas one user's clients may hold beyond their segments (direct uploads, ferry-run, "
+     "that outgrow their client's staging); 0: none; auto: an eighth of the host's memory, at most 4 GiB")
     ("socket-mode", po::value(&socket_mode)->default_value(socket_mode), "permissions of the socket file (octal)")
     ("socket-group", po::value(&o.socket_group), "group that owns the socket file (with --socket-mode 0660: who may connect)")
     ("admin-group", po::value(&o.admin_group),
@@ -275,6 +280,8 @@ int main(int argc, char** argv) {
     l.user_memory = percent ? 0 : v;
     l.user_memory_percent = percent ? static_cast<uint32_t>(v) : 0;
   }
+  if (!ferry::ferryd::parse_staging_bound(user_staging, &l.user_staging))
+    return bad("user-staging", "must be a number of bytes or auto (got \"" + user_staging + "\")");
   if (o.segment_pool > 64) {
     return bad("segment-pool", "must be between 0 and 64");
   }

@@ -31,6 +31,10 @@ struct Limits {
   uint32_t max_imports = 1024;      // per user: allocations of its own contexts handed in
   uint32_t max_event_pools = 256;   // per user: IPC event pools registered
   uint32_t max_buffers = 4096;      // per user: allocations held at once
+  // Staging areas beyond the segments (direct uploads that outgrow their
+  // client's staging), per user, in bytes; 0: no areas at all. The default
+  // is resolved at start: an eighth of the host's memory, at most 4 GiB.
+  uint64_t user_staging = UINT64_MAX;
   // Allocations of all users together; 0: with --sim, from the descriptor
   // limit (each simulated allocation holds a descriptor), else no bound.
   uint64_t max_buffers_total = 0;

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -110,6 +112,21 @@ void RunningMarker::remove() {
     if (n > 0 && std::strtol(buf, nullptr, 10) == ::getpid()) ::unlink(path_.c_str());
   }
   path_.clear();
+}
+
+bool parse_staging_bound(const std::string& text, uint64_t* bytes) {
+  if (text == "auto") {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const uint64_t host = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+    *bytes = std::min<uint64_t>(host / 8, 4ull << 30);
+    return true;
+  }
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || text[0] == '-' || errno != 0 || end == text.c_str() || *end != '\0') return false;
+  *bytes = v;
+  return true;
 }
 
 }  // namespace ferry::ferryd

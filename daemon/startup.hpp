@@ -21,6 +21,10 @@ struct OpenedDevice {
 // Called before any thread starts (it may fork a probe).
 OpenedDevice open_device(const Options& o, std::string& why);
 
+// --user-staging: a number of bytes, or "auto" (an eighth of the host's
+// memory, at most 4 GiB). False for anything else.
+bool parse_staging_bound(const std::string& text, uint64_t* bytes);
+
 // The running marker (proto::running_marker_path): written whole (a new
 // file renamed into place, never through a link) once ferryd listens,
 // removed at exit while it still names this process.

@@ -43,6 +43,8 @@ structs = {
     "CFence": "ferry_fence",
     "CInfo": "ferry_info",
     "CDirectOps": "ferry_direct_ops",
+    "CStagingHooks": "ferry_staging_hooks",
+    "CRunCounts": "ferry_run_counts",
 }
 # Handle types: a struct of one 64-bit id in C (so that handles and integers
 # do not convert into each other), passed as ctypes' integer of that size,

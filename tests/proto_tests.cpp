@@ -55,6 +55,9 @@ TEST_CASE("every message type decodes whole, and need-more for each prefix", "[p
       bytes_of(make<Import>(Type::import_buffer)),
       bytes_of(make<EventPool>(Type::event_pool)),
       bytes_of(make<AdminRequest>(Type::admin_request)),
+      bytes_of(make<StagingGrow>(Type::staging_grow)),
+      bytes_of(make<StagingReply>(Type::staging_reply)),
+      bytes_of(make<StagingRelease>(Type::staging_release)),
   };
   // The list names every message type there is, each once; the numbers
   // between are the ring entry kinds and protocol 2's timeline messages.

@@ -193,6 +193,10 @@ void ferry_disconnect(ferry_client* c) {
     c->conn.abandon();
     return;
   }
+  {
+    std::lock_guard lock(c->direct_mu);
+    c->areas.drop_all();  // detached while the caller's contexts still exist
+  }
   c->conn.close();
   delete c;  // the segment is unmapped last (ferry_client::mapping)
 }
@@ -281,12 +285,6 @@ int ferry_upload_signal(ferry_client* c, ferry_buffer dst, uint64_t dst_offset, 
   o.pool = pool;
   o.event = event;
   return fc::upload(c, dst.id, dst_offset, &one, 1, o, out);
-}
-
-int ferry_upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_direct_ops* ops,
-                        ferry_ticket* out) {
-  if (int e = fc::owner_check(c); e != 0) return e;
-  return fc::upload_direct(c, src, bytes, ops, out);
 }
 
 int ferry_download(ferry_client* c, ferry_buffer src, uint64_t src_offset, void* dst, uint64_t bytes) {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 
+#include "areas.hpp"
 #include "connection.hpp"
 #include "ferry/ferry.h"
 #include "ferry/util/mapping.hpp"
@@ -46,6 +47,8 @@ struct ferry_client {
   // queue in order; the queue they went to last (ferry_direct_ops::queue).
   std::mutex direct_mu;
   uint64_t direct_queue = 0, direct_queue_context = 0;
+  // Staging areas beyond the segment, for direct uploads (under direct_mu).
+  ferry::client::Areas areas;
 
   // Buffers this client allocated, opened or imported: id -> bytes, and
   // the fence of each allocation (its index + 1; 0: none).

@@ -141,6 +141,7 @@ bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why
     case T::reply:
     case T::token_reply:
     case T::buffer_reply:
+    case T::staging_reply:
     case T::export_reply: {
       uint64_t request;
       std::memcpy(&request, m + sizeof(proto::Header), sizeof request);
@@ -151,6 +152,13 @@ bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why
         std::memcpy(&e, m, sizeof e);
         // Its descriptor came with these bytes, so it is the oldest unclaimed one.
         if (e.status == 0 && e.kind == proto::kIpcLevelZero && !fds_in_.empty()) {
+          a.fd = fds_in_.front();
+          fds_in_.pop_front();
+        }
+      } else if (type == T::staging_reply) {
+        proto::StagingReply s;
+        std::memcpy(&s, m, sizeof s);
+        if (s.status == 0 && !fds_in_.empty()) {
           a.fd = fds_in_.front();
           fds_in_.pop_front();
         }

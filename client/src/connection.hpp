@@ -31,6 +31,8 @@ template <>
 constexpr proto::Type answer_type<proto::BufferReply>() { return proto::Type::buffer_reply; }
 template <>
 constexpr proto::Type answer_type<proto::ExportReply>() { return proto::Type::export_reply; }
+template <>
+constexpr proto::Type answer_type<proto::StagingReply>() { return proto::Type::staging_reply; }
 
 class Connection {
  public:
@@ -97,7 +99,7 @@ class Connection {
   struct Answer {
     proto::Type type{};
     std::vector<uint8_t> bytes;
-    int fd = -1;  // came with it (ExportReply)
+    int fd = -1;  // came with it (ExportReply, StagingReply)
     std::string text{};  // a refusal's reason (an Error), if the daemon gave one
   };
   int exchange(void* msg, size_t n, uint64_t* request_field, int fd, Answer* out);

@@ -62,6 +62,15 @@ int Timeline::take(uint64_t count, bool direct, Turn* first) {
   return 0;
 }
 
+int Timeline::take_direct(uint64_t count, uint64_t* first) {
+  std::lock_guard lock(mu_);
+  if (dead_ != 0) return dead_;
+  *first = next_direct_;
+  next_direct_ += count;
+  direct_issued_.store(next_direct_ - 1, std::memory_order_release);
+  return 0;
+}
+
 void Timeline::fail_direct(uint64_t ticket, int err) {
   std::lock_guard lock(mu_);
   direct_failed_.emplace(ticket, err);
@@ -170,19 +179,12 @@ int Timeline::place(const Turn& turn, uint64_t length, int stall_ms, uint64_t* o
     place_cv_.wait(lock, [&] { return placed_ + 1 == q || dead_.load() != 0; });
     if (int d = dead_.load(); d != 0) return d;
     const uint64_t S = staging_bytes_;
-    uint64_t p = (head_ + proto::kStagingAlign - 1) / proto::kStagingAlign * proto::kStagingAlign;
-    if (p % S + length > S) p += S - p % S;  // never across the end
-    // With nothing in flight, back to the area's start: an upload now and
-    // then stages into the same bytes each time, still in the CPU's cache
-    // (as a driver's bounce buffer is), not into the next cold ones.
-    if (p % S != 0 && completed() >= last_.ring && direct_completed() >= last_.direct &&
-        oldest_hold_.load(std::memory_order_acquire) == UINT64_MAX)
-      p += S - p % S;
+    const uint64_t p = start_at(head_, length, placed_idle());
     const uint64_t end = p + length;
     // Every placement that started before end - S used bytes this one
     // overwrites (placements start in order), and so must be done first.
     if (reuse_ <= need) reuse_ = need + 1;
-    while (reuse_ < q && end > S && placed_at_[(reuse_ - 1) % placements_].start < end - S) ++reuse_;
+    if (const uint64_t r = overwritten(reuse_, q, end); r != 0) reuse_ = r + 1;
     need = std::max(need, reuse_ - 1);
     // Read before this placement's record takes the place of q - placements_'s.
     if (need != 0) want = placed_at_[(need - 1) % placements_];
@@ -246,22 +248,6 @@ int Timeline::place(const Turn& turn, uint64_t length, int stall_ms, uint64_t* o
   m->buckets[proto::latency_bucket(ns)].fetch_add(1, std::memory_order_relaxed);
   FERRY_SLOT_TAKEN(staging_);
   return r;
-}
-
-void Timeline::hold(uint64_t p) {
-  std::lock_guard lock(place_mu_);
-  holds_.insert(p);
-  oldest_hold_.store(*holds_.begin(), std::memory_order_release);
-}
-
-void Timeline::release(uint64_t p) {
-  FERRY_SLOT_HANDED_ON(staging_);
-  {
-    std::lock_guard lock(place_mu_);
-    if (auto it = holds_.find(p); it != holds_.end()) holds_.erase(it);
-    oldest_hold_.store(holds_.empty() ? UINT64_MAX : *holds_.begin(), std::memory_order_release);
-  }
-  wake_sleepers();  // an upload may wait for these bytes
 }
 
 int Timeline::wait(uint64_t t, int64_t timeout_ns) {

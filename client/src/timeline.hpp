@@ -61,6 +61,9 @@ class Timeline {
   // ticket reports the first error of any of them. 0, or why the connection
   // ended.
   int take(uint64_t count, bool direct, Turn* first);
+  // Reserves `count` direct numbers with no placement (an upload staged in
+  // an area of its own, not in the staging area); the first in *first.
+  int take_direct(uint64_t count, uint64_t* first);
   // The newest ring ticket handed out (0 before the first); no lock: every
   // upload asks it (whether it is made alone).
   uint64_t issued() const { return issued_.load(std::memory_order_acquire); }
@@ -98,6 +101,11 @@ class Timeline {
   // application's queue makes progress for stall_ms, -ETIMEDOUT, and the
   // connection is done for (the ticket can no longer be sent in order).
   int place(const Turn& t, uint64_t length, int stall_ms, uint64_t* offset);
+  // Whether pieces of these lengths, placed next and in this order, could
+  // all be written now: nothing that used their bytes is still in flight.
+  // False when another placement is under way (a thread between take and
+  // place), or the pieces outgrow the staging area.
+  bool room_now(const std::vector<uint64_t>& lengths);
   // Until ticket t is done (timeout_ns < 0: no limit), then its outcome.
   int wait(uint64_t t, int64_t timeout_ns);
   int wait_direct(uint64_t t, int64_t timeout_ns);
@@ -135,6 +143,15 @@ class Timeline {
   int wait_for(Clock::time_point deadline, bool forever, Ready ready, Clock::duration spin, uint64_t target,
                bool poll = false);
   void settle_groups(uint64_t completed);  // mu_ held
+  // Where a transfer of `length` that would start at `head` (counted
+  // without wrapping) starts: aligned, never across the area's end, and
+  // back at the start when nothing is in flight (`idle`). place_mu_ held.
+  uint64_t start_at(uint64_t head, uint64_t length, bool idle) const;
+  // Nothing placed is in flight, and no download reads its bytes. place_mu_ held.
+  bool placed_idle() const;
+  // The newest placement before q whose bytes [.., end) overwrites (they
+  // started before end - S), scanning on from `from`: 0 when none. place_mu_ held.
+  uint64_t overwritten(uint64_t from, uint64_t q, uint64_t end) const;
   // Wakes this client's threads asleep on the segment's futex word.
   void wake_sleepers();
   // Reads the Result records of the tickets the segment shows done since

@@ -80,7 +80,7 @@ std::string status_json(const StatusInputs& ctx, const PeerCred& who) {
     bytes_busy += c->in_flight_bytes();
     const ClientStats& cs = c->stats();
     const ClientState::Direct direct = c->direct();
-    clients.push_back(json::object{{"id", c->id()},
+    json::object row{{"id", c->id()},
                                    {"pid", c->pid},
                                    {"uid", c->uid},
                                    {"name", c->name},
@@ -100,7 +100,19 @@ std::string status_json(const StatusInputs& ctx, const PeerCred& who) {
                                    {"direct_uploads", direct.uploads},
                                    {"direct_bytes", direct.bytes},
                                    {"direct_in_flight", direct.in_flight},
-                                   {"connected_since", unix_seconds(c->since)}});
+                                   {"staging_area_bytes", c->areas().bytes()},
+                                   {"connected_since", unix_seconds(c->since)}};
+    // A process under ferry-run, as its lead client counts it (its row only).
+    if (const ClientState::Run run = c->run(); run.role != 0) {
+      json::object passed;
+      for (uint32_t i = 0; i < proto::kPassReasons; ++i) passed[proto::kPassNames[i]] = run.passed[i];
+      row["run"] = json::object{{"role", run.role == proto::kRunLead ? "lead" : "lane"},
+                                {"staged", run.staged},
+                                {"staged_bytes", run.staged_bytes},
+                                {"passed", std::move(passed)},
+                                {"passed_bytes", run.passed_bytes}};
+    }
+    clients.push_back(std::move(row));
   }
   // What other users did is theirs: a viewer who sees only its own clients
   // gets totals, holdings and histograms of its own clients too.

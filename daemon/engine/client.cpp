@@ -280,6 +280,21 @@ ClientState::Direct ClientState::direct() const {
   return d;
 }
 
+ClientState::Run ClientState::run() const {
+  Run r;
+  if (segment_.header() == nullptr) return r;
+  const auto* w = reinterpret_cast<const proto::RunWords*>(reinterpret_cast<const char*>(segment_.header()) +
+                                                           proto::kRunOffset);
+  const uint32_t role = w->role.load(std::memory_order_relaxed);
+  if (role != proto::kRunLead && role != proto::kRunLane) return r;
+  r.role = role;
+  r.staged = w->staged.load(std::memory_order_relaxed);
+  r.staged_bytes = w->staged_bytes.load(std::memory_order_relaxed);
+  r.passed_bytes = w->passed_bytes.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < proto::kPassReasons; ++i) r.passed[i] = w->passed[i].load(std::memory_order_relaxed);
+  return r;
+}
+
 void ClientState::set_daemon_state(uint32_t s) {
   if (proto::Segment* seg = segment_.header()) seg->daemon_state.store(s, std::memory_order_release);
 }

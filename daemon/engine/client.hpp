@@ -23,6 +23,7 @@
 #include "engine/buffer.hpp"
 #include "engine/grants.hpp"
 #include "engine/segment.hpp"
+#include "engine/staging_areas.hpp"
 #include "engine/stats.hpp"
 
 namespace ferry::ferryd {
@@ -115,6 +116,10 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   bool event_pool(uint64_t id, uint64_t* backend_id) const;
   const std::map<uint64_t, uint64_t>& event_pools() const { return event_pools_; }
 
+  // ---- staging areas beyond the segment (proto::StagingGrow)
+  StagingAreas& areas() { return areas_; }
+  const StagingAreas& areas() const { return areas_; }
+
   // ---- the ticket window
   // Checks a transfer's ticket against this client's window, and its
   // staging range (Entry::staging, length) against the staging area.
@@ -185,6 +190,14 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     uint64_t uploads = 0, bytes = 0, in_flight = 0;
   };
   Direct direct() const;
+  // What a process under ferry-run says of itself (proto::RunWords), for
+  // its own row alone; role 0 for any other client. Numbers only.
+  struct Run {
+    uint32_t role = 0;
+    uint64_t staged = 0, staged_bytes = 0, passed_bytes = 0;
+    uint64_t passed[proto::kPassReasons] = {};
+  };
+  Run run() const;
   // A piece of an upload call is being copied (`last`: the call's last
   // piece). The client counts as transferring once one call reaches
   // proto::kThreadedUpload, the size libferry stages with threads from.
@@ -279,6 +292,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   };
   std::map<uint64_t, Entry> buffers_;
   std::map<uint64_t, uint64_t> event_pools_;
+  StagingAreas areas_;
   uint64_t next_pool_ = 0;
   ClientStats stats_;
 };

@@ -39,6 +39,8 @@ void TransferEngine::client_gone(const ClientRef& c) {
   // last upload, which a consumer's queue may wait for).
   drain_ring(c);
   c->disconnect();
+  // Its staging areas served its own queue only, which went with it.
+  c->areas().clear();
   auto it = std::find_if(rings_.begin(), rings_.end(), [&](const Ring& r) { return r.c == c; });
   if (it == rings_.end()) return;
   boost::system::error_code ec;

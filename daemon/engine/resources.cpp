@@ -119,6 +119,18 @@ int Resources::open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t
   return 0;
 }
 
+int Resources::grow_staging(ClientState& c, uint64_t bytes, uint64_t* id, uint64_t* size, int* fd) {
+  *fd = -1;
+  if (bytes == 0 || bytes > proto::kMaxStagingArea) return -EINVAL;
+  bytes = proto::page_up(bytes);
+  if (int r = within(c, Quota::staging, bytes); r != 0) return r;
+  if (int r = c.areas().create(bytes, id, fd); r != 0) return r;
+  *size = bytes;
+  return 0;
+}
+
+int Resources::release_staging(ClientState& c, uint64_t id) { return c.areas().release(id) ? 0 : -ENOENT; }
+
 Usage Resources::usage(uid_t uid) const {
   Usage u;
   for (const auto& [id, c] : clients_) {
@@ -130,6 +142,7 @@ Usage Resources::usage(uid_t uid) const {
     u.opens += c->opened();
     u.imports += c->imported();
     u.event_pools += c->event_pools().size();
+    u.staging_bytes += c->areas().bytes();
   }
   return u;
 }
@@ -146,6 +159,12 @@ int Resources::within(const ClientState& c, Quota q, uint64_t bytes) {
     if (bound == 0 || (bytes <= bound && u.device_bytes <= bound - bytes)) return 0;
     return refuse(who + " holds " + std::to_string(u.device_bytes) + " B of device memory; " +
                   std::to_string(bytes) + " B more would pass --user-memory " + std::to_string(bound));
+  }
+  if (q == Quota::staging) {
+    const uint64_t bound = limits_.user_staging;
+    if (bytes <= bound && u.staging_bytes <= bound - bytes) return 0;
+    return refuse(who + " holds " + std::to_string(u.staging_bytes) + " B of staging areas; " + std::to_string(bytes) +
+                  " B more would pass --user-staging " + std::to_string(bound));
   }
   if (q == Quota::buffers && limits_.max_buffers_total != 0) {
     const uint64_t total = limits_.max_buffers_total;

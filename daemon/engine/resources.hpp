@@ -36,6 +36,7 @@ struct Usage {
   uint32_t clients = 0;
   uint64_t buffers = 0, device_bytes = 0;  // its own allocations
   uint64_t grants = 0, opens = 0, imports = 0, event_pools = 0;
+  uint64_t staging_bytes = 0;  // staging areas beyond the segments (StagingAreas)
 };
 
 class Resources {
@@ -68,6 +69,11 @@ class Resources {
   // One grant (token) or, with token == nullptr, every grant of the buffer. *n: how many.
   int revoke(ClientState& c, uint64_t buffer, const uint8_t* token, size_t* n);
   int open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t* bytes, uint32_t* rights);
+  // A staging area of `bytes` (rounded up to pages) for c: its id, size and
+  // a descriptor for the client; -EINVAL for 0 or more than
+  // proto::kMaxStagingArea, -EDQUOT past the user's --user-staging.
+  int grow_staging(ClientState& c, uint64_t bytes, uint64_t* id, uint64_t* size, int* fd);
+  int release_staging(ClientState& c, uint64_t id);
 
   // A client came, or its last reference went: its grants end, its event
   // pools close (its buffers go with the ClientState itself).
@@ -75,7 +81,7 @@ class Resources {
   void client_gone(ClientState& c);
 
  private:
-  enum class Quota { buffers, memory, grants, opens, imports, event_pools };
+  enum class Quota { buffers, memory, grants, opens, imports, event_pools, staging };
   // 0 when one more of `q` (`bytes` more, for memory) keeps c's user within
   // its bounds; else -EDQUOT with refusal_ set.
   int within(const ClientState& c, Quota q, uint64_t bytes = 0);

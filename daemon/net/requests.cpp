@@ -45,6 +45,7 @@ bool Requests::client_may_send(proto::Type type) {
   switch (type) {
     case T::hello: case T::status_request: case T::alloc: case T::free: case T::grant: case T::revoke:
     case T::open: case T::export_buffer: case T::import_buffer: case T::event_pool: case T::admin_request:
+    case T::staging_grow: case T::staging_release:
       return true;
     default:
       return false;
@@ -71,6 +72,8 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
     case T::export_buffer: return call(this, msg, &Requests::on_export);
     case T::import_buffer: return call(this, msg, &Requests::on_import);
     case T::event_pool: return call(this, msg, &Requests::on_event_pool);
+    case T::staging_grow: return call(this, msg, &Requests::on_staging_grow);
+    case T::staging_release: return call(this, msg, &Requests::on_staging_release);
     default: return;
   }
 }
@@ -268,6 +271,26 @@ void Requests::on_event_pool(const proto::EventPool& m) {
   FERRY_LOG(debug, "client %llu: event pool of %u events -> %s", ull(client_->id()), m.count, r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);
   if (!refused_past_bound(m.request, r)) reply(m.request, r, id);
+}
+
+void Requests::on_staging_grow(const proto::StagingGrow& m) {
+  auto r = proto::make<proto::StagingReply>(proto::Type::staging_reply);
+  r.request = m.request;
+  // Its descriptor waits in ferryd until the client reads it, as an Export's.
+  if (peer_.queued_fds() >= kMaxQueuedFds || peer_.unread_bytes() > kMaxUnreadBytes) {
+    r.status = -EAGAIN;
+    return peer_.send(&r, sizeof r);
+  }
+  int fd = -1;
+  r.status = ctx_.engine.resources().grow_staging(*client_, m.bytes, &r.area, &r.bytes, &fd);
+  FERRY_LOG(debug, "client %llu: staging area of %llu bytes -> %s (area %llu)", ull(client_->id()), ull(m.bytes),
+            r.status == 0 ? "ok" : std::strerror(-r.status), ull(r.area));
+  if (refused_past_bound(m.request, r.status)) return;
+  peer_.send(&r, sizeof r, fd);
+}
+
+void Requests::on_staging_release(const proto::StagingRelease& m) {
+  reply(m.request, ctx_.engine.resources().release_staging(*client_, m.area), 0);
 }
 
 void Requests::on_admin(const proto::AdminRequest& m) {

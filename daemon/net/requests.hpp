@@ -76,6 +76,8 @@ class Requests {
   void on_export(const proto::Export& m);
   void on_import(const proto::Import& m);
   void on_event_pool(const proto::EventPool& m);
+  void on_staging_grow(const proto::StagingGrow& m);
+  void on_staging_release(const proto::StagingRelease& m);
 
  private:
   void reply(uint64_t request, int status, uint64_t value, uint32_t fence = 0);

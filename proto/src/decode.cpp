@@ -27,6 +27,9 @@ size_t fixed_size(Type t) {
     case Type::import_buffer: return sizeof(Import);
     case Type::event_pool: return sizeof(EventPool);
     case Type::admin_request: return sizeof(AdminRequest);
+    case Type::staging_grow: return sizeof(StagingGrow);
+    case Type::staging_reply: return sizeof(StagingReply);
+    case Type::staging_release: return sizeof(StagingRelease);
     // Ring entry kinds, the timeline messages of protocols 1 and 2, protocol 5's Doorbell.
     case Type::upload: case Type::download: case Type::completion: case Type::ticket_failed: case Type::doorbell:
     case Type::upload_signal: case Type::upload_after: case Type::upload_fenced: return 0;

@@ -52,6 +52,36 @@ class CDirectOps(ctypes.Structure):
     ]
 
 
+DIRECT_NO_WAIT = 1 << 0
+
+STAGING_ATTACH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64)
+STAGING_DETACH = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64)
+
+
+class CStagingHooks(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("ctx", ctypes.c_void_p),
+        ("attach", STAGING_ATTACH),
+        ("detach", STAGING_DETACH),
+    ]
+
+
+PASS_REASONS = 10
+
+
+class CRunCounts(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("role", ctypes.c_uint32),
+        ("staged", ctypes.c_uint64),
+        ("staged_bytes", ctypes.c_uint64),
+        ("passed", ctypes.c_uint64 * PASS_REASONS),
+        ("passed_bytes", ctypes.c_uint64),
+    ]
+
+
 class CReservation(ctypes.Structure):
     _fields_ = [
         ("data", ctypes.c_void_p),

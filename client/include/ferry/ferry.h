@@ -371,10 +371,16 @@ int ferry_signal(ferry_client *c, uint64_t value);
  * waits for it and times out, and the client is done for. Unregister the
  * segment and disconnect only once the queue finished its copies. */
 #define FERRY_DIRECT_TICKET (UINT64_C(1) << 63)
+/* ferry_direct_ops::flags: never wait for staging room. Where the upload
+ * cannot be staged at once (the staging holds copies the queue has not run
+ * yet, and no staging area can be had: ferry_set_staging_hooks), the call
+ * returns -EAGAIN with nothing staged or appended, and the caller copies
+ * some other way (ferry-run then leaves the copy to the driver). */
+#define FERRY_DIRECT_NO_WAIT (1u << 0)
 
 typedef struct ferry_direct_ops {
   uint32_t size;   /* sizeof(ferry_direct_ops) */
-  uint32_t flags;  /* 0 */
+  uint32_t flags;  /* 0 or FERRY_DIRECT_NO_WAIT */
   void *ctx;       /* passed to both functions */
   uint64_t queue;  /* names the queue (e.g. the stream's handle): see "One queue at a time" */
   uint64_t queue_context; /* and its context (a handle is unique only within one): both name the queue */
@@ -395,12 +401,81 @@ typedef struct ferry_direct_ops {
  * the number of the last piece, done once the queue wrote that number.
  * Never waits for the queue, except for staging room (see above).
  * -EINVAL: 0 bytes, ops->size too small or unknown flags; -EFAULT: a NULL
- * src, ops or function. A copy the queue refused: that error, and the
- * ticket fails with it (*out is set). A write the queue refused: that
- * error, and this client is done for (-EIO from then on: it can no longer
- * tell when its staging is free); disconnect and connect again. */
+ * src, ops or function; -EAGAIN: FERRY_DIRECT_NO_WAIT and no room now. A
+ * copy the queue refused: that error, and the ticket fails with it (*out is
+ * set). A write the queue refused: that error, and this client is done for
+ * (-EIO from then on: it can no longer tell when its staging is free);
+ * disconnect and connect again. */
 int ferry_upload_direct(ferry_client *c, const void *src, uint64_t bytes, const ferry_direct_ops *ops,
                         ferry_ticket *out);
+
+/* ---------------------------------------------------------------- staging that grows
+ * A direct upload that would wait for staging room (larger than the
+ * client's staging, or behind copies its queue has not run yet) can take a
+ * staging area instead: pinned memory of its own, which ferryd grants on
+ * demand (a memfd, counted against the user's --user-staging) and this
+ * client maps. The upload is staged there whole and the call returns; the
+ * area is reused once the queue copied from it, and given back after about
+ * two seconds unused (at a later call, or at ferry_disconnect). Past the
+ * user's bound the upload waits for room as before (or, with
+ * FERRY_DIRECT_NO_WAIT, returns -EAGAIN).
+ *
+ * The caller's context must be able to copy from an area at full speed, as
+ * from the segment (ferry_cu_register, ferry_ze_import): the hooks do that.
+ * attach() is called on the thread of the upload that first uses an area,
+ * before any copy from it is appended; detach() once no queue copies from it
+ * any more, before it is unmapped, on the thread of a later ferry call (or
+ * ferry_disconnect). 0 or a negative errno from attach: that area is not
+ * used (and given back). Without hooks (the default) no area is taken.
+ * ferry/cuda.h's ferry_cu_register sets hooks that register areas as it
+ * registers the segment. */
+typedef struct ferry_staging_hooks {
+  uint32_t size;  /* sizeof(ferry_staging_hooks) */
+  uint32_t flags; /* 0 */
+  void *ctx;      /* passed to both functions */
+  int (*attach)(void *ctx, void *area, uint64_t bytes);
+  void (*detach)(void *ctx, void *area, uint64_t bytes);
+} ferry_staging_hooks;
+
+/* Sets (or, with NULL, clears: no new areas) this client's hooks; the
+ * struct is copied. -EINVAL for a size too small or unknown flags, -EFAULT
+ * for a NULL function. Does not block. */
+int ferry_set_staging_hooks(ferry_client *c, const ferry_staging_hooks *hooks);
+
+/* ---------------------------------------------------------------- programs that stand in
+ * For a program that stands in for another's GPU calls (ferry-run's
+ * interposers, which make one client per queue of a process): what the
+ * process staged through ferry and what it left to the driver, by reason,
+ * shown in this client's row of `ferryctl status` and in the metrics. The
+ * lead client of a process carries the process's counts; a lane (another
+ * queue's client) only its role. */
+enum {
+  FERRY_PASS_SMALL = 0,   /* below the size from which staging pays */
+  FERRY_PASS_PINNED,      /* the source is pinned or the driver's host memory already */
+  FERRY_PASS_NOT_UPLOAD,  /* not host to device */
+  FERRY_PASS_CAPTURED,    /* a stream being captured into a graph */
+  FERRY_PASS_REPLAYABLE,  /* a regular Level Zero command list (it may run again) */
+  FERRY_PASS_NO_DAEMON,   /* ferryd absent, stopped or refusing */
+  FERRY_PASS_NO_ROOM,     /* no staging room now and no more granted */
+  FERRY_PASS_ERROR,       /* a ferry call failed */
+  FERRY_PASS_UNSUPPORTED, /* a shape or memory ferry does not stage */
+  FERRY_PASS_BUSY,        /* every client of the process busy with another queue */
+  FERRY_PASS_REASONS
+};
+#define FERRY_RUN_LEAD 1u
+#define FERRY_RUN_LANE 2u
+typedef struct ferry_run_counts {
+  uint32_t size; /* sizeof(ferry_run_counts) */
+  uint32_t role; /* FERRY_RUN_LEAD or FERRY_RUN_LANE */
+  uint64_t staged, staged_bytes;
+  uint64_t passed[FERRY_PASS_REASONS];
+  uint64_t passed_bytes;
+} ferry_run_counts;
+
+/* Publishes counts for ferryctl (words of this client's segment, which
+ * ferryd only shows). -EINVAL for a size too small or an unknown role.
+ * Does not block. */
+int ferry_publish_run(ferry_client *c, const ferry_run_counts *counts);
 
 /* Geometry this client was given (versioned by size, as ferry_timeline).
  * Does not block. */

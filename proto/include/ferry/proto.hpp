@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// ferry wire protocol, version 6 (one data plane): every message between
+// ferry wire protocol, version 7 (one data plane): every message between
 // libferry and ferryd, and the layout of a client's staging segment. This
 // file is the single source of truth; both sides include it.
 //
@@ -31,6 +31,8 @@
 //   client -> Export               daemon -> ExportReply (+ the IPC handle's fd, Level Zero)
 //   client -> Import (+ fd)        daemon -> BufferReply          (the client's own allocation)
 //   client -> EventPool (+ fd)     daemon -> Reply (value = pool id)
+//   client -> StagingGrow          daemon -> StagingReply (+ the area's memfd)
+//   client -> StagingRelease       daemon -> Reply
 //   The doorbell is no message: while the segment's `doorbell` word asks for
 //   it (ferryd's poller sleeps), a client that published a ring entry adds 1
 //   sends a byte on the doorbell of its Welcome (a stream socket; EAGAIN
@@ -48,8 +50,9 @@ namespace ferry::proto {
 
 inline constexpr uint32_t kMagic = 0x59524546;  // "FERY"
 // 3: transfers and outcomes only in the segment; 4: staging_threads; 5: DirectWords;
-// 6: the doorbell a socket of the Welcome, no message; Welcome::flags for feature bits
-inline constexpr uint16_t kVersion = 6;
+// 6: the doorbell a socket of the Welcome, no message; Welcome::flags for feature bits;
+// 7: staging areas beyond the segment (StagingGrow), RunWords in the header page
+inline constexpr uint16_t kVersion = 7;
 
 // Welcome::flags: the one thing that differs between daemons of this
 // version. Everything else the protocol names is always there (the
@@ -93,10 +96,13 @@ enum class Type : uint16_t {
   doorbell = 25,  // no message: see the Flow above
   admin_request = 26,
   upload_fenced = 27,
+  staging_grow = 28,
+  staging_reply = 29,
+  staging_release = 30,
 };
 // The highest type number; every number from 1 to it is a message or a ring
 // entry kind (tests check).
-inline constexpr Type kLastType = Type::upload_fenced;
+inline constexpr Type kLastType = Type::staging_release;
 
 struct Header {
   uint16_t type;   // Type
@@ -238,6 +244,43 @@ struct Shutdown {
   uint32_t reserved;
 };
 static_assert(sizeof(Shutdown) == 16);
+
+// ---------------------------------------------------------------- staging areas
+// More staging for direct uploads, on demand: an area is a memfd of `bytes`
+// (sealed against resizing) that only this client maps; its queue copies
+// from it (ferry_upload_direct), so ferryd never maps or reads it. ferryd
+// counts each area against its user's staging bound (--user-staging) until
+// the client releases it or its session ends, and then punches the memfd's
+// pages out: what a client kept mapped reads zeros, and holds no memory that
+// ferryd stopped counting. Answered by a StagingReply: status 0 and the
+// memfd, or -EDQUOT past the bound (the Error before it says which),
+// -EINVAL for 0 bytes or more than kMaxStagingArea.
+inline constexpr uint64_t kMaxStagingArea = 1ull << 34;  // 16 GiB
+struct StagingGrow {
+  Header h;
+  uint64_t request;
+  uint64_t bytes;           // rounded up to whole pages by the daemon
+};
+static_assert(sizeof(StagingGrow) == 24);
+
+struct StagingReply {
+  Header h;
+  uint64_t request;
+  int32_t status;           // 0 or a negative errno
+  uint32_t reserved;
+  uint64_t area;            // names it in StagingRelease; per client, from 1
+  uint64_t bytes;           // the memfd's size
+};
+static_assert(sizeof(StagingReply) == 40);
+
+// The client unmapped area `area` (its queue finished with it): a Reply, 0
+// or -ENOENT for an area it does not hold.
+struct StagingRelease {
+  Header h;
+  uint64_t request;
+  uint64_t area;
+};
+static_assert(sizeof(StagingRelease) == 24);
 
 // ---------------------------------------------------------------- sharing
 inline constexpr size_t kTokenBytes = 32;  // 256 random bits
@@ -553,6 +596,41 @@ struct DirectWords {
 inline constexpr uint64_t kDirectOffset = 1024;
 static_assert(kDirectOffset >= sizeof(Segment));
 static_assert(kDirectOffset % 64 == 0 && kDirectOffset + sizeof(DirectWords) <= 2048);
+
+// ---------------------------------------------------------------- ferry-run
+// A process run under ferry-run (its interposers make the clients) marks
+// its clients and counts, in the first one it connected (its lead), the
+// copies it left to the driver and why. Written by the client alone, at
+// kRunOffset; ferryd only reads the words, to show them in that client's
+// row (status "run"), and trusts none of them.
+enum class Pass : uint32_t {
+  small = 0,        // below the size from which staging pays (--min-bytes)
+  pinned,           // the source is pinned, registered or the device's host memory already
+  not_upload,       // not host to device (device to device, to the host, host to host)
+  captured,         // the stream is being captured into a graph (a replay would read recycled staging)
+  replayable,       // a regular Level Zero command list (it may be executed again)
+  no_daemon,        // ferryd absent, stopped, or it refused the connection
+  no_room,          // staging full and no more granted (--user-staging), or the queue holds it
+  error,            // a call of ferry's failed: the copy went to the driver instead
+  unsupported,      // a shape or memory ferry does not stage (strided 2D, an unknown context)
+  busy,             // every client of the process is busy with another queue
+};
+inline constexpr uint32_t kPassReasons = 10;
+inline constexpr const char* kPassNames[kPassReasons] = {"small",     "pinned",    "not_upload", "captured", "replayable",
+                                                         "no_daemon", "no_room",   "error",      "unsupported", "busy"};
+inline constexpr uint32_t kRunLead = 1;       // RunWords::role: this client counts its process's copies
+inline constexpr uint32_t kRunLane = 2;       // one more client of such a process (another queue)
+struct RunWords {
+  std::atomic<uint32_t> role;                     // 0: not under ferry-run; kRunLead or kRunLane
+  uint32_t reserved;
+  std::atomic<uint64_t> staged;                   // lead: copies staged by ferry (every client of the process)
+  std::atomic<uint64_t> staged_bytes;
+  std::atomic<uint64_t> passed[kPassReasons];     // lead: copies left to the driver, by Pass
+  std::atomic<uint64_t> passed_bytes;
+};
+inline constexpr uint64_t kRunOffset = 1536;
+static_assert(kRunOffset >= kDirectOffset + sizeof(DirectWords));
+static_assert(kRunOffset + sizeof(RunWords) <= kClientMetricsOffset);
 
 // ---------------------------------------------------------------- decoder
 enum class Decode { good, bad, need_more };

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+#include "areas.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace ferry::client {
+
+namespace {
+// Areas come in whole 2 MiB steps: an upload slightly larger than the last
+// one reuses its area, and huge pages can back them.
+constexpr uint64_t kStep = 2ull << 20;
+}  // namespace
+
+Areas::~Areas() {
+  for (Area& a : areas_) ::munmap(a.base, a.bytes);
+}
+
+void Areas::set_hooks(const ferry_staging_hooks* h) { hooks_ = h != nullptr ? *h : ferry_staging_hooks{}; }
+
+uint64_t Areas::bytes() const {
+  uint64_t n = 0;
+  for (const Area& a : areas_) n += a.bytes;
+  return n;
+}
+
+Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, int* err) {
+  *err = -ENOTSUP;
+  if (!enabled()) return nullptr;
+  // The smallest free one that holds it.
+  Area* best = nullptr;
+  for (Area& a : areas_)
+    if (a.busy_until <= done && a.bytes >= bytes && (best == nullptr || a.bytes < best->bytes)) best = &a;
+  if (best != nullptr) return best;
+  if (areas_.size() >= kMaxAreas) {
+    trim(done, conn, true);
+    if (areas_.size() >= kMaxAreas) return nullptr;
+  }
+  auto m = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+  m.bytes = (bytes + kStep - 1) / kStep * kStep;
+  proto::StagingReply reply{};
+  int fd = -1;
+  *err = conn.request(&m, sizeof m, &m.request, &reply, -1, &fd);
+  if (*err == -EDQUOT) {
+    // Idle areas of ours may be what stands in the way.
+    trim(done, conn, true);
+    *err = conn.request(&m, sizeof m, &m.request, &reply, -1, &fd);
+  }
+  if (*err == 0 && reply.status != 0) *err = reply.status;
+  if (*err == 0 && (fd < 0 || reply.bytes < bytes)) *err = -EPROTO;
+  if (*err != 0) {
+    if (fd >= 0) ::close(fd);
+    return nullptr;
+  }
+  void* p = ::mmap(nullptr, reply.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_err = errno;
+  ::close(fd);
+  Area a{reply.area, static_cast<char*>(p), reply.bytes, 0, Clock::now(), hooks_};
+  if (p == MAP_FAILED) {
+    *err = -map_err;
+    a.base = nullptr;
+    drop(a, &conn);
+    return nullptr;
+  }
+  if (int r = hooks_.attach(hooks_.ctx, a.base, a.bytes); r != 0) {
+    *err = r < 0 ? r : -EIO;
+    ::munmap(a.base, a.bytes);
+    a.base = nullptr;  // never attached: nothing to detach
+    drop(a, &conn);
+    return nullptr;
+  }
+  areas_.push_back(a);
+  return &areas_.back();
+}
+
+void Areas::drop(Area& a, Connection* conn) {
+  if (a.base != nullptr) {
+    if (a.hooks.detach != nullptr) a.hooks.detach(a.hooks.ctx, a.base, a.bytes);
+    ::munmap(a.base, a.bytes);
+  }
+  if (conn == nullptr) return;
+  auto m = proto::make<proto::StagingRelease>(proto::Type::staging_release);
+  m.area = a.id;
+  proto::Reply r{};
+  conn->request(&m, sizeof m, &m.request, &r);  // a daemon gone took it back already
+}
+
+void Areas::drop_all() {
+  for (Area& a : areas_) drop(a, nullptr);
+  areas_.clear();
+}
+
+void Areas::trim(uint64_t done, Connection& conn, bool all) {
+  if (areas_.empty()) return;
+  const auto now = Clock::now();
+  auto gone = std::stable_partition(areas_.begin(), areas_.end(), [&](const Area& a) {
+    return a.busy_until > done || (!all && now - a.used < kIdle);
+  });
+  for (auto it = gone; it != areas_.end(); ++it) drop(*it, &conn);
+  areas_.erase(gone, areas_.end());
+}
+
+}  // namespace ferry::client

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: MIT
+// Staging areas beyond the segment (ferry_set_staging_hooks): pinned memory
+// that ferryd grants on demand (proto::StagingGrow) for a direct upload that
+// would otherwise wait for staging room. An area holds one upload at a time,
+// whole; it is free again once the queue wrote that upload's last number,
+// and goes back to ferryd after kIdle unused. Every member is used under
+// the client's direct_mu (direct uploads go one call at a time).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "connection.hpp"
+#include "ferry/ferry.h"
+
+namespace ferry::client {
+
+class Areas {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // How long an area may lie unused before it goes back.
+  static constexpr auto kIdle = std::chrono::seconds(2);
+  // Areas one client keeps at once (the user's --user-staging bounds the bytes).
+  static constexpr size_t kMaxAreas = 32;
+
+  struct Area {
+    uint64_t id = 0;
+    char* base = nullptr;
+    uint64_t bytes = 0;
+    uint64_t busy_until = 0;  // the direct number whose copy reads it last
+    Clock::time_point used{};
+    ferry_staging_hooks hooks{};  // those that attached it detach it
+  };
+
+  Areas() = default;
+  Areas(const Areas&) = delete;
+  Areas& operator=(const Areas&) = delete;
+  ~Areas();  // unmaps what is left (the connection is gone by then)
+
+  // NULL clears them: no new area is taken.
+  void set_hooks(const ferry_staging_hooks* h);
+  bool enabled() const { return hooks_.attach != nullptr; }
+
+  // A free area of at least `bytes` (done: the queue's word), made and
+  // attached if none is: nullptr and *err (-EDQUOT past the user's bound,
+  // -ENOTSUP without hooks, the hook's or the daemon's error otherwise).
+  Area* take(uint64_t bytes, uint64_t done, Connection& conn, int* err);
+  // Gives back the free areas unused for kIdle (all free ones with `all`).
+  void trim(uint64_t done, Connection& conn, bool all);
+  // Detaches and unmaps every area (ferry_disconnect: the session's end
+  // gives them back to ferryd).
+  void drop_all();
+  uint64_t bytes() const;
+
+ private:
+  void drop(Area& a, Connection* conn);
+  ferry_staging_hooks hooks_{};
+  std::vector<Area> areas_;
+};
+
+}  // namespace ferry::client
