@@ -166,8 +166,10 @@ int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_
   if (ops == nullptr) return misuse(-EFAULT, fn, "ops is NULL");
   if (ops->size < sizeof(ferry_direct_ops))
     return misuse(-EINVAL, fn, "ops->size is " + std::to_string(ops->size) + ": set it to sizeof(ferry_direct_ops)");
-  if ((ops->flags & ~FERRY_DIRECT_NO_WAIT) != 0)
-    return misuse(-EINVAL, fn, "ops->flags is " + std::to_string(ops->flags) + ": only FERRY_DIRECT_NO_WAIT exists");
+  if ((ops->flags & ~(FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_CALLER_THREAD)) != 0)
+    return misuse(-EINVAL, fn,
+                  "ops->flags is " + std::to_string(ops->flags) +
+                      ": only FERRY_DIRECT_NO_WAIT and FERRY_DIRECT_CALLER_THREAD exist");
   if (ops->copy == nullptr || ops->write == nullptr) return misuse(-EFAULT, fn, "ops->copy or ops->write is NULL");
   if (src == nullptr) return misuse(-EFAULT, fn, "the source is NULL");
   if (bytes == 0) return misuse(-EINVAL, fn, "0 bytes (nothing to copy)");
@@ -253,7 +255,7 @@ int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_
     return broken;
   };
   int r = 0;
-  if (pieces >= 4 && plan.threads > 1) {
+  if (pieces >= 4 && plan.threads > 1 && (ops->flags & FERRY_DIRECT_CALLER_THREAD) == 0) {
     r = c->stager.run(pieces, one, plan.threads - 1);
   } else {
     for (uint64_t i = 0; i < pieces && r == 0; ++i) r = one(i);

@@ -377,10 +377,15 @@ int ferry_signal(ferry_client *c, uint64_t value);
  * returns -EAGAIN with nothing staged or appended, and the caller copies
  * some other way (ferry-run then leaves the copy to the driver). */
 #define FERRY_DIRECT_NO_WAIT (1u << 0)
+/* ferry_direct_ops::flags: call ops->copy and ops->write from the calling
+ * thread only (for a queue whose name means another queue on another
+ * thread, such as CUDA's per-thread default stream); staging then uses no
+ * thread but the caller's. */
+#define FERRY_DIRECT_CALLER_THREAD (1u << 1)
 
 typedef struct ferry_direct_ops {
   uint32_t size;   /* sizeof(ferry_direct_ops) */
-  uint32_t flags;  /* 0 or FERRY_DIRECT_NO_WAIT */
+  uint32_t flags;  /* 0, or FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_CALLER_THREAD */
   void *ctx;       /* passed to both functions */
   uint64_t queue;  /* names the queue (e.g. the stream's handle): see "One queue at a time" */
   uint64_t queue_context; /* and its context (a handle is unique only within one): both name the queue */

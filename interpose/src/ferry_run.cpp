@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: MIT
+// ferry-run: runs an unmodified program, and every program it starts, with
+// its host-to-device copies from pageable memory staged by ferry. It sets
+// the environment the interposers read and executes the command in its
+// place (no process of its own stays):
+//   Level Zero  ZE_ENABLE_ALT_DRIVERS names ferry's wrapping driver first,
+//               which loads the program's own first driver ($FERRY_RUN_ZE_DRIVER);
+//   CUDA        LD_PRELOAD starts with libferry_cuda_run.so.
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <ferry/ferry.h>
+
+namespace {
+
+const char kUsage[] =
+    "usage: ferry-run [OPTIONS] [--] COMMAND [ARGS...]\n"
+    "\n"
+    "Runs COMMAND, and the programs it starts, so that their host-to-device copies from\n"
+    "pageable memory (cudaMemcpyAsync, cudaMemcpy, cuMemcpyHtoD*, zeCommandListAppendMemoryCopy)\n"
+    "are staged into ferry's pinned staging before the call returns, then copied by the\n"
+    "program's own stream or command list, in its order. The program needs no change; what\n"
+    "ferry cannot or need not stage goes to the driver as before (ferryctl status counts why).\n"
+    "\n"
+    "Options:\n"
+    "  --socket PATH     ferryd's socket (default: $FERRY_SOCKET, else /run/ferry/ferryd-0.sock)\n"
+    "  --min-bytes N     stage copies of N bytes and more (default: 65536 on CUDA, whose driver\n"
+    "                    stages smaller ones itself; every size on Level Zero, whose driver reads\n"
+    "                    the source only when the copy runs)\n"
+    "  --lanes N         ferry clients per process, one stream or command list each at a time\n"
+    "                    (default 8, at most 64)\n"
+    "  --report FILE     each process appends one JSON line of its counts to FILE at exit\n"
+    "  --stats           each process prints that line on stderr at exit\n"
+    "  --off             load the interposers but stage nothing (for measuring their cost)\n"
+    "  --no-cuda         leave CUDA alone (no LD_PRELOAD)\n"
+    "  --no-level-zero   leave Level Zero alone (ZE_ENABLE_ALT_DRIVERS unchanged)\n"
+    "  -h, --help        show this help and exit\n"
+    "  --version         print the version and exit\n"
+    "\n"
+    "Exit status: COMMAND's; 125 when ferry-run itself fails, 126 when COMMAND cannot be\n"
+    "executed, 127 when it is not found. See ferry-run(1).\n";
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "ferry-run: %s\n", what.c_str());
+  return 125;
+}
+
+bool is_number(const char* s) {
+  if (s == nullptr || *s == '\0') return false;
+  for (const char* p = s; *p != '\0'; ++p)
+    if (*p < '0' || *p > '9') return false;
+  return std::strlen(s) <= 19;
+}
+
+// Where the interposers lie: $FERRY_RUN_LIBDIR, beside an installed
+// ferry-run (<prefix>/lib/<triplet>/ferry), or in the build tree (here).
+std::string library_dir() {
+  if (const char* e = std::getenv("FERRY_RUN_LIBDIR"); e != nullptr && *e != '\0') return e;
+  char exe[PATH_MAX] = {};
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "";
+  std::string dir(exe, static_cast<size_t>(n));
+  dir = dir.substr(0, dir.rfind('/'));
+  for (const std::string rel : {"/../" FERRY_LIBDIR "/ferry", "/../lib/ferry", ""}) {
+    struct stat st{};
+    if (::stat((dir + rel + "/libferry_ze_run.so.1").c_str(), &st) == 0) {
+      char real[PATH_MAX];
+      if (realpath((dir + rel).c_str(), real) != nullptr) return real;
+    }
+  }
+  return "";
+}
+
+// The program's Level Zero drivers: ferry's wrapper in place of the first,
+// the rest as they were. An entry is never empty (an empty one makes the
+// loader open the program itself: LEVEL_ZERO.md).
+bool wrap_level_zero(const std::string& shim) {
+  const char* given = std::getenv("ZE_ENABLE_ALT_DRIVERS");
+  std::vector<std::string> drivers;
+  std::string list = given != nullptr && *given != '\0' ? given : "libze_intel_gpu.so.1,libze_intel_vpu.so.1";
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) drivers.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (drivers.empty()) return false;
+  if (drivers.front() == shim) return true;  // under ferry-run already
+  if (setenv("FERRY_RUN_ZE_DRIVER", drivers.front().c_str(), 1) != 0) return false;
+  std::string value = shim;
+  for (size_t i = 1; i < drivers.size(); ++i) value += "," + drivers[i];
+  return setenv("ZE_ENABLE_ALT_DRIVERS", value.c_str(), 1) == 0;
+}
+
+bool preload(const std::string& lib) {
+  const char* given = std::getenv("LD_PRELOAD");
+  std::string value = given != nullptr ? given : "";
+  if (value.find(lib) != std::string::npos) return true;
+  value = value.empty() ? lib : lib + ":" + value;
+  return setenv("LD_PRELOAD", value.c_str(), 1) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool cuda = true, level_zero = true;
+  int i = 1;
+  auto value = [&](const char* opt) -> const char* {
+    if (i + 1 >= argc) return nullptr;
+    (void)opt;
+    return argv[++i];
+  };
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.empty() || a[0] != '-') break;
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--version") {
+      std::printf("ferry-run %s\n", ferry_version());
+      return 0;
+    }
+    if (a == "--socket") {
+      const char* v = value("--socket");
+      if (v == nullptr || *v == '\0') return fail("--socket needs a path");
+      setenv("FERRY_SOCKET", v, 1);
+    } else if (a == "--min-bytes" || a == "--lanes") {
+      const char* v = value(a.c_str());
+      if (!is_number(v)) return fail(a + " needs a number (got " + (v != nullptr ? "\"" + std::string(v) + "\"" : "nothing") + ")");
+      if (a == "--lanes" && (std::strtoull(v, nullptr, 10) < 1 || std::strtoull(v, nullptr, 10) > 64))
+        return fail("--lanes must be from 1 to 64");
+      setenv(a == "--lanes" ? "FERRY_RUN_LANES" : "FERRY_RUN_MIN_BYTES", v, 1);
+    } else if (a == "--report") {
+      const char* v = value("--report");
+      if (v == nullptr || *v == '\0') return fail("--report needs a file");
+      // Absolute: a program that changes directory still writes here.
+      std::string path = v;
+      if (path[0] != '/') {
+        char cwd[PATH_MAX];
+        if (getcwd(cwd, sizeof cwd) == nullptr) return fail("cannot tell the current directory for --report");
+        path = std::string(cwd) + "/" + path;
+      }
+      setenv("FERRY_RUN_REPORT", path.c_str(), 1);
+    } else if (a == "--stats") {
+      setenv("FERRY_RUN_STATS", "1", 1);
+    } else if (a == "--off") {
+      setenv("FERRY_RUN_OFF", "1", 1);
+    } else if (a == "--no-cuda") {
+      cuda = false;
+    } else if (a == "--no-level-zero") {
+      level_zero = false;
+    } else {
+      return fail("unknown option " + a + " (ferry-run --help lists them)");
+    }
+  }
+  if (i >= argc) return fail("no command to run (ferry-run --help)");
+  const std::string dir = library_dir();
+  if (dir.empty()) return fail("cannot find ferry's interposers (libferry_ze_run.so.1): set FERRY_RUN_LIBDIR");
+  if (level_zero && !wrap_level_zero(dir + "/libferry_ze_run.so.1")) return fail("cannot set ZE_ENABLE_ALT_DRIVERS");
+  if (cuda && !preload(dir + "/libferry_cuda_run.so")) return fail("cannot set LD_PRELOAD");
+  // Copies go to the driver while no daemon answers; say so once, here.
+  const char* socket = ferry_socket_path(nullptr);
+  struct stat st{};
+  if (socket != nullptr && ::stat(socket, &st) != 0)
+    std::fprintf(stderr, "ferry-run: no ferryd socket at %s: the program's copies go to the driver until one listens\n",
+                 socket);
+  execvp(argv[i], argv + i);
+  const int e = errno;
+  std::fprintf(stderr, "ferry-run: %s: %s\n", argv[i], std::strerror(e));
+  return e == ENOENT ? 127 : 126;
+}

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: MIT
+#include "lanes.hpp"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+namespace ferry::run {
+
+namespace {
+const char* const kPassNames[FERRY_PASS_REASONS] = {"small",     "pinned",  "not_upload", "captured",    "replayable",
+                                                    "no_daemon", "no_room", "error",      "unsupported", "busy"};
+
+// Errors after which a client uploads no more (its connection or its
+// staging's bookkeeping is gone); any other error leaves it usable.
+bool ends_client(int err) {
+  return err == -ECONNRESET || err == -ESHUTDOWN || err == -ECONNABORTED || err == -ETIMEDOUT || err == -EIO ||
+         err == -EPROTO || err == -EPIPE || err == -ENOTCONN;
+}
+}  // namespace
+
+Lanes& Lanes::get() {
+  // Made once, never destroyed (see lanes.hpp); the fork and exit handlers
+  // are registered with it.
+  static Lanes* the = [] {
+    auto* l = new Lanes;
+    pthread_atfork([] { get().mu_.lock(); }, [] { get().mu_.unlock(); }, [] { get().after_fork_child(); });
+    std::atexit([] { get().at_exit(); });
+    return l;
+  }();
+  return *the;
+}
+
+Lanes::Lanes() : settings_(settings_from_env()) {}
+
+bool Lanes::idle(const Lane& l) { return l.users == 0 && ferry_flush(l.c, 0) == 0; }
+
+ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, void* arg, int* why) {
+  if (settings_.off) {
+    *why = FERRY_PASS_ERROR;
+    return nullptr;
+  }
+  std::unique_lock lock(mu_);
+  Lane* lane = nullptr;
+  for (auto& l : lanes_)
+    if (!l->dead && l->queue == queue && l->context == context) lane = l.get();
+  // An idle lane takes the queue on: its numbers are all written, so the
+  // queue switch costs no wait.
+  for (size_t i = 0; lane == nullptr && i < lanes_.size(); ++i)
+    if (!lanes_[i]->dead && idle(*lanes_[i])) lane = lanes_[i].get();
+  if (lane == nullptr) {
+    uint32_t live = 0;
+    for (auto& l : lanes_) live += l->dead ? 0 : 1;
+    if (live >= settings_.max_lanes) {
+      *why = FERRY_PASS_BUSY;
+      return nullptr;
+    }
+    if (dead_ >= kMaxDead || (!connecting_ && Clock::now() < retry_at_)) {
+      *why = FERRY_PASS_NO_DAEMON;
+      return nullptr;
+    }
+    // A new lane: wait a little for the connect, never long (a stopped
+    // daemon would hold the program for $FERRY_TIMEOUT_MS).
+    const uint64_t seen = connects_;
+    if (!connecting_) connect_async();
+    cv_.wait_for(lock, kConnectWait, [&] { return connects_ != seen && !connecting_; });
+    for (auto& l : lanes_)
+      if (!l->dead && l->users == 0 && l->queue == 0 && l->context == 0) lane = l.get();
+    if (lane == nullptr) {
+      *why = connecting_ ? FERRY_PASS_NO_DAEMON : FERRY_PASS_BUSY;
+      if (!connecting_ && lanes_.size() == dead_) *why = FERRY_PASS_NO_DAEMON;
+      return nullptr;
+    }
+  }
+  lane->queue = queue;
+  lane->context = context;
+  if (lane->prepared.count(key) == 0) {
+    if (int r = prepare(lane->c, key, arg); r != 0) {
+      *why = FERRY_PASS_ERROR;
+      return nullptr;
+    }
+    lane->prepared.insert(key);
+  }
+  ++lane->users;
+  return lane->c;
+}
+
+void Lanes::connect_async() {
+  connecting_ = true;
+  std::thread([this] {
+    ferry_client* c = nullptr;
+    const int r = ferry_connect(settings_.socket.empty() ? nullptr : settings_.socket.c_str(), &c);
+    std::lock_guard lock(mu_);
+    connecting_ = false;
+    ++connects_;
+    if (r != 0) {
+      retry_at_ = Clock::now() + kRetry;
+    } else {
+      auto l = std::make_unique<Lane>();
+      l->c = c;
+      lanes_.push_back(std::move(l));
+      if (lead_.load() == nullptr) lead_.store(c);
+      publish(true);
+    }
+    cv_.notify_all();
+  }).detach();
+}
+
+void Lanes::done(ferry_client* c, int err) {
+  std::lock_guard lock(mu_);
+  for (auto& l : lanes_) {
+    if (l->c != c) continue;
+    --l->users;
+    if (err != 0 && ends_client(err) && !l->dead) {
+      l->dead = true;  // kept mapped: queued copies may still read its staging
+      ++dead_;
+      retry_at_ = Clock::now() + kRetry;
+      if (lead_.load() == c) {
+        ferry_client* next = nullptr;
+        for (auto& o : lanes_)
+          if (!o->dead && next == nullptr) next = o->c;
+        lead_.store(next);
+      }
+    }
+  }
+}
+
+void Lanes::staged(uint64_t bytes) {
+  staged_.fetch_add(1, std::memory_order_relaxed);
+  staged_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  publish(true);
+}
+
+void Lanes::passed(int why, uint64_t bytes) {
+  if (why < 0 || why >= FERRY_PASS_REASONS) why = FERRY_PASS_ERROR;
+  const uint64_t n = passed_[why].fetch_add(1, std::memory_order_relaxed);
+  passed_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  // Small copies come by the million: their count is shown now and then.
+  publish(why != FERRY_PASS_SMALL || n % 256 == 0);
+}
+
+void Lanes::publish(bool force) {
+  ferry_client* lead = lead_.load(std::memory_order_acquire);
+  if (lead == nullptr || !force) return;
+  ferry_run_counts rc{};
+  rc.size = sizeof rc;
+  rc.role = FERRY_RUN_LEAD;
+  rc.staged = staged_.load(std::memory_order_relaxed);
+  rc.staged_bytes = staged_bytes_.load(std::memory_order_relaxed);
+  for (int i = 0; i < FERRY_PASS_REASONS; ++i) rc.passed[i] = passed_[i].load(std::memory_order_relaxed);
+  rc.passed_bytes = passed_bytes_.load(std::memory_order_relaxed);
+  ferry_publish_run(lead, &rc);
+}
+
+std::string Lanes::report() const {
+  char comm[64] = "?";
+  if (FILE* f = std::fopen("/proc/self/comm", "r")) {
+    if (std::fgets(comm, sizeof comm, f) == nullptr) comm[0] = '\0';
+    std::fclose(f);
+    for (char* p = comm; *p != '\0'; ++p)
+      if (*p == '\n' || *p == '"' || *p == '\\' || static_cast<unsigned char>(*p) < 0x20) *p = '\0';
+  }
+  std::string s = "{\"pid\":" + std::to_string(::getpid()) + ",\"comm\":\"" + comm + "\"";
+  s += ",\"staged\":" + std::to_string(staged_.load()) + ",\"staged_bytes\":" + std::to_string(staged_bytes_.load());
+  s += ",\"passed\":{";
+  for (int i = 0; i < FERRY_PASS_REASONS; ++i)
+    s += std::string(i == 0 ? "" : ",") + "\"" + kPassNames[i] + "\":" + std::to_string(passed_[i].load());
+  s += "},\"passed_bytes\":" + std::to_string(passed_bytes_.load());
+  {
+    std::lock_guard lock(mu_);
+    s += ",\"lanes\":" + std::to_string(lanes_.size()) + ",\"dead_lanes\":" + std::to_string(dead_);
+  }
+  return s + "}\n";
+}
+
+void Lanes::after_fork_child() {
+  // The forking thread holds mu_ (the prepare handler took it). The
+  // parent's clients are the parent's: this process closes its copies of
+  // their sockets (ferry_disconnect in a child does only that) and starts
+  // afresh, counts included.
+  for (auto& l : lanes_) ferry_disconnect(l->c);
+  lanes_.clear();
+  dead_ = 0;
+  connecting_ = false;
+  retry_at_ = {};
+  lead_.store(nullptr);
+  staged_.store(0);
+  staged_bytes_.store(0);
+  passed_bytes_.store(0);
+  for (auto& p : passed_) p.store(0);
+  settings_ = settings_from_env();
+  mu_.unlock();
+}
+
+void Lanes::at_exit() {
+  publish(true);
+  if (settings_.report.empty() && !settings_.stats) return;
+  const std::string line = report();
+  if (!settings_.report.empty()) {
+    // One write with O_APPEND: lines of several processes do not interleave.
+    const int fd = ::open(settings_.report.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      (void)!::write(fd, line.data(), line.size());
+      ::close(fd);
+    }
+  }
+  if (settings_.stats) std::fprintf(stderr, "ferry-run: %s", line.c_str());
+}
+
+}  // namespace ferry::run

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+// A process's ferry clients, one queue at a time each (lanes), and its
+// counts. ferry's direct uploads go one queue at a time per client: a queue
+// gets a lane of its own, so two queues never wait on the host for each
+// other. A lane is made when a queue first needs one (and no idle lane can
+// be rebound), up to Settings::max_lanes; a connect that takes longer than
+// kConnectWait goes on in the background while copies go to the driver.
+//
+// A lane whose client failed (ferryd gone, a queue that refused the
+// timeline write) is never disconnected: the program's queues may still
+// copy from its staging, which stays mapped until the process ends. After
+// fork() the child starts with no lanes (the parent's clients are its own).
+#pragma once
+
+#include <ferry/ferry.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "settings.hpp"
+
+namespace ferry::run {
+
+// What a backend does to a lane's client before a queue copies from its
+// staging (register or import the segment, set the staging hooks): 0 or a
+// negative errno. Called once per client and `key` (CUDA registers once for
+// every context, Level Zero imports once per driver).
+using Prepare = int (*)(ferry_client* c, uint64_t key, void* arg);
+
+class Lanes {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr auto kConnectWait = std::chrono::milliseconds(100);
+  static constexpr auto kRetry = std::chrono::seconds(1);
+  static constexpr uint32_t kMaxDead = 16;  // then ferry is given up for the process
+
+  // The process's one instance, made at first use (never destroyed: the
+  // program's queues may copy from its staging until the very end).
+  static Lanes& get();
+  const Settings& settings() const { return settings_; }
+
+  // A client for one call on queue (queue, context), held until done():
+  // nullptr with *why (FERRY_PASS_*) when there is none to be had now.
+  ferry_client* acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, void* arg, int* why);
+  // The call ended with `err` (0, or the upload's error): a lane whose
+  // client can no longer upload is retired.
+  void done(ferry_client* c, int err);
+
+  // Counts, published in the lead client's segment for ferryctl.
+  void staged(uint64_t bytes);
+  void passed(int why, uint64_t bytes);
+  // The counts as one line of JSON (the report at exit).
+  std::string report() const;
+
+ private:
+  struct Lane {
+    ferry_client* c = nullptr;
+    uint64_t queue = 0, context = 0;
+    uint32_t users = 0;  // calls using it now
+    bool dead = false;
+    std::set<uint64_t> prepared;  // keys prepare() ran for
+  };
+  Lanes();
+  void publish(bool force);
+  static bool idle(const Lane& l);
+  void connect_async();  // mu_ held
+  void after_fork_child();
+  void at_exit();
+
+  Settings settings_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  uint32_t dead_ = 0;
+  bool connecting_ = false;
+  uint64_t connects_ = 0;  // connects finished (either way)
+  Clock::time_point retry_at_{};
+  std::atomic<ferry_client*> lead_{nullptr};
+  std::atomic<uint64_t> staged_{0}, staged_bytes_{0}, passed_bytes_{0};
+  std::atomic<uint64_t> passed_[FERRY_PASS_REASONS] = {};
+};
+
+}  // namespace ferry::run

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+// What ferry-run asked of the interposers in a process, read once from the
+// environment it set (FERRY_RUN_*). A process started some other way with
+// the interposers loaded gets the same defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ferry::run {
+
+struct Settings {
+  // Copies below this many bytes go to the driver (FERRY_RUN_MIN_BYTES).
+  // CUDA stages a small pageable copy itself and returns at once; Level
+  // Zero reads the source when the copy runs, at any size: stage every one.
+  uint64_t cuda_min_bytes = 64 * 1024;
+  uint64_t ze_min_bytes = 0;
+  // The daemon's socket (FERRY_SOCKET, as for any libferry client).
+  std::string socket;
+  // Clients (each one queue at a time) one process may make (FERRY_RUN_LANES).
+  uint32_t max_lanes = 8;
+  // Where each process appends a line of its counts at exit (FERRY_RUN_REPORT).
+  std::string report;
+  // Off: every copy goes to the driver, counted as "error" (FERRY_RUN_OFF=1, for measuring).
+  bool off = false;
+  // Each process says on stderr what it staged and passed, at exit (FERRY_RUN_STATS=1).
+  bool stats = false;
+};
+
+// Read from the environment (each call reads it again).
+Settings settings_from_env();
+
+}  // namespace ferry::run
