@@ -308,6 +308,29 @@ std::string now_text() {
   return out;
 }
 
+// The reasons a ferry-run process left copies to the driver, as status names them.
+const char* const kPassNames[] = {"small",     "pinned",  "not_upload", "captured",    "replayable",
+                                  "no_daemon", "no_room", "error",      "unsupported", "busy"};
+
+// Processes under ferry-run: what each staged, and what it left to the
+// driver and why (its lead client's row carries the process's counts).
+void print_run(const json::object& d) {
+  bool any = false;
+  for (const auto& v : clients(d)) {
+    const json::object& c = v.as_object();
+    if (str(c, "run.role", "") != "lead") continue;
+    if (!any)
+      std::printf("\nferry-run   %-8s %-16s %-9s %-10s %s\n", "PID", "COMMAND", "STAGED", "BYTES", "LEFT TO THE DRIVER, BY REASON");
+    any = true;
+    std::string passed;
+    for (const char* why : kPassNames)
+      if (const unsigned long long n = num(c, ("run.passed." + std::string(why)).c_str()); n != 0)
+        passed += (passed.empty() ? "" : ", ") + std::string(why) + " " + std::to_string(n);
+    std::printf("            %-8llu %-16.16s %-9llu %-10s %s\n", num(c, "pid"), str(c, "name", "").c_str(),
+                num(c, "run.staged"), human_bytes(num(c, "run.staged_bytes")).c_str(), passed.empty() ? "none" : passed.c_str());
+  }
+}
+
 void print_status(const json::object& d) {
   std::printf("ferryd %s (pid %llu), %s\n", str(d, "version").c_str(), num(d, "pid"), now_text().c_str());
   std::printf("device      %llu: %s\n", num(d, "device.index"), str(d, "device.name").c_str());
@@ -357,6 +380,7 @@ void print_status(const json::object& d) {
                 since(static_cast<long long>(num(c, "connected_since"))).c_str());
   }
   if (!flag(d, "all_clients_visible")) std::printf("(only your own clients are shown)\n");
+  print_run(d);
   // What each user holds against the daemon's per-user bounds (ferryd(8), Limits).
   const json::array& users = array_at(d, "users");
   if (users.empty()) return;
@@ -564,6 +588,20 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
                    "\",command=\"" + label(str(c, "name", "")) + "\"",
                static_cast<double>(num(c, m.key)));
       }
+  }
+  // Processes under ferry-run (their lead clients): one series per process and reason.
+  for (const auto& v : clients(d)) {
+    const json::object& c = v.as_object();
+    if (str(c, "run.role", "") != "lead") continue;
+    const std::string who = dev + ",pid=\"" + std::to_string(num(c, "pid")) + "\",command=\"" + label(str(c, "name", "")) + "\"";
+    sample(f, "ferry_run_staged_total", "counter", "Copies of a process under ferry-run that ferry staged.", who,
+           static_cast<double>(num(c, "run.staged")));
+    sample(f, "ferry_run_staged_bytes_total", "counter", "Bytes of those copies.", who,
+           static_cast<double>(num(c, "run.staged_bytes")));
+    for (const char* why : kPassNames)
+      sample(f, "ferry_run_passed_total", "counter",
+             "Copies of a process under ferry-run left to the driver, by reason (ferry-run(1)).",
+             who + ",reason=\"" + why + "\"", static_cast<double>(num(c, ("run.passed." + std::string(why)).c_str())));
   }
   histogram(f, "ferry_upload_latency_seconds", "From the daemon's receipt of an upload piece to its completion.", dev, d,
             "histograms.upload_latency");

@@ -54,30 +54,39 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
   // queue switch costs no wait.
   for (size_t i = 0; lane == nullptr && i < lanes_.size(); ++i)
     if (!lanes_[i]->dead && idle(*lanes_[i])) lane = lanes_[i].get();
-  if (lane == nullptr) {
+  // A new lane: connected by a thread of its own, waited for a little, never
+  // long (a stopped daemon would hold the program for $FERRY_TIMEOUT_MS).
+  // Several threads that need one at once each start a connect.
+  const auto deadline = Clock::now() + kConnectWait;
+  bool started = false;
+  while (lane == nullptr) {
     uint32_t live = 0;
     for (auto& l : lanes_) live += l->dead ? 0 : 1;
-    if (live >= settings_.max_lanes) {
+    if (!started && live + connecting_ < settings_.max_lanes) {
+      if (dead_ >= kMaxDead || (connecting_ == 0 && Clock::now() < retry_at_)) {
+        *why = FERRY_PASS_NO_DAEMON;
+        return nullptr;
+      }
+      connect_async();
+      started = true;
+    }
+    if (connecting_ == 0 && !started) {
       *why = FERRY_PASS_BUSY;
       return nullptr;
     }
-    if (dead_ >= kMaxDead || (!connecting_ && Clock::now() < retry_at_)) {
+    const uint64_t seen = connects_;
+    if (!cv_.wait_until(lock, deadline, [&] { return connects_ != seen; })) {
+      *why = FERRY_PASS_NO_DAEMON;  // still connecting: copies go to the driver meanwhile
+      return nullptr;
+    }
+    for (auto& l : lanes_)
+      if (lane == nullptr && !l->dead && l->fresh) lane = l.get();
+    if (lane == nullptr && connecting_ == 0 && Clock::now() < retry_at_) {
       *why = FERRY_PASS_NO_DAEMON;
       return nullptr;
     }
-    // A new lane: wait a little for the connect, never long (a stopped
-    // daemon would hold the program for $FERRY_TIMEOUT_MS).
-    const uint64_t seen = connects_;
-    if (!connecting_) connect_async();
-    cv_.wait_for(lock, kConnectWait, [&] { return connects_ != seen && !connecting_; });
-    for (auto& l : lanes_)
-      if (!l->dead && l->users == 0 && l->queue == 0 && l->context == 0) lane = l.get();
-    if (lane == nullptr) {
-      *why = connecting_ ? FERRY_PASS_NO_DAEMON : FERRY_PASS_BUSY;
-      if (!connecting_ && lanes_.size() == dead_) *why = FERRY_PASS_NO_DAEMON;
-      return nullptr;
-    }
   }
+  lane->fresh = false;
   lane->queue = queue;
   lane->context = context;
   if (lane->prepared.count(key) == 0) {
@@ -92,24 +101,25 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
 }
 
 void Lanes::connect_async() {
-  connecting_ = true;
+  ++connecting_;
   std::thread([this] {
     ferry_client* c = nullptr;
     const int r = ferry_connect(settings_.socket.empty() ? nullptr : settings_.socket.c_str(), &c);
     std::lock_guard lock(mu_);
-    connecting_ = false;
+    --connecting_;
     ++connects_;
     if (r != 0) {
       retry_at_ = Clock::now() + kRetry;
     } else {
       auto l = std::make_unique<Lane>();
       l->c = c;
+      l->fresh = true;
       lanes_.push_back(std::move(l));
       if (lead_.load() == nullptr) lead_.store(c);
-      publish(true);
     }
     cv_.notify_all();
   }).detach();
+  // The lead's role is published as soon as it exists.
 }
 
 void Lanes::done(ferry_client* c, int err) {
@@ -187,7 +197,7 @@ void Lanes::after_fork_child() {
   for (auto& l : lanes_) ferry_disconnect(l->c);
   lanes_.clear();
   dead_ = 0;
-  connecting_ = false;
+  connecting_ = 0;
   retry_at_ = {};
   lead_.store(nullptr);
   staged_.store(0);

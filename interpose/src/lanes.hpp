@@ -64,6 +64,7 @@ class Lanes {
     uint64_t queue = 0, context = 0;
     uint32_t users = 0;  // calls using it now
     bool dead = false;
+    bool fresh = false;  // connected, not yet given to a queue
     std::set<uint64_t> prepared;  // keys prepare() ran for
   };
   Lanes();
@@ -78,7 +79,7 @@ class Lanes {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   uint32_t dead_ = 0;
-  bool connecting_ = false;
+  uint32_t connecting_ = 0;  // connects under way
   uint64_t connects_ = 0;  // connects finished (either way)
   Clock::time_point retry_at_{};
   std::atomic<ferry_client*> lead_{nullptr};

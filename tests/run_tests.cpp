@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: MIT
+// ferry-run on the simulated device: an unmodified Level Zero program
+// (tests/ze_upload.c) whose command list is held while it overwrites the
+// source it just uploaded. Plain, the device receives the overwritten
+// bytes (the hazard is real); under ferry-run, the original ones, at every
+// size and however the program reaches the loader. Every copy ferry leaves
+// to the driver behaves as it does without ferry, and is counted with its
+// reason; ferryd absent, stopped or stingy costs the program nothing but
+// speed. Also: the decision table, and a forked child's own lane.
+#include <ferry/ferry.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/property_tree/json_parser.hpp>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon_fixture.hpp"
+#include "lanes.hpp"
+#include "policy.hpp"
+
+using namespace ferry::test;
+namespace fr = ferry::run;
+
+namespace {
+
+const std::vector<std::string> kSizes = {"1024", "65536", "1048576", "16777216", "67108864"};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+  return s;
+}
+
+bool skip_interposers() {
+  if (std::getenv("FERRY_TEST_NO_INTERPOSE") == nullptr) return false;
+  WARN("skipped: a sanitizer build's interposers cannot load into an uninstrumented program");
+  return true;
+}
+
+// What one run of ze_upload printed: "SIZE WHAT device D..." lines.
+struct Outcome {
+  int rc = -1;
+  std::string out;
+  std::vector<std::string> what;  // the second word of each result line
+  size_t count(const std::string& w) const { return static_cast<size_t>(std::count(what.begin(), what.end(), w)); }
+};
+
+Outcome parse(int rc, const std::string& out) {
+  Outcome o{rc, out, {}};
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    std::string size, what;
+    if (l >> size >> what && !size.empty() && std::isdigit(static_cast<unsigned char>(size[0]))) o.what.push_back(what);
+  }
+  return o;
+}
+
+std::string ferry_run() { return build_path("interpose/ferry-run"); }
+std::string ze_upload() { return build_path("tests/ze_upload"); }
+
+// Runs ze_upload, under ferry-run when `run` holds ferry-run's options.
+Outcome upload(const std::string& socket, const std::string& args, const std::string* run, const std::string& env = "") {
+  std::string cmd = "env FERRY_SOCKET=" + socket + " " + env + " ";
+  if (run != nullptr) cmd += ferry_run() + " " + *run + " -- ";
+  cmd += ze_upload() + " " + args;
+  auto [rc, out] = run_command(cmd);
+  return parse(rc, out);
+}
+
+// The report's lines (one per process), as JSON trees.
+std::vector<boost::property_tree::ptree> report(const std::string& path) {
+  std::vector<boost::property_tree::ptree> v;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream s(line);
+    boost::property_tree::ptree t;
+    boost::property_tree::read_json(s, t);
+    v.push_back(t);
+  }
+  return v;
+}
+
+struct Report {
+  std::string path = "/tmp/ferry-run-report-" + std::to_string(getpid()) + "-" + std::to_string(++n) + ".json";
+  static inline int n = 0;
+  ~Report() { ::unlink(path.c_str()); }
+  std::string opt() const { return "--report " + path; }
+  boost::property_tree::ptree only() const {
+    auto v = report(path);
+    REQUIRE(v.size() == 1);
+    return v.front();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ferry-run: the decision table", "[run]") {
+  using fr::Mem;
+  struct Row {
+    uint64_t bytes, min;
+    Mem src, dst;
+    int queue;
+    bool stage;
+    int why;
+  };
+  const Row rows[] = {
+      {1 << 20, 0, Mem::pageable, Mem::device, -1, true, -1},
+      {1 << 20, 65536, Mem::pageable, Mem::device, -1, true, -1},
+      {65535, 65536, Mem::pageable, Mem::device, -1, false, FERRY_PASS_SMALL},
+      {0, 1, Mem::pageable, Mem::device, -1, false, FERRY_PASS_SMALL},
+      {1 << 20, 0, Mem::pinned, Mem::device, -1, false, FERRY_PASS_PINNED},
+      {1 << 20, 0, Mem::device, Mem::device, -1, false, FERRY_PASS_NOT_UPLOAD},
+      {1 << 20, 0, Mem::pageable, Mem::pageable, -1, false, FERRY_PASS_NOT_UPLOAD},
+      {1 << 20, 0, Mem::pageable, Mem::pinned, -1, false, FERRY_PASS_NOT_UPLOAD},
+      {1 << 20, 0, Mem::pageable, Mem::other, -1, false, FERRY_PASS_NOT_UPLOAD},
+      {1 << 20, 0, Mem::other, Mem::device, -1, false, FERRY_PASS_UNSUPPORTED},
+      {1 << 20, 0, Mem::pageable, Mem::device, FERRY_PASS_CAPTURED, false, FERRY_PASS_CAPTURED},
+      {1 << 20, 0, Mem::pageable, Mem::device, FERRY_PASS_REPLAYABLE, false, FERRY_PASS_REPLAYABLE},
+      // The queue's reason before the source's: a captured pinned copy is "captured".
+      {1 << 20, 0, Mem::pinned, Mem::device, FERRY_PASS_CAPTURED, false, FERRY_PASS_CAPTURED},
+      // Small before anything else: nothing is looked up for it.
+      {10, 64, Mem::pinned, Mem::pageable, FERRY_PASS_CAPTURED, false, FERRY_PASS_SMALL},
+  };
+  for (const Row& r : rows) {
+    fr::Copy c;
+    c.bytes = r.bytes;
+    c.min_bytes = r.min;
+    c.src = r.src;
+    c.dst = r.dst;
+    c.queue = r.queue;
+    const fr::Verdict v = fr::decide(c);
+    CAPTURE(r.bytes, r.min, static_cast<int>(r.src), static_cast<int>(r.dst), r.queue);
+    CHECK(v.stage == r.stage);
+    CHECK(v.why == r.why);
+  }
+}
+
+TEST_CASE("ferry-run: the hazard is real, and ferry-run removes it at every size", "[run]") {
+  if (skip_interposers()) return;
+  Daemon d;
+  for (const char* how : {"", "--dlopen "}) {
+    SECTION(std::string("reached ") + (*how != '\0' ? "through dlopen + dlsym" : "linked")) {
+      // Plain: the device reads the source when the copy runs, after the program overwrote it.
+      const Outcome plain = upload(d.socket, std::string(how) + "--mode hazard " + join(kSizes), nullptr);
+      INFO(plain.out);
+      REQUIRE(plain.rc == 0);
+      CHECK(plain.count("overwritten") == kSizes.size());
+      Report r;
+      const std::string opts = r.opt();
+      const Outcome ferried = upload(d.socket, std::string(how) + "--mode hazard " + join(kSizes), &opts);
+      INFO(ferried.out);
+      REQUIRE(ferried.rc == 0);
+      CHECK(ferried.count("original") == kSizes.size());
+      const auto t = r.only();
+      CHECK(t.get<uint64_t>("staged") == kSizes.size());
+      CHECK(t.get<uint64_t>("passed.error") == 0);
+      CHECK(t.get<uint64_t>("passed.no_room") == 0);
+    }
+  }
+}
+
+TEST_CASE("ferry-run: what goes to the driver behaves as without ferry, and is counted", "[run]") {
+  if (skip_interposers()) return;
+  Daemon d;
+  struct Case {
+    const char* mode;
+    const char* run;   // extra options of ferry-run
+    const char* why;   // the count that must move
+    const char* what;  // what the device receives, with and without ferry
+  };
+  const Case cases[] = {
+      {"pinned", "", "passed.pinned", "overwritten"},    // the driver's host memory is read when the copy runs
+      {"regular", "", "passed.replayable", "original"},  // a regular list runs when executed, and again if it is
+      {"hazard", "--min-bytes 4096", "passed.small", "overwritten"},
+      {"sync", "", "staged", "original"},
+  };
+  for (const Case& c : cases) {
+    SECTION(std::string(c.mode) + " " + c.run) {
+      const Outcome plain = upload(d.socket, std::string("--mode ") + c.mode + " 1024", nullptr);
+      Report r;
+      const std::string opts = r.opt() + " " + c.run;
+      const Outcome ferried = upload(d.socket, std::string("--mode ") + c.mode + " 1024", &opts);
+      INFO(plain.out << ferried.out);
+      REQUIRE(plain.rc == 0);
+      REQUIRE(ferried.rc == 0);
+      CHECK(plain.count(c.what) == 1);
+      CHECK(ferried.count(c.what) == 1);
+      CHECK(r.only().get<uint64_t>(c.why) >= 1);
+    }
+  }
+  SECTION("device to device: only the upload is staged") {
+    Report r;
+    const std::string opts = r.opt();
+    const Outcome o = upload(d.socket, "--mode d2d 65536", &opts);
+    INFO(o.out);
+    REQUIRE(o.rc == 0);
+    CHECK(o.count("original") == 1);
+    const auto t = r.only();
+    CHECK(t.get<uint64_t>("staged") == 1);
+    CHECK(t.get<uint64_t>("passed.not_upload") >= 1);  // the device-to-device copy (and the read back)
+  }
+}
+
+TEST_CASE("ferry-run: no daemon, a stopped one, one that goes, and a bound smaller than the upload", "[run]") {
+  if (skip_interposers()) return;
+  SECTION("no daemon: every copy goes to the driver") {
+    Report r;
+    const std::string opts = r.opt();
+    const Outcome o = upload("/nonexistent/ferry.sock", "--mode sync " + join(kSizes), &opts);
+    INFO(o.out);
+    REQUIRE(o.rc == 0);
+    CHECK(o.count("original") == kSizes.size());
+    CHECK(r.only().get<uint64_t>("passed.no_daemon") == kSizes.size());
+  }
+  SECTION("--user-staging 0: what outgrows the client's staging goes to the driver") {
+    Daemon d({"--user-staging", "0"});
+    Report r;
+    const std::string opts = r.opt();
+    const Outcome o = upload(d.socket, "--mode sync 1048576 67108864", &opts);
+    INFO(o.out);
+    REQUIRE(o.rc == 0);
+    CHECK(o.count("original") == 2);
+    const auto t = r.only();
+    CHECK(t.get<uint64_t>("staged") == 1);
+    CHECK(t.get<uint64_t>("passed.no_room") == 1);
+    // Held, the one that fits is still ferry's: the original bytes arrive.
+    const Outcome held = upload(d.socket, "--mode hazard 1048576", &opts);
+    CHECK(held.count("original") == 1);
+  }
+  SECTION("a daemon stopped, then killed, while the program runs") {
+    Daemon d;
+    const std::string gate = "/tmp/ferry-run-gate-" + std::to_string(getpid());
+    ::unlink(gate.c_str());
+    Report r;
+    const std::string cmd = "env FERRY_SOCKET=" + d.socket + " " + ferry_run() + " " + r.opt() + " -- " + ze_upload() +
+                            " --mode sync --wait-file " + gate + " 1048576 67108864 1048576 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char line[256];
+    while (std::fgets(line, sizeof line, p) != nullptr && std::string(line) != "waiting\n") out += line;
+    // Stopped: staging it already has goes on; growth and new clients are not waited for.
+    ::kill(d.pid, SIGSTOP);
+    REQUIRE(eventually([&] { return all_threads_stopped(d.pid); }));
+    std::ofstream(gate).put('\n');
+    while (std::fgets(line, sizeof line, p) != nullptr) out += line;
+    const int rc = ::pclose(p);
+    ::unlink(gate.c_str());
+    ::kill(d.pid, SIGCONT);
+    const Outcome o = parse(WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out);
+    INFO(out);
+    CHECK(o.rc == 0);
+    CHECK(o.count("original") == 3);
+    // Gone: the next program's copies are the driver's, whole and correct.
+    d.stop(SIGKILL);
+    Report r2;
+    const std::string opts = r2.opt();
+    const Outcome after = upload(d.socket, "--mode sync 1048576", &opts);
+    CHECK(after.rc == 0);
+    CHECK(after.count("original") == 1);
+    CHECK(r2.only().get<uint64_t>("passed.no_daemon") == 1);
+  }
+}
+
+TEST_CASE("ferry-run: threads, two devices, programs it starts", "[run]") {
+  if (skip_interposers()) return;
+  Daemon d;
+  SECTION("four threads, each its own list, at once") {
+    Report r;
+    const std::string opts = r.opt();
+    const Outcome o = upload(d.socket, "--mode hazard --threads 4 65536 4194304", &opts);
+    INFO(o.out);
+    REQUIRE(o.rc == 0);
+    CHECK(o.count("original") == 8);
+    CHECK(r.only().get<uint64_t>("staged") == 8);
+  }
+  SECTION("two simulated devices") {
+    Report r;
+    const std::string opts = r.opt();
+    const Outcome o = upload(d.socket, "--mode hazard --devices 2 1048576", &opts, "FERRY_SIM_DEVICES=2");
+    INFO(o.out);
+    REQUIRE(o.rc == 0);
+    CHECK(o.count("original") == 2);
+  }
+  SECTION("a program it starts is covered too") {
+    Report r;
+    const std::string opts = r.opt();
+    const Outcome o = upload(d.socket, "--mode hazard --fork 1048576", &opts);
+    INFO(o.out);
+    REQUIRE(o.rc == 0);
+    CHECK(o.count("original") == 2);
+    const auto lines = report(r.path);
+    REQUIRE(lines.size() == 2);  // one per process
+    CHECK(lines[0].get<uint64_t>("staged") == 1);
+    CHECK(lines[1].get<uint64_t>("staged") == 1);
+    CHECK(lines[0].get<int>("pid") != lines[1].get<int>("pid"));
+  }
+}
+
+TEST_CASE("ferry-run: ferryctl shows the process, its copies and what it passed", "[run]") {
+  if (skip_interposers()) return;
+  Daemon d;
+  const std::string gate = "/tmp/ferry-run-gate-" + std::to_string(getpid()) + "-ctl";
+  ::unlink(gate.c_str());
+  const std::string cmd = "env FERRY_SOCKET=" + d.socket + " " + ferry_run() + " -- " + ze_upload() +
+                          " --mode hazard --wait-file " + gate + " 1048576 1024 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char line[256];
+  // The first size staged, the program holds until the gate opens.
+  while (std::fgets(line, sizeof line, p) != nullptr && std::string(line) != "waiting\n") {
+  }
+  const auto t = d.status();
+  bool seen = false;
+  for (const auto& [k, c] : t.get_child("clients")) {
+    if (c.get<std::string>("run.role", "") != "lead") continue;
+    seen = true;
+    CHECK(c.get<std::string>("name") == "ze_upload");
+    CHECK(c.get<uint64_t>("run.staged") == 1);
+    CHECK(c.get<uint64_t>("run.staged_bytes") == 1048576);
+    CHECK(c.get<uint64_t>("run.passed.not_upload") >= 1);  // its read back
+  }
+  CHECK(seen);
+  auto [rc, ctl] = run_command(std::string(FERRYCTL_PATH) + " --socket " + d.socket + " status");
+  CHECK(rc == 0);
+  CHECK(ctl.find("ferry-run") != std::string::npos);
+  std::ofstream(gate).put('\n');
+  while (std::fgets(line, sizeof line, p) != nullptr) {
+  }
+  CHECK(::pclose(p) == 0);
+  ::unlink(gate.c_str());
+}
+
+TEST_CASE("ferry-run: a forked child makes its own lane, never the parent's", "[run]") {
+  Daemon d;
+  ::setenv("FERRY_SOCKET", d.socket.c_str(), 1);
+  auto prepare = [](ferry_client*, uint64_t, void*) { return 0; };
+  fr::Lanes& lanes = fr::Lanes::get();
+  int why = -1;
+  ferry_client* parent = lanes.acquire(1, 1, 0, prepare, nullptr, &why);
+  REQUIRE(parent != nullptr);
+  ferry_info pi{};
+  REQUIRE(ferry_get_info(parent, &pi) == 0);
+  lanes.done(parent, 0);
+  const pid_t child = fork_child([&] {
+    int w = -1;
+    ferry_client* mine = fr::Lanes::get().acquire(1, 1, 0, prepare, nullptr, &w);
+    if (mine == nullptr || mine == parent) return 3;
+    ferry_info ci{};
+    if (ferry_get_info(mine, &ci) != 0 || ci.client_id == pi.client_id) return 4;
+    fr::Lanes::get().done(mine, 0);
+    return 0;
+  });
+  CHECK(reap(child) == 0);
+  // The parent's lane is untouched by the child.
+  ferry_client* again = lanes.acquire(1, 1, 0, prepare, nullptr, &why);
+  CHECK(again == parent);
+  lanes.done(again, 0);
+}
