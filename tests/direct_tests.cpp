@@ -295,7 +295,7 @@ TEST_CASE("direct uploads: misuse, a refused copy and a refused write", "[direct
   small.size = 8;
   CHECK(ferry_upload_direct(c, v.data(), v.size(), &small, &t) == -EINVAL);
   ferry_direct_ops flagged = ops;
-  flagged.flags = 1u << 2;  // no such flag
+  flagged.flags = 1u << 3;  // no such flag
   CHECK(ferry_upload_direct(c, v.data(), v.size(), &flagged, &t) == -EINVAL);
   CHECK(std::string(ferry_last_error()).find("ferry_upload_direct") != std::string::npos);
   CHECK(ferry_wait(c, FERRY_DIRECT_TICKET | 1, 0) == -ESRCH);

@@ -238,8 +238,9 @@ TEST_CASE("ferry-run: no daemon, a stopped one, one that goes, and a bound small
     const std::string gate = "/tmp/ferry-run-gate-" + std::to_string(getpid());
     ::unlink(gate.c_str());
     Report r;
-    const std::string cmd = "env FERRY_SOCKET=" + d.socket + " " + ferry_run() + " " + r.opt() + " -- " + ze_upload() +
-                            " --mode sync --wait-file " + gate + " 1048576 67108864 1048576 2>&1";
+    // A request ferryd does not answer would wait this long: the program must not.
+    const std::string cmd = "env FERRY_TIMEOUT_MS=120000 FERRY_SOCKET=" + d.socket + " " + ferry_run() + " " + r.opt() +
+                            " -- " + ze_upload() + " --mode sync --wait-file " + gate + " 1048576 67108864 1048576 2>&1";
     FILE* p = ::popen(cmd.c_str(), "r");
     REQUIRE(p != nullptr);
     std::string out;
@@ -248,15 +249,23 @@ TEST_CASE("ferry-run: no daemon, a stopped one, one that goes, and a bound small
     // Stopped: staging it already has goes on; growth and new clients are not waited for.
     ::kill(d.pid, SIGSTOP);
     REQUIRE(eventually([&] { return all_threads_stopped(d.pid); }));
+    const auto opened = std::chrono::steady_clock::now();
     std::ofstream(gate).put('\n');
     while (std::fgets(line, sizeof line, p) != nullptr) out += line;
     const int rc = ::pclose(p);
+    // Liveness, not speed: it never waited out a request to the stopped daemon.
+    CHECK(std::chrono::steady_clock::now() - opened < std::chrono::seconds(60));
     ::unlink(gate.c_str());
     ::kill(d.pid, SIGCONT);
     const Outcome o = parse(WIFEXITED(rc) ? WEXITSTATUS(rc) : 128, out);
     INFO(out);
     CHECK(o.rc == 0);
     CHECK(o.count("original") == 3);
+    // The staging it had served the 1 MiB copies; the 64 MiB one needed an
+    // area the stopped daemon could not grant, and went to the driver.
+    const auto t = r.only();
+    CHECK(t.get<uint64_t>("staged") == 2);
+    CHECK(t.get<uint64_t>("passed.no_room") == 1);
     // Gone: the next program's copies are the driver's, whole and correct.
     d.stop(SIGKILL);
     Report r2;

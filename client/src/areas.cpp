@@ -27,7 +27,7 @@ uint64_t Areas::bytes() const {
   return n;
 }
 
-Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, int* err) {
+Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, bool grow, int* err) {
   *err = -ENOTSUP;
   if (!enabled()) return nullptr;
   // The smallest free one that holds it.
@@ -35,6 +35,8 @@ Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, int* e
   for (Area& a : areas_)
     if (a.busy_until <= done && a.bytes >= bytes && (best == nullptr || a.bytes < best->bytes)) best = &a;
   if (best != nullptr) return best;
+  *err = -EAGAIN;
+  if (!grow) return nullptr;
   if (areas_.size() >= kMaxAreas) {
     trim(done, conn, true);
     if (areas_.size() >= kMaxAreas) return nullptr;
@@ -43,11 +45,13 @@ Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, int* e
   m.bytes = (bytes + kStep - 1) / kStep * kStep;
   proto::StagingReply reply{};
   int fd = -1;
-  *err = conn.request(&m, sizeof m, &m.request, &reply, -1, &fd);
+  // A daemon that does not answer at once (stopped, say) is not waited for:
+  // the upload has somewhere else to go (room later, or the driver).
+  *err = conn.request(&m, sizeof m, &m.request, &reply, -1, &fd, kAskMs);
   if (*err == -EDQUOT) {
     // Idle areas of ours may be what stands in the way.
     trim(done, conn, true);
-    *err = conn.request(&m, sizeof m, &m.request, &reply, -1, &fd);
+    *err = conn.request(&m, sizeof m, &m.request, &reply, -1, &fd, kAskMs);
   }
   if (*err == 0 && reply.status != 0) *err = reply.status;
   if (*err == 0 && (fd < 0 || reply.bytes < bytes)) *err = -EPROTO;
@@ -85,7 +89,7 @@ void Areas::drop(Area& a, Connection* conn) {
   auto m = proto::make<proto::StagingRelease>(proto::Type::staging_release);
   m.area = a.id;
   proto::Reply r{};
-  conn->request(&m, sizeof m, &m.request, &r);  // a daemon gone took it back already
+  conn->request(&m, sizeof m, &m.request, &r, -1, nullptr, kAskMs);  // a daemon gone took it back already
 }
 
 void Areas::drop_all() {

@@ -24,6 +24,9 @@ class Areas {
   static constexpr auto kIdle = std::chrono::seconds(2);
   // Areas one client keeps at once (the user's --user-staging bounds the bytes).
   static constexpr size_t kMaxAreas = 32;
+  // How long a request for an area (or its return) waits for ferryd, whose
+  // answer takes microseconds: a stopped daemon costs an upload this much.
+  static constexpr int kAskMs = 500;
 
   struct Area {
     uint64_t id = 0;
@@ -44,9 +47,10 @@ class Areas {
   bool enabled() const { return hooks_.attach != nullptr; }
 
   // A free area of at least `bytes` (done: the queue's word), made and
-  // attached if none is: nullptr and *err (-EDQUOT past the user's bound,
-  // -ENOTSUP without hooks, the hook's or the daemon's error otherwise).
-  Area* take(uint64_t bytes, uint64_t done, Connection& conn, int* err);
+  // attached if none is and `grow`: nullptr and *err (-EDQUOT past the
+  // user's bound, -ENOTSUP without hooks, -EAGAIN none free and no growing,
+  // the hook's or the daemon's error otherwise).
+  Area* take(uint64_t bytes, uint64_t done, Connection& conn, bool grow, int* err);
   // Gives back the free areas unused for kIdle (all free ones with `all`).
   void trim(uint64_t done, Connection& conn, bool all);
   // Detaches and unmaps every area (ferry_disconnect: the session's end

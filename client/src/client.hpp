@@ -128,11 +128,16 @@ struct UploadOptions {
   uint64_t publish = 0;
 };
 
+// How an upload of `bytes` is cut and staged (plan_staging), from what is
+// in flight now; pieces of at most piece_cap (0: a slot).
+struct StagingPlan;
+StagingPlan plan_for(ferry_client* c, uint64_t bytes, uint64_t piece_cap = 0);
+
 // The transfer paths (transfers.cpp). An upload gathers `count` source
 // ranges, back to back, into dst from dst_offset.
 int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
            const UploadOptions& o, ferry_ticket* out);
-// ferry_upload_direct: staged here, copied by the caller's own queue.
+// ferry_upload_direct: staged here, copied by the caller's own queue (direct.cpp).
 int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_direct_ops* ops, ferry_ticket* out);
 int download(ferry_client* c, uint64_t src, uint64_t src_offset, void* dst, uint64_t bytes);
 // ferry_upload_reserve / ferry_upload_commit: one upload written in place.

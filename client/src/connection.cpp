@@ -103,7 +103,7 @@ int Connection::send(const void* data, size_t n, int fd) {
   return k == static_cast<ssize_t>(n) ? 0 : -ECONNRESET;
 }
 
-int Connection::exchange(void* msg, size_t n, uint64_t* request_field, int fd, Answer* out) {
+int Connection::exchange(void* msg, size_t n, uint64_t* request_field, int fd, Answer* out, int wait_ms) {
   uint64_t id;
   {
     std::lock_guard lock(mu_);
@@ -119,8 +119,8 @@ int Connection::exchange(void* msg, size_t n, uint64_t* request_field, int fd, A
     return dead_ != 0 ? dead_ : r;
   }
   std::unique_lock lock(mu_);
-  const bool came = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms()),
-                                 [&] { return answers_.count(id) != 0 || dead_ != 0; });
+  const bool came =
+      cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return answers_.count(id) != 0 || dead_ != 0; });
   if (!came) {
     abandoned_.insert(id);  // a stalled daemon: the caller hears so, not nothing
     return -ETIMEDOUT;
@@ -165,6 +165,11 @@ bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why
       }
       if (abandoned_.erase(request) != 0) {
         if (a.fd >= 0) ::close(a.fd);
+        if (type == T::staging_reply) {
+          proto::StagingReply s;
+          std::memcpy(&s, m, sizeof s);
+          if (s.status == 0) release_late_area(s.area);  // counted against the user until it is
+        }
         return true;
       }
       answers_[request] = std::move(a);
@@ -193,6 +198,16 @@ bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why
   }
   cv_.notify_all();
   return true;
+}
+
+void Connection::release_late_area(uint64_t area) {
+  // mu_ held (dispatch): its answer is dropped like the grant's was.
+  auto m = proto::make<proto::StagingRelease>(proto::Type::staging_release);
+  m.request = next_request_++;
+  m.area = area;
+  abandoned_.insert(m.request);
+  std::lock_guard send(send_mu_);
+  proto::send_all(fd_, &m, sizeof m);
 }
 
 void Connection::receive_loop() {

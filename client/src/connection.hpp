@@ -73,11 +73,13 @@ class Connection {
   // user, say), or empty when it gave no reason.
   static std::string& refusal_text();
 
+  // wait_ms > 0: wait that long for the answer at most, not timeout_ms().
   template <class Reply>
-  int request(void* msg, size_t n, uint64_t* request_field, Reply* out, int fd = -1, int* reply_fd = nullptr) {
+  int request(void* msg, size_t n, uint64_t* request_field, Reply* out, int fd = -1, int* reply_fd = nullptr,
+              int wait_ms = 0) {
     Answer a;
     refusal_text().clear();
-    if (int r = exchange(msg, n, request_field, fd, &a); r != 0) return r;
+    if (int r = exchange(msg, n, request_field, fd, &a, wait_ms > 0 ? wait_ms : timeout_ms()); r != 0) return r;
     refusal_text() = std::move(a.text);
     if (a.type != answer_type<Reply>() || a.bytes.size() != sizeof(Reply)) {
       if (a.fd >= 0) ::close(a.fd);
@@ -102,7 +104,9 @@ class Connection {
     int fd = -1;  // came with it (ExportReply, StagingReply)
     std::string text{};  // a refusal's reason (an Error), if the daemon gave one
   };
-  int exchange(void* msg, size_t n, uint64_t* request_field, int fd, Answer* out);
+  int exchange(void* msg, size_t n, uint64_t* request_field, int fd, Answer* out, int wait_ms);
+  // A staging area granted after its request was given up: given back.
+  void release_late_area(uint64_t area);
   void receive_loop();
   // Handles one message; false when the connection must end (*why set).
   bool dispatch(proto::Type type, const uint8_t* m, size_t n, int* why);

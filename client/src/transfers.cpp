@@ -14,19 +14,18 @@
 
 namespace ferry::client {
 
-namespace {
-
 // Threads that stage one large upload, this one included (thread_share).
 uint64_t staging_threads(ferry_client* c) {
   return thread_share(c->stager.workers() + 1, c->seg->staging_threads.load(std::memory_order_relaxed));
 }
 
-// How an upload of `bytes` is cut and staged (plan_staging), from what is in flight now.
-StagingPlan plan_for(ferry_client* c, uint64_t bytes) {
-  StagingInput in{bytes, c->slot_bytes, c->timeline.idle(), 1};
+StagingPlan plan_for(ferry_client* c, uint64_t bytes, uint64_t piece_cap) {
+  StagingInput in{bytes, piece_cap != 0 ? piece_cap : c->slot_bytes, c->timeline.idle(), 1};
   if (wants_threads(in, tuning())) in.threads = staging_threads(c);
   return plan_staging(in, tuning());
 }
+
+namespace {
 
 // One transfer of ticket t, as the daemon takes it: an entry in the
 // submission ring (and its doorbell only if ferryd's poller sleeps).
@@ -159,122 +158,6 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
   if (r != 0) return r;
   if (out != nullptr) *out = first + pieces - 1;
   return 0;
-}
-
-int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_direct_ops* ops, ferry_ticket* out) {
-  const char* fn = "ferry_upload_direct";
-  if (ops == nullptr) return misuse(-EFAULT, fn, "ops is NULL");
-  if (ops->size < sizeof(ferry_direct_ops))
-    return misuse(-EINVAL, fn, "ops->size is " + std::to_string(ops->size) + ": set it to sizeof(ferry_direct_ops)");
-  if ((ops->flags & ~(FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_CALLER_THREAD)) != 0)
-    return misuse(-EINVAL, fn,
-                  "ops->flags is " + std::to_string(ops->flags) +
-                      ": only FERRY_DIRECT_NO_WAIT and FERRY_DIRECT_CALLER_THREAD exist");
-  if (ops->copy == nullptr || ops->write == nullptr) return misuse(-EFAULT, fn, "ops->copy or ops->write is NULL");
-  if (src == nullptr) return misuse(-EFAULT, fn, "the source is NULL");
-  if (bytes == 0) return misuse(-EINVAL, fn, "0 bytes (nothing to copy)");
-  const bool no_wait = (ops->flags & FERRY_DIRECT_NO_WAIT) != 0;
-  Timeline& tl = c->timeline;
-  proto::DirectWords& words = tl.direct_words();
-  std::lock_guard one_call(c->direct_mu);
-  c->areas.trim(tl.direct_completed(), c->conn, false);
-  // The queue writes the numbers in its own order: another queue's could
-  // pass this one's, so a switch waits until the last queue is done (its
-  // failures stay for their own tickets' waits).
-  const bool same_queue = ops->queue == c->direct_queue && ops->queue_context == c->direct_queue_context;
-  if (!same_queue && tl.direct_completed() < tl.direct_issued()) {
-    if (no_wait) return -EAGAIN;
-    if (int r = tl.wait_direct_done(tl.direct_issued(), int64_t{c->conn.timeout_ms()} * 1'000'000); r != 0)
-      return misuse(r, fn,
-                    "direct uploads of another queue (or context) are still in flight, and did not finish within "
-                    "$FERRY_TIMEOUT_MS: one client per queue never waits");
-  }
-  c->direct_queue = ops->queue;
-  c->direct_queue_context = ops->queue_context;
-  const ferry_iovec whole{src, bytes};
-  Gather from;
-  if (int r = from.init(&whole, 1); r != 0) return r;
-  const StagingPlan plan = plan_for(c, bytes);
-  const uint64_t pieces = plan.pieces;
-  // Where the pieces go: the staging area, where they fit now (or, without
-  // an area to be had, once they fit), or an area of their own.
-  Areas::Area* area = nullptr;
-  if (c->areas.enabled() || no_wait) {
-    std::vector<uint64_t> lengths(pieces);
-    for (uint64_t i = 0; i < pieces; ++i) lengths[i] = plan.length(i, bytes);
-    if (!tl.room_now(lengths)) {
-      int why = 0;
-      area = c->areas.take(bytes, tl.direct_completed(), c->conn, &why);
-      if (area == nullptr && no_wait) return -EAGAIN;
-    }
-  }
-  Turn turn;
-  if (area != nullptr) {
-    turn.direct = true;
-    if (int r = tl.take_direct(pieces, &turn.ticket); r != 0) return r;
-  } else if (int r = tl.take(pieces, true, &turn); r != 0) {
-    return r;
-  }
-  // Pieces are staged in any order (several threads for a large upload)
-  // but appended in order: each number the queue writes says every one
-  // before it is done too.
-  std::mutex mu;
-  std::vector<const char*> at(pieces, nullptr);
-  uint64_t next = 0;
-  int refused = 0, broken = 0;
-  auto one = [&](uint64_t i) {
-    const uint64_t n = plan.length(i, bytes);
-    char* to = nullptr;
-    if (area != nullptr) {
-      to = area->base + plan.offset(i);
-    } else {
-      uint64_t where = 0;
-      if (int r = tl.place(turn.next(i), n, c->conn.timeout_ms(), &where); r != 0) return r;
-      to = tl.staging() + where;
-    }
-    from.copy(to, plan.offset(i), n, plan.stream);
-    FERRY_SLOT_HANDED_ON(tl.staging());
-    std::lock_guard lock(mu);
-    at[i] = to;
-    for (; next < pieces && at[next] != nullptr && broken == 0; ++next) {
-      const int e = refused != 0 ? refused : ops->copy(ops->ctx, plan.offset(next), at[next], plan.length(next, bytes));
-      if (e != 0 && refused == 0) {
-        refused = e < 0 ? e : -EIO;
-        // Recorded before the number can be written: a flush that sees it done sees the failure.
-        tl.fail_direct(turn.ticket + pieces - 1, refused);
-      }
-      // Written after a refused copy too: the number is done all the same.
-      tl.direct_appended(turn.ticket + next);
-      if (const int w = ops->write(ops->ctx, reinterpret_cast<volatile uint64_t*>(&words.completed), turn.ticket + next); w != 0) {
-        broken = w < 0 ? w : -EIO;
-        tl.ended(-EIO);  // at once: other threads wait for these bytes
-        break;
-      }
-      words.issued.store(turn.ticket + next, std::memory_order_relaxed);
-    }
-    return broken;
-  };
-  int r = 0;
-  if (pieces >= 4 && plan.threads > 1 && (ops->flags & FERRY_DIRECT_CALLER_THREAD) == 0) {
-    r = c->stager.run(pieces, one, plan.threads - 1);
-  } else {
-    for (uint64_t i = 0; i < pieces && r == 0; ++i) r = one(i);
-  }
-  const uint64_t last = turn.ticket + pieces - 1;
-  if (area != nullptr) {
-    // Free again once the queue wrote the last number (whatever came of the copies).
-    area->busy_until = last;
-    area->used = Areas::Clock::now();
-  }
-  if (broken != 0)
-    return misuse(broken, fn,
-                  "the queue refused the write of ferry's timeline word (" + std::string(std::strerror(-broken)) +
-                      "): this client can no longer tell when its staging is free; disconnect and connect again");
-  if (r != 0) return r;
-  words.uploads.fetch_add(1, std::memory_order_relaxed);
-  words.bytes.fetch_add(bytes, std::memory_order_relaxed);
-  if (out != nullptr) *out = FERRY_DIRECT_TICKET | last;
-  return refused;
 }
 
 // A reservation this client made and has not used: its ticket issued here,

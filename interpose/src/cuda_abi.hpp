@@ -17,28 +17,27 @@ using CUcontext = struct CUctx_st*;
 using CUstream = struct CUstream_st*;
 using cudaError_t = int;
 
-inline constexpr CUresult CUDA_SUCCESS = 0;
-inline constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
-inline constexpr CUresult CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712;
-inline constexpr cudaError_t cudaSuccess = 0;
+inline constexpr CUresult kCudaSuccess = 0;
+inline constexpr CUresult kCudaErrorNotFound = 500;
+inline constexpr CUresult kCudaErrorHostMemoryAlreadyRegistered = 712;
 
-inline const CUstream CU_STREAM_LEGACY = reinterpret_cast<CUstream>(0x1);
-inline const CUstream CU_STREAM_PER_THREAD = reinterpret_cast<CUstream>(0x2);
+inline const CUstream kCuStreamLegacy = reinterpret_cast<CUstream>(0x1);
+inline const CUstream kCuStreamPerThread = reinterpret_cast<CUstream>(0x2);
 
-inline constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;
-inline constexpr int CU_POINTER_ATTRIBUTE_IS_MANAGED = 8;
-inline constexpr unsigned CU_MEMORYTYPE_HOST = 1;
-inline constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
-inline constexpr unsigned CU_MEMORYTYPE_UNIFIED = 4;
-inline constexpr int CU_STREAM_CAPTURE_STATUS_NONE = 0;
-inline constexpr unsigned CU_MEMHOSTREGISTER_PORTABLE = 0x01;
-inline constexpr unsigned CU_MEMHOSTREGISTER_DEVICEMAP = 0x02;
-inline constexpr int CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122;
-inline constexpr uint64_t CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 1u << 1;
+inline constexpr int kCuPointerAttributeMemoryType = 2;
+inline constexpr int kCuPointerAttributeIsManaged = 8;
+inline constexpr unsigned kCuMemorytypeHost = 1;
+inline constexpr unsigned kCuMemorytypeDevice = 2;
+inline constexpr unsigned kCuMemorytypeUnified = 4;
+inline constexpr int kCuStreamCaptureStatusNone = 0;
+inline constexpr unsigned kCuMemhostregisterPortable = 0x01;
+inline constexpr unsigned kCuMemhostregisterDevicemap = 0x02;
+inline constexpr int kCuDeviceAttributeCanUse64BitStreamMemOps = 122;
+inline constexpr uint64_t kCuGetProcAddressPerThreadDefaultStream = 1u << 1;
 
 // cudaMemcpyKind
-inline constexpr int cudaMemcpyHostToDevice = 1;
-inline constexpr int cudaMemcpyDefault = 4;
+inline constexpr int kCudaMemcpyHostToDevice = 1;
+inline constexpr int kCudaMemcpyDefault = 4;
 
 // The driver's entry points this code calls, and those it stands in for.
 using GetProcAddressV2 = CUresult (*)(const char*, void**, int, uint64_t, int*);

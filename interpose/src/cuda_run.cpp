@@ -117,7 +117,7 @@ Driver* driver() {
   auto entry = [&](auto& f, const char* name) {
     void* p = nullptr;
     int status = 0;
-    if (d->gpa2 != nullptr && d->gpa2(name, &p, 12000, 0, &status) == CUDA_SUCCESS) f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(p);
+    if (d->gpa2 != nullptr && d->gpa2(name, &p, 12000, 0, &status) == kCudaSuccess) f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(p);
   };
   entry(d->attrs, "cuPointerGetAttributes");
   entry(d->ctx_current, "cuCtxGetCurrent");
@@ -147,12 +147,12 @@ bool complete(const Driver* d) {
 Mem classify(const Driver* d, const void* p) {
   unsigned type = 0;
   int managed = 0;
-  int attrs[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  int attrs[2] = {kCuPointerAttributeMemoryType, kCuPointerAttributeIsManaged};
   void* data[2] = {&type, &managed};
   // Unlike the singular query, this one reports memory the driver does not know as type 0.
-  if (d->attrs(2, attrs, data, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) return Mem::other;
-  if (managed != 0 || type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED) return Mem::device;
-  if (type == CU_MEMORYTYPE_HOST) return Mem::pinned;
+  if (d->attrs(2, attrs, data, reinterpret_cast<CUdeviceptr>(p)) != kCudaSuccess) return Mem::other;
+  if (managed != 0 || type == kCuMemorytypeDevice || type == kCuMemorytypeUnified) return Mem::device;
+  if (type == kCuMemorytypeHost) return Mem::pinned;
   return type == 0 ? Mem::pageable : Mem::other;
 }
 
@@ -162,8 +162,8 @@ struct InContext {
   bool pushed = false;
   InContext(const Driver* drv, CUcontext ctx) : d(drv) {
     CUcontext cur = nullptr;
-    if (d->ctx_current(&cur) == CUDA_SUCCESS && cur == ctx) return;
-    pushed = d->push(ctx) == CUDA_SUCCESS;
+    if (d->ctx_current(&cur) == kCudaSuccess && cur == ctx) return;
+    pushed = d->push(ctx) == kCudaSuccess;
   }
   ~InContext() {
     CUcontext popped;
@@ -180,8 +180,8 @@ struct HookCtx {
 int attach_area(void* h, void* area, uint64_t bytes) {
   const Driver* d = driver();
   InContext in(d, static_cast<HookCtx*>(h)->ctx);
-  const CUresult r = d->host_register(area, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-  return r == CUDA_SUCCESS || r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED ? 0 : -EIO;
+  const CUresult r = d->host_register(area, bytes, kCuMemhostregisterPortable | kCuMemhostregisterDevicemap);
+  return r == kCudaSuccess || r == kCudaErrorHostMemoryAlreadyRegistered ? 0 : -EIO;
 }
 
 void detach_area(void* h, void* area, uint64_t) {
@@ -196,14 +196,14 @@ int prepare(ferry_client* c, uint64_t, void* arg) {
   InContext in(d, ctx);
   CUdevice dev = 0;
   int ops = 0;
-  if (d->ctx_device(&dev) != CUDA_SUCCESS) return -EIO;
-  d->device_attr(&ops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev);
+  if (d->ctx_device(&dev) != kCudaSuccess) return -EIO;
+  d->device_attr(&ops, kCuDeviceAttributeCanUse64BitStreamMemOps, dev);
   if (ops == 0) return -ENOTSUP;
   ferry_timeline tl{};
   tl.size = sizeof tl;
   if (int r = ferry_get_timeline(c, &tl); r != 0) return r;
-  const CUresult r = d->host_register(tl.segment, tl.segment_bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-  if (r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) return -EIO;
+  const CUresult r = d->host_register(tl.segment, tl.segment_bytes, kCuMemhostregisterPortable | kCuMemhostregisterDevicemap);
+  if (r != kCudaSuccess && r != kCudaErrorHostMemoryAlreadyRegistered) return -EIO;
   ferry_staging_hooks h{};
   h.size = sizeof h;
   h.ctx = new HookCtx{ctx};  // lives as long as the client: for the process
@@ -224,13 +224,13 @@ struct CuCopy {
 int cu_copy(void* p, uint64_t off, const void* staging, uint64_t n) {
   auto* c = static_cast<CuCopy*>(p);
   InContext in(c->d, c->ctx);
-  return c->d->htod_async(c->dst + off, staging, n, c->stream) == CUDA_SUCCESS ? 0 : -EIO;
+  return c->d->htod_async(c->dst + off, staging, n, c->stream) == kCudaSuccess ? 0 : -EIO;
 }
 
 int cu_write(void* p, volatile uint64_t*, uint64_t value) {
   auto* c = static_cast<CuCopy*>(p);
   InContext in(c->d, c->ctx);
-  return c->d->write64(c->stream, c->word, value, 0) == CUDA_SUCCESS ? 0 : -EIO;
+  return c->d->write64(c->stream, c->word, value, 0) == kCudaSuccess ? 0 : -EIO;
 }
 
 // Stages a copy of n bytes from src into dst on `stream` (NULL: the
@@ -251,18 +251,18 @@ bool staged(void* dst, const void* src, size_t n, CUstream stream, bool per_thre
     return false;
   }
   Inside guard;
-  if (stream == nullptr) stream = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
-  per_thread = stream == CU_STREAM_PER_THREAD;
+  if (stream == nullptr) stream = per_thread ? kCuStreamPerThread : kCuStreamLegacy;
+  per_thread = stream == kCuStreamPerThread;
   Copy facts;
   facts.bytes = n;
   facts.min_bytes = lanes.settings().cuda_min_bytes;
   facts.dst = classify(d, dst);
   facts.src = classify(d, src);
-  int capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  int capture = kCuStreamCaptureStatusNone;
   CUcontext ctx = nullptr;
-  if (d->capturing(stream, &capture) != CUDA_SUCCESS || d->stream_ctx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr)
+  if (d->capturing(stream, &capture) != kCudaSuccess || d->stream_ctx(stream, &ctx) != kCudaSuccess || ctx == nullptr)
     facts.queue = FERRY_PASS_UNSUPPORTED;
-  else if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+  else if (capture != kCuStreamCaptureStatusNone)
     facts.queue = FERRY_PASS_CAPTURED;
   const Verdict v = decide(facts);
   if (!v.stage) {
@@ -281,12 +281,15 @@ bool staged(void* dst, const void* src, size_t n, CUstream stream, bool per_thre
   tl.size = sizeof tl;
   CuCopy cc{d, stream, reinterpret_cast<CUdeviceptr>(dst), ctx, 0};
   int r = ferry_get_timeline(c, &tl);
-  if (r == 0 && d->host_device_ptr(&cc.word, const_cast<uint64_t*>(tl.direct_completed), 0) != CUDA_SUCCESS) r = -EIO;
-  if (r == 0 && sync_first && d->stream_sync(stream) != CUDA_SUCCESS) r = -EIO;
+  if (r == 0 && d->host_device_ptr(&cc.word, const_cast<uint64_t*>(tl.direct_completed), 0) != kCudaSuccess) r = -EIO;
+  if (r == 0 && sync_first && d->stream_sync(stream) != kCudaSuccess) r = -EIO;
   if (r == 0) {
     ferry_direct_ops ops{};
     ops.size = sizeof ops;
-    ops.flags = FERRY_DIRECT_NO_WAIT | (per_thread ? FERRY_DIRECT_CALLER_THREAD : 0u);
+    // A synchronous copy waited for its stream already: a new staging area
+    // (registering it costs more than the driver's copy) would not pay.
+    ops.flags = FERRY_DIRECT_NO_WAIT | (per_thread ? FERRY_DIRECT_CALLER_THREAD : 0u) |
+                (sync_first ? FERRY_DIRECT_NO_GROW : 0u);
     ops.ctx = &cc;
     ops.queue = queue;
     ops.queue_context = reinterpret_cast<uint64_t>(ctx);
@@ -304,7 +307,7 @@ bool staged(void* dst, const void* src, size_t n, CUstream stream, bool per_thre
   return true;
 }
 
-bool to_device(int kind) { return kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDefault; }
+bool to_device(int kind) { return kind == kCudaMemcpyHostToDevice || kind == kCudaMemcpyDefault; }
 
 // The runtime's functions: the next definition after this library's.
 template <class Fn>
@@ -317,7 +320,7 @@ cudaError_t rt_async(const char* name, void* dst, const void* src, size_t n, int
   RtMemcpyAsync f = real[pt].load(std::memory_order_relaxed);
   if (f == nullptr) real[pt].store(f = next<RtMemcpyAsync>(name));
   if (f == nullptr) return 3;  // cudaErrorInitializationError: no runtime beneath
-  if (to_device(kind) && staged(dst, src, n, s, pt, false)) return cudaSuccess;
+  if (to_device(kind) && staged(dst, src, n, s, pt, false)) return kCudaSuccess;
   if (!to_device(kind)) Lanes::get().passed(FERRY_PASS_NOT_UPLOAD, n);
   Inside guard;
   return f(dst, src, n, kind, s);
@@ -328,7 +331,7 @@ cudaError_t rt_sync(const char* name, void* dst, const void* src, size_t n, int 
   RtMemcpy f = real[pt].load(std::memory_order_relaxed);
   if (f == nullptr) real[pt].store(f = next<RtMemcpy>(name));
   if (f == nullptr) return 3;
-  if (to_device(kind) && staged(dst, src, n, nullptr, pt, true)) return cudaSuccess;
+  if (to_device(kind) && staged(dst, src, n, nullptr, pt, true)) return kCudaSuccess;
   if (!to_device(kind)) Lanes::get().passed(FERRY_PASS_NOT_UPLOAD, n);
   Inside guard;
   return f(dst, src, n, kind);
@@ -342,7 +345,7 @@ cudaError_t rt_2d(const char* name, void* dst, size_t dpitch, const void* src, s
   if (f == nullptr) return 3;
   // Rows back to back on both sides: one contiguous copy. Pitched rows are the driver's.
   if (to_device(kind) && dpitch == width && spitch == width && height != 0 && width <= SIZE_MAX / height) {
-    if (staged(dst, src, width * height, s, pt, false)) return cudaSuccess;
+    if (staged(dst, src, width * height, s, pt, false)) return kCudaSuccess;
   } else {
     Lanes::get().passed(to_device(kind) ? FERRY_PASS_UNSUPPORTED : FERRY_PASS_NOT_UPLOAD, width * height);
   }
@@ -354,14 +357,14 @@ cudaError_t rt_2d(const char* name, void* dst, size_t dpitch, const void* src, s
 #define FERRY_DRIVER_ASYNC(ours, field, pt)                                                              \
   CUresult ours(CUdeviceptr dst, const void* src, size_t n, CUstream s) {                                \
     Driver* d = driver();                                                                               \
-    if (staged(reinterpret_cast<void*>(dst), src, n, s, pt, false)) return CUDA_SUCCESS;                 \
-    return d != nullptr && d->field != nullptr ? d->field(dst, src, n, s) : CUDA_ERROR_NOT_FOUND;        \
+    if (staged(reinterpret_cast<void*>(dst), src, n, s, pt, false)) return kCudaSuccess;                 \
+    return d != nullptr && d->field != nullptr ? d->field(dst, src, n, s) : kCudaErrorNotFound;        \
   }
 #define FERRY_DRIVER_SYNC(ours, field, pt)                                                        \
   CUresult ours(CUdeviceptr dst, const void* src, size_t n) {                                     \
     Driver* d = driver();                                                                        \
-    if (staged(reinterpret_cast<void*>(dst), src, n, nullptr, pt, true)) return CUDA_SUCCESS;     \
-    return d != nullptr && d->field != nullptr ? d->field(dst, src, n) : CUDA_ERROR_NOT_FOUND;    \
+    if (staged(reinterpret_cast<void*>(dst), src, n, nullptr, pt, true)) return kCudaSuccess;     \
+    return d != nullptr && d->field != nullptr ? d->field(dst, src, n) : kCudaErrorNotFound;    \
   }
 FERRY_DRIVER_ASYNC(htod_async, x_htod_async, false)
 FERRY_DRIVER_ASYNC(htod_async_ptsz, x_htod_async_ptsz, true)
@@ -371,15 +374,15 @@ FERRY_DRIVER_SYNC(htod_ptds, x_htod_ptds, true)
 // Unified addresses: the source may be host memory.
 CUresult any_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, bool pt) {
   Driver* d = driver();
-  if (staged(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, s, pt, false)) return CUDA_SUCCESS;
+  if (staged(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, s, pt, false)) return kCudaSuccess;
   MemcpyAsync f = d == nullptr ? nullptr : pt ? d->x_async_ptsz : d->x_async;
-  return f != nullptr ? f(dst, src, n, s) : CUDA_ERROR_NOT_FOUND;
+  return f != nullptr ? f(dst, src, n, s) : kCudaErrorNotFound;
 }
 CUresult any_sync(CUdeviceptr dst, CUdeviceptr src, size_t n, bool pt) {
   Driver* d = driver();
-  if (staged(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, nullptr, pt, true)) return CUDA_SUCCESS;
+  if (staged(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n, nullptr, pt, true)) return kCudaSuccess;
   Memcpy f = d == nullptr ? nullptr : pt ? d->x_memcpy_ptds : d->x_memcpy;
-  return f != nullptr ? f(dst, src, n) : CUDA_ERROR_NOT_FOUND;
+  return f != nullptr ? f(dst, src, n) : kCudaErrorNotFound;
 }
 CUresult any_async_legacy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return any_async(dst, src, n, s, false); }
 CUresult any_async_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return any_async(dst, src, n, s, true); }
@@ -410,17 +413,17 @@ void* ours(void* p) {
 
 CUresult gpa2(const char* symbol, void** pfn, int version, uint64_t flags, int* status) {
   Driver* d = driver();
-  if (d == nullptr || d->gpa2 == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (d == nullptr || d->gpa2 == nullptr) return kCudaErrorNotFound;
   const CUresult r = d->gpa2(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = ours(*pfn);
+  if (r == kCudaSuccess && pfn != nullptr) *pfn = ours(*pfn);
   return r;
 }
 
 CUresult gpa1(const char* symbol, void** pfn, int version, uint64_t flags) {
   Driver* d = driver();
-  if (d == nullptr || d->gpa1 == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (d == nullptr || d->gpa1 == nullptr) return kCudaErrorNotFound;
   const CUresult r = d->gpa1(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = ours(*pfn);
+  if (r == kCudaSuccess && pfn != nullptr) *pfn = ours(*pfn);
   return r;
 }
 
@@ -454,7 +457,7 @@ FERRY_EXPORT cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** pfn,
   static auto real = fr::next<RtGetDriverEntryPoint>("cudaGetDriverEntryPoint");
   if (real == nullptr) return 3;
   const cudaError_t r = real(symbol, pfn, flags, status);
-  if (r == cudaSuccess && pfn != nullptr) {
+  if (r == kCudaSuccess && pfn != nullptr) {
     fr::driver();
     *pfn = fr::ours(*pfn);
   }
@@ -465,7 +468,7 @@ FERRY_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, vo
   static auto real = fr::next<RtGetDriverEntryPointByVersion>("cudaGetDriverEntryPointByVersion");
   if (real == nullptr) return 3;
   const cudaError_t r = real(symbol, pfn, version, flags, status);
-  if (r == cudaSuccess && pfn != nullptr) {
+  if (r == kCudaSuccess && pfn != nullptr) {
     fr::driver();
     *pfn = fr::ours(*pfn);
   }

@@ -41,7 +41,8 @@ Lanes::Lanes() : settings_(settings_from_env()) {}
 
 bool Lanes::idle(const Lane& l) { return l.users == 0 && ferry_flush(l.c, 0) == 0; }
 
-ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, void* arg, int* why) {
+ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, void* arg, int* why,
+                             Clock::duration connect_wait) {
   if (settings_.off) {
     *why = FERRY_PASS_ERROR;
     return nullptr;
@@ -57,7 +58,7 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
   // A new lane: connected by a thread of its own, waited for a little, never
   // long (a stopped daemon would hold the program for $FERRY_TIMEOUT_MS).
   // Several threads that need one at once each start a connect.
-  const auto deadline = Clock::now() + kConnectWait;
+  const auto deadline = Clock::now() + connect_wait;
   bool started = false;
   while (lane == nullptr) {
     uint32_t live = 0;

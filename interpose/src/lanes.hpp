@@ -36,7 +36,11 @@ using Prepare = int (*)(ferry_client* c, uint64_t key, void* arg);
 class Lanes {
  public:
   using Clock = std::chrono::steady_clock;
+  // How long a copy waits for a new lane's connect: CUDA's own path is safe,
+  // a tenth of a second is enough; Level Zero's reads the source late, so
+  // its copies wait longer for ferry before they take that path.
   static constexpr auto kConnectWait = std::chrono::milliseconds(100);
+  static constexpr auto kConnectWaitUnsafe = std::chrono::seconds(2);
   static constexpr auto kRetry = std::chrono::seconds(1);
   static constexpr uint32_t kMaxDead = 16;  // then ferry is given up for the process
 
@@ -47,7 +51,8 @@ class Lanes {
 
   // A client for one call on queue (queue, context), held until done():
   // nullptr with *why (FERRY_PASS_*) when there is none to be had now.
-  ferry_client* acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, void* arg, int* why);
+  ferry_client* acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, void* arg, int* why,
+                        Clock::duration connect_wait = kConnectWait);
   // The call ended with `err` (0, or the upload's error): a lane whose
   // client can no longer upload is retired.
   void done(ferry_client* c, int err);

@@ -327,7 +327,7 @@ ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* sr
   if (!v.stage) return pass(v.why);
   int why = FERRY_PASS_ERROR;
   ferry_client* c = lanes.acquire(reinterpret_cast<uint64_t>(list), 0, reinterpret_cast<uint64_t>(drv), prepare,
-                                  nullptr, &why);
+                                  nullptr, &why, Lanes::kConnectWaitUnsafe);
   if (c == nullptr) return pass(why);
   ZeCopy z{list, static_cast<char*>(dst), size, signal, waits, wait_events,
            extension<WriteFn>(drv, "zexCommandListAppendWriteToMemory", known().write_fn)};

@@ -382,10 +382,14 @@ int ferry_signal(ferry_client *c, uint64_t value);
  * thread, such as CUDA's per-thread default stream); staging then uses no
  * thread but the caller's. */
 #define FERRY_DIRECT_CALLER_THREAD (1u << 1)
+/* ferry_direct_ops::flags: take no new staging area for this upload (an
+ * area already made and free may still serve): for a copy that would not
+ * pay for one, such as a synchronous one. */
+#define FERRY_DIRECT_NO_GROW (1u << 2)
 
 typedef struct ferry_direct_ops {
   uint32_t size;   /* sizeof(ferry_direct_ops) */
-  uint32_t flags;  /* 0, or FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_CALLER_THREAD */
+  uint32_t flags;  /* 0, or FERRY_DIRECT_NO_WAIT | _CALLER_THREAD | _NO_GROW */
   void *ctx;       /* passed to both functions */
   uint64_t queue;  /* names the queue (e.g. the stream's handle): see "One queue at a time" */
   uint64_t queue_context; /* and its context (a handle is unique only within one): both name the queue */

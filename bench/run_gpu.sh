@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# ferry-run on an NVIDIA GPU machine (the `device` tool): its CUDA checks and
+# its benchmarks, each program plain and under ferry-run side by side, from
+# the repository root with a pack of scripts/gpu-pack.sh carried as .device:
+#
+#   bash scripts/gpu-pack.sh                       # here
+#   OUT=$OUT bash bench/run_gpu.sh                 # there
+#
+# Settings: OUT (results, default /tmp/ferry-run-gpu), ROUNDS (3: each
+# benchmark plain, ferry-run and the hand-pinned rewrite, interleaved),
+# STEPS ("checks bench"). Writes run.txt (every line every program printed,
+# prefixed by what ran) and summary.txt (medians and spreads), in OUT.
+set -u
+P=$(cd "${B:-.device}" && pwd)
+OUT=${OUT:-/tmp/ferry-run-gpu}
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-checks bench}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+sock=/tmp/ferry-run-gpu.sock
+RUN="$P/interpose/ferry-run --socket $sock"
+TORCH="python3 $P/tree/bench/run_torch.py"
+log() { echo "$*" | tee -a "$OUT/run.txt"; }
+# One program: its output lines prefixed by a label.
+one() {
+  local label=$1
+  shift
+  timeout 300 "$@" 2>&1 | sed "s/^/$label | /" | tee -a "$OUT/run.txt"
+}
+
+nvidia-smi -L | head -1 | tee "$OUT/machine.txt"
+echo "commit: $(cat "$P/COMMIT" 2>/dev/null)" | tee -a "$OUT/machine.txt"
+"$P/daemon/ferryd" --backend cuda --socket "$sock" --log-level warn >"$OUT/ferryd.log" 2>&1 &
+ferryd=$!
+for _ in $(seq 200); do [[ -S $sock ]] && break; sleep 0.05; done
+[[ -S $sock ]] || { log "ferryd did not start"; cat "$OUT/ferryd.log"; exit 1; }
+
+if [[ " $STEPS " == *" checks "* ]]; then
+  log "== checks: what arrives, plain and under ferry-run (same answers expected; original everywhere but graph)"
+  for v in static shared ptds; do
+    for m in async legacy sync driver graph pinned; do
+      one "check $v $m plain" "$P/bench/run_cuda_check_$v" --mode "$m" 65536 4194304 67108864
+      one "check $v $m ferry" $RUN --report "$OUT/report-check.jsonl" -- "$P/bench/run_cuda_check_$v" --mode "$m" 65536 4194304 67108864
+    done
+  done
+  one "torch check plain" $TORCH check
+  one "torch check ferry" $RUN --report "$OUT/report-check.jsonl" -- $TORCH check
+fi
+
+if [[ " $STEPS " == *" bench "* ]]; then
+  log "== bench: $ROUNDS rounds, interleaved"
+  for r in $(seq "$ROUNDS"); do
+    one "loop plain r$r" $TORCH loop
+    one "loop ferry r$r" $RUN --report "$OUT/report-loop.jsonl" -- $TORCH loop
+    one "loop pinned r$r" $TORCH loop --pinned
+    one "behind plain r$r" $TORCH behind 65536 1048576 4194304 16777216 67108864 268435456 1073741824
+    one "behind ferry r$r" $RUN --report "$OUT/report-behind.jsonl" -- $TORCH behind 65536 1048576 4194304 16777216 67108864 268435456 1073741824
+    one "small plain r$r" $TORCH small
+    one "small ferry r$r" $RUN --report "$OUT/report-small.jsonl" -- $TORCH small
+    for s in "" _shared; do
+      one "seed$s plain r$r" "$P/bench/seed_loop$s" 1024 1000
+      one "seed$s ferry r$r" $RUN --report "$OUT/report-seed.jsonl" -- "$P/bench/seed_loop$s" 1024 1000
+      one "seed$s ferry0 r$r" $RUN --min-bytes 0 --report "$OUT/report-seed0.jsonl" -- "$P/bench/seed_loop$s" 1024 1000
+    done
+  done
+fi
+"$P/tools/ferryctl" --socket "$sock" status >"$OUT/ferryctl.txt" 2>&1
+kill "$ferryd"
+wait "$ferryd" 2>/dev/null
+cp "$OUT"/report-*.jsonl "$OUT/" 2>/dev/null
+python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
+import re, statistics, sys, collections
+out = sys.argv[1]
+rows = collections.defaultdict(list)
+for line in open(out + "/run.txt"):
+    if " | " not in line:
+        continue
+    label, text = line.rstrip("\n").split(" | ", 1)
+    key = re.sub(r" r\d+$", "", label)
+    for m in re.finditer(r"(\w+)=([\d.]+)", text):
+        rows[(key, text.split()[0] + (" " + text.split()[1] if text.startswith("behind") else ""), m.group(1))].append(float(m.group(2)))
+for (key, what, field), v in sorted(rows.items()):
+    if field in ("it_per_s", "call_ms", "ms") and len(v) >= 1:
+        print(f"{key:24s} {what:28s} {field:9s} median {statistics.median(v):10.3f}  min {min(v):10.3f}  max {max(v):10.3f}  n={len(v)}")
+EOF
+grep -c "WRONG\|mixed" "$OUT/run.txt" | sed 's/^/lines with WRONG or mixed: /' | tee -a "$OUT/summary.txt"

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: MIT
+// ferry_upload_direct: staged by libferry, copied by the caller's own queue.
+//
+// Two places an upload's bytes can go. The staging area (the segment's
+// FIFO, shared with ring uploads): each piece gets a number of its own, and
+// the queue writes it after the piece's copy, so the bytes come free piece
+// by piece behind the queue. Or, when the staging area has no room now and
+// the caller set staging hooks, an area of its own (areas.hpp): the upload
+// is staged there whole, copied in as few copies as its pieces allow, and
+// gets one number, which frees the whole area.
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "client.hpp"
+#include "gather.hpp"
+#include "staging_plan.hpp"
+#include "tsan.hpp"
+
+namespace ferry::client {
+
+namespace {
+
+constexpr uint32_t kKnownFlags = FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_CALLER_THREAD | FERRY_DIRECT_NO_GROW;
+
+int check_ops(const void* src, uint64_t bytes, const ferry_direct_ops* ops) {
+  const char* fn = "ferry_upload_direct";
+  if (ops == nullptr) return misuse(-EFAULT, fn, "ops is NULL");
+  if (ops->size < sizeof(ferry_direct_ops))
+    return misuse(-EINVAL, fn, "ops->size is " + std::to_string(ops->size) + ": set it to sizeof(ferry_direct_ops)");
+  if ((ops->flags & ~kKnownFlags) != 0)
+    return misuse(-EINVAL, fn,
+                  "ops->flags is " + std::to_string(ops->flags) +
+                      ": FERRY_DIRECT_NO_WAIT, FERRY_DIRECT_CALLER_THREAD and FERRY_DIRECT_NO_GROW are all there are");
+  if (ops->copy == nullptr || ops->write == nullptr) return misuse(-EFAULT, fn, "ops->copy or ops->write is NULL");
+  if (src == nullptr) return misuse(-EFAULT, fn, "the source is NULL");
+  if (bytes == 0) return misuse(-EINVAL, fn, "0 bytes (nothing to copy)");
+  return 0;
+}
+
+// One upload's pieces, appended to the queue in order as they are staged
+// (by any thread): the copies, and the writes of the numbers after them.
+class Appender {
+ public:
+  Appender(ferry_client* c, const ferry_direct_ops* ops, const StagingPlan& plan, uint64_t bytes, uint64_t first,
+           bool area)
+      : c_(c), ops_(ops), plan_(plan), bytes_(bytes), first_(first), area_(area), at_(plan.pieces, nullptr) {}
+
+  // Piece i is staged at `to`: appends what is now appendable. 0, or the
+  // queue's refusal of a write (the client is done for then).
+  int staged(uint64_t i, const char* to) {
+    std::lock_guard lock(mu_);
+    at_[i] = to;
+    while (next_ < plan_.pieces && at_[next_] != nullptr && broken_ == 0) {
+      // In an area, the pieces staged so far lie back to back: one copy.
+      uint64_t end = next_ + 1;
+      if (area_)
+        while (end < plan_.pieces && at_[end] != nullptr) ++end;
+      const uint64_t off = plan_.offset(next_);
+      const uint64_t n = (end == plan_.pieces ? bytes_ : plan_.offset(end)) - off;
+      copy(off, at_[next_], n);
+      next_ = end;
+      // An area's one number comes after its last copy; each piece's after its own.
+      if (!area_ || next_ == plan_.pieces) write(area_ ? first_ : first_ + next_ - 1);
+    }
+    return broken_;
+  }
+  int refused() const { return refused_; }
+  int broken() const { return broken_; }
+  uint64_t last() const { return area_ ? first_ : first_ + plan_.pieces - 1; }
+
+ private:
+  void copy(uint64_t off, const char* from, uint64_t n) {
+    const int e = refused_ != 0 ? refused_ : ops_->copy(ops_->ctx, off, from, n);
+    if (e != 0 && refused_ == 0) {
+      refused_ = e < 0 ? e : -EIO;
+      // Recorded before the number can be written: a flush that sees it done sees the failure.
+      c_->timeline.fail_direct(last(), refused_);
+    }
+  }
+  // Written after a refused copy too: the number is done all the same.
+  void write(uint64_t number) {
+    proto::DirectWords& words = c_->timeline.direct_words();
+    c_->timeline.direct_appended(number);
+    if (const int w = ops_->write(ops_->ctx, reinterpret_cast<volatile uint64_t*>(&words.completed), number); w != 0) {
+      broken_ = w < 0 ? w : -EIO;
+      c_->timeline.ended(-EIO);  // at once: other threads wait for these bytes
+      return;
+    }
+    words.issued.store(number, std::memory_order_relaxed);
+  }
+
+  ferry_client* c_;
+  const ferry_direct_ops* ops_;
+  const StagingPlan& plan_;
+  uint64_t bytes_, first_;
+  bool area_;
+  std::mutex mu_;
+  std::vector<const char*> at_;
+  uint64_t next_ = 0;
+  int refused_ = 0, broken_ = 0;
+};
+
+}  // namespace
+
+int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_direct_ops* ops, ferry_ticket* out) {
+  const char* fn = "ferry_upload_direct";
+  if (int r = check_ops(src, bytes, ops); r != 0) return r;
+  const bool no_wait = (ops->flags & FERRY_DIRECT_NO_WAIT) != 0;
+  Timeline& tl = c->timeline;
+  std::lock_guard one_call(c->direct_mu);
+  c->areas.trim(tl.direct_completed(), c->conn, false);
+  // The queue writes the numbers in its own order: another queue's could
+  // pass this one's, so a switch waits until the last queue is done (its
+  // failures stay for their own tickets' waits).
+  const bool same_queue = ops->queue == c->direct_queue && ops->queue_context == c->direct_queue_context;
+  if (!same_queue && tl.direct_completed() < tl.direct_issued()) {
+    if (no_wait) return -EAGAIN;
+    if (int r = tl.wait_direct_done(tl.direct_issued(), int64_t{c->conn.timeout_ms()} * 1'000'000); r != 0)
+      return misuse(r, fn,
+                    "direct uploads of another queue (or context) are still in flight, and did not finish within "
+                    "$FERRY_TIMEOUT_MS: one client per queue never waits");
+  }
+  c->direct_queue = ops->queue;
+  c->direct_queue_context = ops->queue_context;
+  const ferry_iovec whole{src, bytes};
+  Gather from;
+  if (int r = from.init(&whole, 1); r != 0) return r;
+  StagingPlan plan = plan_for(c, bytes);
+  // Where the pieces go: the staging area, where they fit now (or, without
+  // an area to be had, once they fit), or an area of their own.
+  Areas::Area* area = nullptr;
+  if (c->areas.enabled() || no_wait) {
+    std::vector<uint64_t> lengths(plan.pieces);
+    for (uint64_t i = 0; i < plan.pieces; ++i) lengths[i] = plan.length(i, bytes);
+    if (!tl.room_now(lengths)) {
+      int why = 0;
+      const bool grow = (ops->flags & FERRY_DIRECT_NO_GROW) == 0;
+      area = c->areas.take(bytes, tl.direct_completed(), c->conn, grow, &why);
+      if (area == nullptr && no_wait) return -EAGAIN;
+    }
+  }
+  Turn turn;
+  if (area != nullptr) {
+    // Pieces only to share the staging among threads: no slot bounds them.
+    plan = plan_for(c, bytes, bytes);
+    turn.direct = true;
+    if (int r = tl.take_direct(1, &turn.ticket); r != 0) return r;
+  } else if (int r = tl.take(plan.pieces, true, &turn); r != 0) {
+    return r;
+  }
+  // Pieces are staged in any order (several threads for a large upload)
+  // but appended in order: each number the queue writes says every one
+  // before it is done too.
+  Appender appender(c, ops, plan, bytes, turn.ticket, area != nullptr);
+  auto one = [&](uint64_t i) {
+    const uint64_t n = plan.length(i, bytes);
+    char* to = nullptr;
+    if (area != nullptr) {
+      to = area->base + plan.offset(i);
+    } else {
+      uint64_t where = 0;
+      if (int r = tl.place(turn.next(i), n, c->conn.timeout_ms(), &where); r != 0) return r;
+      to = tl.staging() + where;
+    }
+    from.copy(to, plan.offset(i), n, plan.stream);
+    FERRY_SLOT_HANDED_ON(tl.staging());
+    return appender.staged(i, to);
+  };
+  int r = 0;
+  if (plan.pieces >= 4 && plan.threads > 1 && (ops->flags & FERRY_DIRECT_CALLER_THREAD) == 0) {
+    r = c->stager.run(plan.pieces, one, plan.threads - 1);
+  } else {
+    for (uint64_t i = 0; i < plan.pieces && r == 0; ++i) r = one(i);
+  }
+  if (area != nullptr) {
+    // Free again once the queue wrote the number (whatever came of the copies).
+    area->busy_until = appender.last();
+    area->used = Areas::Clock::now();
+  }
+  if (const int broken = appender.broken(); broken != 0)
+    return misuse(broken, fn,
+                  "the queue refused the write of ferry's timeline word (" + std::string(std::strerror(-broken)) +
+                      "): this client can no longer tell when its staging is free; disconnect and connect again");
+  if (r != 0) return r;
+  proto::DirectWords& words = tl.direct_words();
+  words.uploads.fetch_add(1, std::memory_order_relaxed);
+  words.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (out != nullptr) *out = FERRY_DIRECT_TICKET | appender.last();
+  return appender.refused();
+}
+
+}  // namespace ferry::client
