@@ -9,13 +9,15 @@
 #
 # Settings: OUT (results, default /tmp/ferry-run-gpu), ROUNDS (3: each
 # benchmark plain, ferry-run and the hand-pinned rewrite, interleaved),
-# STEPS ("checks bench"). Writes run.txt (every line every program printed,
-# prefixed by what ran) and summary.txt (medians and spreads), in OUT.
+# STEPS ("checks bench sizes": sizes runs the seed loop at 1 KiB-2 MiB
+# plain and with every size staged, to place --min-bytes). Writes run.txt
+# (every line every program printed, prefixed by what ran), summary.txt
+# (medians and spreads) and results.tgz (both, ferryd's log, the reports).
 set -u
 P=$(cd "${B:-.device}" && pwd)
 OUT=${OUT:-/tmp/ferry-run-gpu}
 ROUNDS=${ROUNDS:-3}
-STEPS=${STEPS:-checks bench}
+STEPS=${STEPS:-checks bench sizes}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 sock=/tmp/ferry-run-gpu.sock
@@ -56,8 +58,10 @@ if [[ " $STEPS " == *" bench "* ]]; then
     one "loop pinned r$r" $TORCH loop --pinned
     one "behind plain r$r" $TORCH behind 65536 1048576 4194304 16777216 67108864 268435456 1073741824
     one "behind ferry r$r" $RUN --report "$OUT/report-behind.jsonl" -- $TORCH behind 65536 1048576 4194304 16777216 67108864 268435456 1073741824
-    one "small plain r$r" $TORCH small
-    one "small ferry r$r" $RUN --report "$OUT/report-small.jsonl" -- $TORCH small
+    for k in 1 2; do
+      one "small plain r$r" $TORCH small
+      one "small ferry r$r" $RUN --report "$OUT/report-small.jsonl" -- $TORCH small
+    done
     for s in "" _shared; do
       one "seed$s plain r$r" "$P/bench/seed_loop$s" 1024 1000
       one "seed$s ferry r$r" $RUN --report "$OUT/report-seed.jsonl" -- "$P/bench/seed_loop$s" 1024 1000
@@ -65,10 +69,19 @@ if [[ " $STEPS " == *" bench "* ]]; then
     done
   done
 fi
+
+if [[ " $STEPS " == *" sizes "* ]]; then
+  log "== sizes: the seed loop per upload size, plain and every size staged"
+  for r in $(seq "$ROUNDS"); do
+    for b in 4096 16384 65536 262144 1048576 2097152; do
+      one "size$b plain r$r" "$P/bench/seed_loop_shared" "$b" 500
+      one "size$b ferry0 r$r" $RUN --min-bytes 0 -- "$P/bench/seed_loop_shared" "$b" 500
+    done
+  done
+fi
 "$P/tools/ferryctl" --socket "$sock" status >"$OUT/ferryctl.txt" 2>&1
 kill "$ferryd"
 wait "$ferryd" 2>/dev/null
-cp "$OUT"/report-*.jsonl "$OUT/" 2>/dev/null
 python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
 import re, statistics, sys, collections
 out = sys.argv[1]
@@ -85,3 +98,6 @@ for (key, what, field), v in sorted(rows.items()):
         print(f"{key:24s} {what:28s} {field:9s} median {statistics.median(v):10.3f}  min {min(v):10.3f}  max {max(v):10.3f}  n={len(v)}")
 EOF
 grep -c "WRONG\|mixed" "$OUT/run.txt" | sed 's/^/lines with WRONG or mixed: /' | tee -a "$OUT/summary.txt"
+# The device tool brings back a few files: one archive of them all.
+(cd "$OUT" && tar czf results.tgz run.txt summary.txt ferryd.log ferryctl.txt machine.txt report-*.jsonl 2>/dev/null &&
+  rm -f run.txt ferryd.log ferryctl.txt report-*.jsonl)

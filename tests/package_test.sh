@@ -132,6 +132,16 @@ with ferry.Client('$sock') as c:
     assert bytes(c.download(b, nbytes=4000)) == b'ferry' * 800
 print('python3-ferry', ferry.__version__, 'verified')
 ") || fail "a Python client through the installed python3-ferry"
+echo "== ferry-run: an unmodified Level Zero program on the installed simulated driver, its held upload staged"
+sim=$(ls /usr/lib/*/ferry/libze_ferry_sim.so.1)
+cc -std=c11 -Wall -Werror "$root/tests/ze_upload.c" -lze_loader -lpthread -o "$tmp/ze_upload"
+plain=$(ZE_ENABLE_ALT_DRIVERS=$sim "$tmp/ze_upload" --mode hazard 4194304) || fail "ze_upload: $plain"
+[[ $plain == "4194304 overwritten device 0" ]] || fail "the hazard did not show without ferry-run: $plain"
+ferried=$(ZE_ENABLE_ALT_DRIVERS=$sim /usr/bin/ferry-run --socket "$sock" --report "$tmp/run.json" -- \
+  "$tmp/ze_upload" --mode hazard 4194304) || fail "ze_upload under ferry-run: $ferried"
+[[ $ferried == "4194304 original device 0" ]] || fail "the installed ferry-run did not stage the upload: $ferried"
+grep -q '"staged":1,' "$tmp/run.json" || fail "ferry-run's report: $(cat "$tmp/run.json")"
+man -w ferry-run >/dev/null 2>&1 || [[ -e /usr/share/man/man1/ferry-run.1.gz ]] || fail "no ferry-run(1)"
 if [[ ! -d /run/systemd/system ]]; then
   echo "== a member of group ferry: the C example and a ferry.torch loop; a non-member is refused, and told why"
   as() { local u=$1; shift; (cd / && setpriv --reuid "$u" --regid "$u" --init-groups "$@"); }
@@ -170,4 +180,4 @@ done
 if ls /var/lib/systemd/deb-systemd-helper-enabled/ 2>/dev/null | grep -q ferry; then
   fail "deb-systemd-helper still records ferry units: $(ls /var/lib/systemd/deb-systemd-helper-enabled/ | grep ferry)"
 fi
-echo "package_test: ok (lintian clean; installed, served the simulated device, answered ferryctl, C and Python clients verified; purged)"
+echo "package_test: ok (lintian clean; installed, served the simulated device, answered ferryctl, C and Python clients verified, ferry-run staged an unmodified program's upload; purged)"

@@ -11,9 +11,11 @@ namespace ferry::run {
 
 struct Settings {
   // Copies below this many bytes go to the driver (FERRY_RUN_MIN_BYTES).
-  // CUDA stages a small pageable copy itself and returns at once; Level
+  // CUDA's driver stages a pageable copy of up to 2 MiB itself and returns
+  // at once; there its path was as fast as ferry's or faster on the H200
+  // (docs/BENCHMARKS.md), from one byte more it waits for the stream. Level
   // Zero reads the source when the copy runs, at any size: stage every one.
-  uint64_t cuda_min_bytes = 64 * 1024;
+  uint64_t cuda_min_bytes = (2u << 20) + 1;
   uint64_t ze_min_bytes = 0;
   // The daemon's socket (FERRY_SOCKET, as for any libferry client).
   std::string socket;
