@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Checks the shape docs/DESIGN.md promises: every source file of daemon/ and
-client/src/ small enough to read in one sitting, no include cycle among the
+"""Checks the shape docs/DESIGN.md promises: every source file of daemon/,
+client/src/ and interpose/ small enough to read in one sitting, interpose/ on
+libferry's public headers alone, no include cycle among the
 project's own headers, proto/ and util/ at the bottom (they include nothing of
 the daemon's or the library's), and ferryd's layers in order: device/ includes
 nothing of engine/, admin/ or net/; engine/ nothing of admin/ or net/; admin/
@@ -14,7 +15,7 @@ import sys
 MAX_LINES = 400
 root = sys.argv[1]
 parts = ["proto/include/ferry", "proto/src", "util/include/ferry/util", "util/src", "daemon", "daemon/device",
-         "daemon/engine", "daemon/admin", "daemon/net", "client/src", "client/include/ferry", "tools"]
+         "daemon/engine", "daemon/admin", "daemon/net", "client/src", "client/include/ferry", "tools", "interpose/src"]
 # ferryd's layers, lowest first: each may include only its own and those before it.
 layers = ["daemon/device/", "daemon/engine/", "daemon/admin/", "daemon/net/"]
 include = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -44,7 +45,12 @@ graph = {f: sorted({r for r in (resolve(f, i) for i in include.findall(t)) if r}
 problems = []
 
 for f, t in files.items():
-    if f.startswith(("daemon/", "client/src/")):
+    # ferry-run's interposers stand on libferry's public API alone.
+    if f.startswith("interpose/"):
+        for g in graph[f]:
+            if not g.startswith(("interpose/", "client/include/")):
+                problems.append(f"{f} includes {g}: interpose/ may use only libferry's public headers")
+    if f.startswith(("daemon/", "client/src/", "interpose/")):
         n = t.count("\n")
         if n > MAX_LINES:
             problems.append(f"{f}: {n} lines (at most {MAX_LINES})")

@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: MIT
+// The entries ferry-run's Level Zero driver puts in the real driver's tables:
+// what they learn (drivers, contexts, immediate lists, the program's own
+// imports) and the staged copy (zeCommandListAppendMemoryCopy).
+#include <ferry/ferry.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "lanes.hpp"
+#include "policy.hpp"
+#include "ze_shim.hpp"
+
+namespace ferry::run {
+namespace {
+
+struct ListInfo {
+  ze_context_handle_t ctx = nullptr;
+  bool immediate = false;
+};
+
+// What the wrapped calls learned, for judging copies.
+struct Known {
+  std::shared_mutex mu;
+  std::unordered_map<ze_command_list_handle_t, ListInfo> lists;
+  std::unordered_map<ze_context_handle_t, ze_driver_handle_t> contexts;
+  std::vector<ze_driver_handle_t> drivers;
+  std::map<uintptr_t, uintptr_t> imported;  // start -> end of host ranges imported (zexDriverImportExternalPointer)
+  std::map<ze_driver_handle_t, ImportFn> import_fn;
+  std::map<ze_driver_handle_t, ReleaseFn> release_fn;
+  std::map<ze_driver_handle_t, WriteFn> write_fn;
+};
+Known& known() {
+  static Known k;
+  return k;
+}
+
+ImportFn real_import = nullptr;
+ReleaseFn real_release = nullptr;
+
+// ---- the driver's extension functions, by driver
+template <class Fn>
+Fn extension(ze_driver_handle_t d, const char* name, std::map<ze_driver_handle_t, Fn>& cache) {
+  {
+    std::shared_lock lock(known().mu);
+    if (auto it = cache.find(d); it != cache.end()) return it->second;
+  }
+  void* f = nullptr;
+  if (real().driver.pfnGetExtensionFunctionAddress(d, name, &f) != ZE_RESULT_SUCCESS) f = nullptr;
+  std::unique_lock lock(known().mu);
+  cache[d] = reinterpret_cast<Fn>(f);
+  return reinterpret_cast<Fn>(f);
+}
+
+}  // namespace
+
+// ---- wrapped entries: what they learn
+ze_result_t driver_get(uint32_t* count, ze_driver_handle_t* drivers) {
+  const ze_result_t r = real().driver.pfnGet(count, drivers);
+  if (r == ZE_RESULT_SUCCESS && drivers != nullptr) {
+    std::unique_lock lock(known().mu);
+    for (uint32_t i = 0; i < *count; ++i)
+      if (std::find(known().drivers.begin(), known().drivers.end(), drivers[i]) == known().drivers.end())
+        known().drivers.push_back(drivers[i]);
+  }
+  return r;
+}
+
+static ze_result_t import_wrapped(ze_driver_handle_t d, void* p, size_t n) {
+  const ze_result_t r = real_import(d, p, n);
+  if (r == ZE_RESULT_SUCCESS) {
+    std::unique_lock lock(known().mu);
+    known().imported[reinterpret_cast<uintptr_t>(p)] = reinterpret_cast<uintptr_t>(p) + n;
+  }
+  return r;
+}
+
+static ze_result_t release_wrapped(ze_driver_handle_t d, void* p) {
+  const ze_result_t r = real_release(d, p);
+  if (r == ZE_RESULT_SUCCESS) {
+    std::unique_lock lock(known().mu);
+    known().imported.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  return r;
+}
+
+// The program's own imports count as pinned sources: they are handed its
+// wrapped functions (ferry's own imports call the real ones directly).
+ze_result_t driver_extension(ze_driver_handle_t d, const char* name, void** f) {
+  const ze_result_t r = real().driver.pfnGetExtensionFunctionAddress(d, name, f);
+  if (r != ZE_RESULT_SUCCESS || name == nullptr || f == nullptr || *f == nullptr) return r;
+  if (std::strcmp(name, "zexDriverImportExternalPointer") == 0) {
+    real_import = reinterpret_cast<ImportFn>(*f);
+    *f = reinterpret_cast<void*>(&import_wrapped);
+  } else if (std::strcmp(name, "zexDriverReleaseImportedPointer") == 0) {
+    real_release = reinterpret_cast<ReleaseFn>(*f);
+    *f = reinterpret_cast<void*>(&release_wrapped);
+  }
+  return r;
+}
+
+static void note_context(ze_driver_handle_t d, ze_context_handle_t* c, ze_result_t r) {
+  if (r != ZE_RESULT_SUCCESS || c == nullptr) return;
+  std::unique_lock lock(known().mu);
+  known().contexts[*c] = d;
+}
+
+ze_result_t context_create(ze_driver_handle_t d, const ze_context_desc_t* desc, ze_context_handle_t* c) {
+  const ze_result_t r = real().context.pfnCreate(d, desc, c);
+  note_context(d, c, r);
+  return r;
+}
+
+ze_result_t context_create_ex(ze_driver_handle_t d, const ze_context_desc_t* desc, uint32_t n,
+                              ze_device_handle_t* devices, ze_context_handle_t* c) {
+  const ze_result_t r = real().context.pfnCreateEx(d, desc, n, devices, c);
+  note_context(d, c, r);
+  return r;
+}
+
+ze_result_t context_destroy(ze_context_handle_t c) {
+  {
+    std::unique_lock lock(known().mu);
+    known().contexts.erase(c);
+  }
+  return real().context.pfnDestroy(c);
+}
+
+static void note_list(ze_command_list_handle_t* l, ze_context_handle_t c, bool immediate, ze_result_t r) {
+  if (r != ZE_RESULT_SUCCESS || l == nullptr) return;
+  std::unique_lock lock(known().mu);
+  known().lists[*l] = ListInfo{c, immediate};
+}
+
+ze_result_t list_create(ze_context_handle_t c, ze_device_handle_t dev, const ze_command_list_desc_t* desc,
+                        ze_command_list_handle_t* l) {
+  const ze_result_t r = real().list.pfnCreate(c, dev, desc, l);
+  note_list(l, c, false, r);
+  return r;
+}
+
+ze_result_t list_create_immediate(ze_context_handle_t c, ze_device_handle_t dev, const ze_command_queue_desc_t* desc,
+                                  ze_command_list_handle_t* l) {
+  const ze_result_t r = real().list.pfnCreateImmediate(c, dev, desc, l);
+  note_list(l, c, true, r);
+  return r;
+}
+
+ze_result_t list_destroy(ze_command_list_handle_t l) {
+  {
+    std::unique_lock lock(known().mu);
+    known().lists.erase(l);
+  }
+  return real().list.pfnDestroy(l);
+}
+
+// ---- judging a copy
+static Mem classify(ze_context_handle_t ctx, const void* p) {
+  ze_memory_allocation_properties_t props{};
+  props.stype = ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES;
+  ze_device_handle_t dev = nullptr;
+  if (real().mem.pfnGetAllocProperties(ctx, p, &props, &dev) != ZE_RESULT_SUCCESS) return Mem::other;
+  switch (props.type) {
+    case ZE_MEMORY_TYPE_HOST: return Mem::pinned;
+    case ZE_MEMORY_TYPE_DEVICE:
+    case ZE_MEMORY_TYPE_SHARED: return Mem::device;
+    case ZE_MEMORY_TYPE_UNKNOWN: break;
+    default: return Mem::other;
+  }
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::shared_lock lock(known().mu);
+  auto it = known().imported.upper_bound(at);
+  if (it != known().imported.begin() && at < std::prev(it)->second) return Mem::pinned;
+  return Mem::pageable;
+}
+
+// ---- preparing a lane's client: its staging imported with the driver,
+// and its staging areas as they come (ferry_set_staging_hooks)
+static int attach_area(void* drv, void* area, uint64_t bytes) {
+  auto d = static_cast<ze_driver_handle_t>(drv);
+  ImportFn f = extension<ImportFn>(d, "zexDriverImportExternalPointer", known().import_fn);
+  if (f == nullptr) return -ENOTSUP;
+  return f(d, area, bytes) == ZE_RESULT_SUCCESS ? 0 : -EIO;
+}
+
+static void detach_area(void* drv, void* area, uint64_t) {
+  auto d = static_cast<ze_driver_handle_t>(drv);
+  if (ReleaseFn f = extension<ReleaseFn>(d, "zexDriverReleaseImportedPointer", known().release_fn)) f(d, area);
+}
+
+static int prepare(ferry_client* c, uint64_t key, void*) {
+  auto d = reinterpret_cast<ze_driver_handle_t>(key);
+  if (extension<WriteFn>(d, "zexCommandListAppendWriteToMemory", known().write_fn) == nullptr) return -ENOTSUP;
+  ferry_timeline tl{};
+  tl.size = sizeof tl;
+  if (int r = ferry_get_timeline(c, &tl); r != 0) return r;
+  if (int r = attach_area(d, tl.segment, tl.segment_bytes); r != 0) return r;
+  // One driver's areas: a lane serves the lists of the driver it was
+  // prepared for first (the usual case: one driver in the process).
+  ferry_staging_hooks h{};
+  h.size = sizeof h;
+  h.ctx = d;
+  h.attach = attach_area;
+  h.detach = detach_area;
+  return ferry_set_staging_hooks(c, &h);
+}
+
+// ---- the staged copy: ferry_upload_direct's ops on an immediate list
+namespace {
+struct ZeCopy {
+  ze_command_list_handle_t list;
+  char* dst;
+  uint64_t bytes;
+  ze_event_handle_t signal;
+  uint32_t waits;
+  ze_event_handle_t* wait_events;
+  WriteFn write;
+  uint64_t appended = 0;  // copies appended so far
+  ze_result_t refused = ZE_RESULT_SUCCESS;
+};
+}  // namespace
+
+// The first piece waits for the program's events, the last signals its
+// event: the pieces between are ordered by the barriers before each write.
+static int ze_copy(void* p, uint64_t off, const void* staging, uint64_t n) {
+  auto* z = static_cast<ZeCopy*>(p);
+  const bool first = z->appended == 0, last = off + n == z->bytes;
+  const ze_result_t r = real().list.pfnAppendMemoryCopy(z->list, z->dst + off, staging, n, last ? z->signal : nullptr,
+                                                        first ? z->waits : 0, first ? z->wait_events : nullptr);
+  if (r != ZE_RESULT_SUCCESS) {
+    if (z->refused == ZE_RESULT_SUCCESS) z->refused = r;
+    return -EIO;
+  }
+  ++z->appended;
+  return 0;
+}
+
+static int ze_write(void* p, volatile uint64_t* word, uint64_t value) {
+  auto* z = static_cast<ZeCopy*>(p);
+  // Commands of a list may overlap: the write comes after the copy's last byte.
+  if (real().list.pfnAppendBarrier(z->list, nullptr, 0, nullptr) != ZE_RESULT_SUCCESS) return -EIO;
+  WriteDesc desc{1u << 2};
+  return z->write(z->list, &desc, const_cast<uint64_t*>(word), value) == ZE_RESULT_SUCCESS ? 0 : -EIO;
+}
+
+ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* src, size_t size,
+                        ze_event_handle_t signal, uint32_t waits, ze_event_handle_t* wait_events) {
+  auto pass = [&](int why) {
+    Lanes::get().passed(why, size);
+    return real().list.pfnAppendMemoryCopy(list, dst, src, size, signal, waits, wait_events);
+  };
+  Lanes& lanes = Lanes::get();
+  if (small(size, lanes.settings().ze_min_bytes) || dst == nullptr || src == nullptr) return pass(FERRY_PASS_SMALL);
+  ListInfo info;
+  ze_driver_handle_t drv = nullptr;
+  {
+    std::shared_lock lock(known().mu);
+    auto it = known().lists.find(list);
+    if (it != known().lists.end()) info = it->second;
+    if (auto c = known().contexts.find(info.ctx); c != known().contexts.end()) drv = c->second;
+    if (drv == nullptr && known().drivers.size() == 1) drv = known().drivers.front();
+  }
+  Copy facts;
+  facts.bytes = size;
+  facts.min_bytes = lanes.settings().ze_min_bytes;
+  facts.dst = classify(info.ctx, dst);
+  facts.src = classify(info.ctx, src);
+  // A list it never saw made (none should be) is judged unknown.
+  facts.queue = info.ctx == nullptr ? FERRY_PASS_UNSUPPORTED
+                : !info.immediate   ? FERRY_PASS_REPLAYABLE
+                : drv == nullptr    ? FERRY_PASS_UNSUPPORTED
+                                    : -1;
+  const Verdict v = decide(facts);
+  if (!v.stage) return pass(v.why);
+  int why = FERRY_PASS_ERROR;
+  ferry_client* c = lanes.acquire(reinterpret_cast<uint64_t>(list), 0, reinterpret_cast<uint64_t>(drv), prepare,
+                                  nullptr, &why, Lanes::kConnectWaitUnsafe);
+  if (c == nullptr) return pass(why);
+  ZeCopy z{list, static_cast<char*>(dst), size, signal, waits, wait_events,
+           extension<WriteFn>(drv, "zexCommandListAppendWriteToMemory", known().write_fn)};
+  ferry_direct_ops ops{};
+  ops.size = sizeof ops;
+  ops.flags = FERRY_DIRECT_NO_WAIT;
+  ops.ctx = &z;
+  ops.queue = reinterpret_cast<uint64_t>(list);
+  ops.queue_context = 0;  // a list's handle names it in the whole process
+  ops.copy = ze_copy;
+  ops.write = ze_write;
+  const int r = ferry_upload_direct(c, src, size, &ops, nullptr);
+  lanes.done(c, r);
+  if (r == 0) {
+    lanes.staged(size);
+    return ZE_RESULT_SUCCESS;
+  }
+  // The driver refused the copy itself: what the call would have said.
+  if (z.refused != ZE_RESULT_SUCCESS && z.appended == 0) {
+    lanes.passed(FERRY_PASS_ERROR, size);
+    return z.refused;
+  }
+  // Nothing appended (no room now), or part of it: the driver's own copy,
+  // in full, after whatever went before.
+  return pass(r == -EAGAIN ? FERRY_PASS_NO_ROOM : FERRY_PASS_ERROR);
+}
+
+}  // namespace ferry::run
