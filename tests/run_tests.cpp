@@ -165,6 +165,22 @@ TEST_CASE("ferry-run: the hazard is real, and ferry-run removes it at every size
   }
 }
 
+TEST_CASE("ferry-run: a Python program on the loader through ctypes", "[run]") {
+  if (skip_interposers()) return;
+  Daemon d;
+  const std::string py = "/usr/bin/python3 " + std::string(FERRY_SOURCE_DIR) + "/tests/ze_upload.py " + join(kSizes);
+  auto [rc0, plain] = run_command("env FERRY_SOCKET=" + d.socket + " " + py);
+  INFO(plain);
+  REQUIRE(rc0 == 0);
+  CHECK(parse(0, plain).count("overwritten") == kSizes.size());
+  Report r;
+  auto [rc1, ferried] = run_command("env FERRY_SOCKET=" + d.socket + " " + ferry_run() + " " + r.opt() + " -- " + py);
+  INFO(ferried);
+  REQUIRE(rc1 == 0);
+  CHECK(parse(0, ferried).count("original") == kSizes.size());
+  CHECK(r.only().get<uint64_t>("staged") == kSizes.size());
+}
+
 TEST_CASE("ferry-run: what goes to the driver behaves as without ferry, and is counted", "[run]") {
   if (skip_interposers()) return;
   Daemon d;

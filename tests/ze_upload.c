@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The loader's functions this program calls, linked or found with dlsym. */
@@ -97,6 +98,14 @@ static const char *mode = "hazard";
 static ze_driver_handle_t driver;
 static ze_context_handle_t ctx;
 
+static double call_ms; /* the last upload's append call */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 static uint8_t pattern(uint64_t i, int second) { return (uint8_t)(i * 131 + (second ? 77 : 5) + (i >> 13)); }
 
 /* One upload of n bytes to `dev` on `list` (immediate) and what arrived. */
@@ -130,7 +139,9 @@ static const char *upload(ze_device_handle_t dev, ze_command_list_handle_t list,
     /* Held until the source was overwritten: what the device reads then is
      * what the driver (or ferry) kept of it. */
     OK(p_zeCommandListAppendBarrier(list, NULL, 1, &gate));
+    const double t0 = now_ms();
     OK(p_zeCommandListAppendMemoryCopy(list, dst, src, n, NULL, 0, NULL));
+    call_ms = now_ms() - t0;
     for (size_t i = 0; i < n; ++i) src[i] = pattern(i, 1);
     OK(p_zeEventHostSignal(gate));
   } else if (strcmp(mode, "sync") == 0) {
@@ -248,7 +259,8 @@ int main(int argc, char **argv) {
           printf("%zu %s device %d thread %d\n", n, jobs[k].what, d, k);
         }
       } else {
-        printf("%zu %s device %d\n", n, upload(devs[d], lists[d], n), d);
+        const char *what = upload(devs[d], lists[d], n);
+        printf("%zu %s device %d call_ms=%.3f\n", n, what, d, call_ms);
       }
     }
     fflush(stdout);

@@ -59,7 +59,9 @@ Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, bool g
     if (fd >= 0) ::close(fd);
     return nullptr;
   }
-  void* p = ::mmap(nullptr, reply.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Populated now, in one pass: an upload would otherwise take a page fault
+  // per page it stages (a fresh 64 MiB area cost 250 ms in faults on a VM).
+  void* p = ::mmap(nullptr, reply.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int map_err = errno;
   ::close(fd);
   Area a{reply.area, static_cast<char*>(p), reply.bytes, 0, Clock::now(), hooks_};

@@ -21,7 +21,10 @@ class Areas {
  public:
   using Clock = std::chrono::steady_clock;
   // How long an area may lie unused before it goes back.
-  static constexpr auto kIdle = std::chrono::seconds(2);
+  // Long enough that a program uploading now and then keeps its area (making
+  // one costs a registration: tens of ms for 256 MiB), short enough that
+  // pinned memory it stopped using goes back.
+  static constexpr auto kIdle = std::chrono::seconds(10);
   // Areas one client keeps at once (the user's --user-staging bounds the bytes).
   static constexpr size_t kMaxAreas = 32;
   // How long a request for an area (or its return) waits for ferryd, whose

@@ -425,7 +425,7 @@ int ferry_upload_direct(ferry_client *c, const void *src, uint64_t bytes, const 
  * demand (a memfd, counted against the user's --user-staging) and this
  * client maps. The upload is staged there whole and the call returns; the
  * area is reused once the queue copied from it, and given back after about
- * two seconds unused (at a later call, or at ferry_disconnect). Past the
+ * ten seconds unused (at a later call, or at ferry_disconnect). Past the
  * user's bound the upload waits for room as before (or, with
  * FERRY_DIRECT_NO_WAIT, returns -EAGAIN).
  *
