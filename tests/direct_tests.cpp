@@ -5,6 +5,7 @@
 // looked at while the copy cannot have run.
 #include <ferry/ferry.h>
 #include <ferry/level_zero.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "ze_app.hpp"
 
 using namespace ferry::test;
+namespace proto = ferry::proto;
 
 namespace {
 
@@ -367,4 +369,193 @@ TEST_CASE("direct uploads: a forked child gets ECHILD; a process that dies with 
   CHECK(d.holds_nothing());
   Witness w(d.socket);
   CHECK(w.finish() >= 3);
+}
+
+// ---------------------------------------------------------------- staging that grows
+namespace {
+
+// Hooks that import an area with the app's driver, as ferry_ze_import does
+// the segment, and count what they were asked.
+struct ZeHooks {
+  ze_driver_handle_t drv = nullptr;
+  std::atomic<int> attached{0}, detached{0};
+  static int attach(void* p, void* area, uint64_t bytes) {
+    auto* h = static_cast<ZeHooks*>(p);
+    auto f = (ferry_zex_import_fn)ferry_ze_ext_(h->drv, "zexDriverImportExternalPointer");
+    if (f == nullptr || f(h->drv, area, bytes) != ZE_RESULT_SUCCESS) return -EIO;
+    ++h->attached;
+    return 0;
+  }
+  static void detach(void* p, void* area, uint64_t) {
+    auto* h = static_cast<ZeHooks*>(p);
+    if (auto f = (ferry_zex_release_fn)ferry_ze_ext_(h->drv, "zexDriverReleaseImportedPointer")) f(h->drv, area);
+    ++h->detached;
+  }
+  ferry_staging_hooks hooks() {
+    ferry_staging_hooks s{};
+    s.size = sizeof s;
+    s.ctx = this;
+    s.attach = attach;
+    s.detach = detach;
+    return s;
+  }
+};
+
+// ferry_ze_upload's ops with FERRY_DIRECT_NO_WAIT.
+int upload_no_wait(App& a, void* dst, const std::vector<uint8_t>& src, ferry_ticket* t) {
+  ferry_ze_direct_ d{a.k.list, (ze_command_list_handle_t)ferry_ze_native_(ZEL_HANDLE_COMMAND_LIST, a.k.list),
+                     static_cast<char*>(dst), (ferry_zex_write_fn)ferry_ze_ext_(a.k.drv, "zexCommandListAppendWriteToMemory")};
+  ferry_direct_ops ops{};
+  ops.size = sizeof ops;
+  ops.flags = FERRY_DIRECT_NO_WAIT;
+  ops.ctx = &d;
+  ops.queue = reinterpret_cast<uint64_t>(a.k.list);
+  ops.copy = ferry_ze_direct_copy_;
+  ops.write = ferry_ze_direct_write_;
+  return ferry_upload_direct(a.c, src.data(), src.size(), &ops, t);
+}
+
+uint64_t user_staging(const Daemon& d) {
+  const auto st = d.status();
+  for (const auto& [k, u] : st.get_child("users")) return u.get<uint64_t>("staging_bytes");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("staging that grows: uploads past a held list's staging take areas and return at once", "[direct][simonly]") {
+  Daemon d({"--slots", "4", "--slot-size", "65536"});  // 256 KiB of staging
+  App a(d.socket);
+  ZeHooks h;
+  h.drv = a.k.drv;
+  const ferry_staging_hooks hooks = h.hooks();
+  REQUIRE(ferry_set_staging_hooks(a.c, &hooks) == 0);
+  const size_t n = 1 << 20;
+  std::vector<void*> dst;
+  std::vector<std::vector<uint8_t>> sent;
+  a.hold();  // nothing the list is given runs yet: without areas, the second upload would wait
+  for (int i = 0; i < 3; ++i) {
+    dst.push_back(a.k.device_alloc(n));
+    sent.push_back(bytes_for(100 + i, n));
+    std::vector<uint8_t> src = sent.back();
+    ferry_ticket t = 0;
+    REQUIRE(upload_no_wait(a, dst.back(), src, &t) == 0);
+    std::fill(src.begin(), src.end(), 0xEE);  // reused at once
+  }
+  CHECK(h.attached == 3);
+  CHECK(row(d, a.c).get<uint64_t>("staging_area_bytes") >= 3 * n);
+  CHECK(user_staging(d) >= 3 * n);
+  a.release();
+  a.finish_queue();
+  for (int i = 0; i < 3; ++i) CHECK(a.read(dst[static_cast<size_t>(i)], n) == sent[static_cast<size_t>(i)]);
+  // The queue copied from them: the next upload reuses an area, asks for none.
+  const uint64_t before = user_staging(d);
+  ferry_ticket t = 0;
+  REQUIRE(upload_no_wait(a, dst[0], sent[1], &t) == 0);
+  REQUIRE(ferry_wait(a.c, t, 5'000'000'000) == 0);
+  CHECK(h.attached == 3);
+  CHECK(user_staging(d) == before);
+  CHECK(a.read(dst[0], n) == sent[1]);
+  // Disconnected: detached, and no longer counted against the user.
+  ferry_ze_release(a.c, a.k.drv);
+  ferry_disconnect(a.c);
+  a.c = nullptr;
+  CHECK(h.detached == 3);
+  CHECK(eventually([&] { return user_staging(d) == 0; }));
+  for (void* p : dst) zeMemFree(a.k.ctx, p);
+}
+
+TEST_CASE("--user-staging bounds a user's areas: past it FERRY_DIRECT_NO_WAIT appends nothing", "[direct][simonly]") {
+  Daemon d({"--slots", "4", "--slot-size", "65536", "--user-staging", "2097152"});
+  App a(d.socket), b(d.socket);  // two clients of one user share its bound
+  ZeHooks ha, hb;
+  ha.drv = a.k.drv;
+  hb.drv = b.k.drv;
+  const ferry_staging_hooks hooks_a = ha.hooks(), hooks_b = hb.hooks();
+  REQUIRE(ferry_set_staging_hooks(a.c, &hooks_a) == 0);
+  REQUIRE(ferry_set_staging_hooks(b.c, &hooks_b) == 0);
+  const size_t n = 1 << 20;
+  void* da = a.k.device_alloc(n);
+  void* db = b.k.device_alloc(n);
+  a.hold();
+  b.hold();
+  ferry_ticket t = 0;
+  REQUIRE(upload_no_wait(a, da, bytes_for(1, n), &t) == 0);  // a 2 MiB area: the whole bound
+  const uint64_t issued = row(d, b.c).get<uint64_t>("direct_in_flight");
+  CHECK(upload_no_wait(b, db, bytes_for(2, n), &t) == -EAGAIN);
+  CHECK(row(d, b.c).get<uint64_t>("direct_in_flight") == issued);  // nothing appended
+  CHECK(hb.attached == 0);
+  // What b's staging holds is still b's: a small one goes through at once.
+  REQUIRE(upload_no_wait(b, db, bytes_for(3, 4096), &t) == 0);
+  a.release();
+  b.release();
+  a.finish_queue();
+  b.finish_queue();
+  CHECK(a.read(da, n) == bytes_for(1, n));
+  // a's client goes: its area with it, and b may have one.
+  ferry_ze_release(a.c, a.k.drv);
+  ferry_disconnect(a.c);
+  a.c = nullptr;
+  REQUIRE(eventually([&] { return user_staging(d) == 0; }));
+  b.hold();
+  REQUIRE(upload_no_wait(b, db, bytes_for(4, n), &t) == 0);
+  CHECK(hb.attached == 1);
+  b.release();
+  b.finish_queue();
+  CHECK(b.read(db, n) == bytes_for(4, n));
+  zeMemFree(a.k.ctx, da);
+  zeMemFree(b.k.ctx, db);
+}
+
+TEST_CASE("a staging area ferryd took back reads as zeros, whatever its client kept mapped", "[direct]") {
+  Daemon d({"--user-staging", "8388608"});
+  RawClient r(d.socket);
+  r.hello("areas");
+  auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+  grow.request = 7;
+  grow.bytes = 3 << 20;
+  r.send(grow);
+  std::vector<uint8_t> msg;
+  std::vector<int> fds;
+  REQUIRE(proto::read_message(r.fd, msg, &fds) == 0);
+  proto::StagingReply reply{};
+  REQUIRE(proto::as(msg, &reply));
+  REQUIRE(reply.status == 0);
+  REQUIRE(fds.size() == 1);
+  CHECK(reply.bytes == (3u << 20));  // whole pages
+  auto* p = static_cast<uint8_t*>(mmap(nullptr, reply.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0));
+  // Sealed: the client cannot resize what ferryd counts.
+  CHECK(ftruncate(fds[0], 64 << 20) != 0);
+  ::close(fds[0]);
+  REQUIRE(p != MAP_FAILED);
+  std::memset(p, 0xAB, reply.bytes);
+  auto rel = proto::make<proto::StagingRelease>(proto::Type::staging_release);
+  rel.request = 8;
+  rel.area = reply.area;
+  r.send(rel);
+  proto::Reply done{};
+  REQUIRE(r.expect(proto::Type::reply, &done));
+  CHECK(done.status == 0);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < reply.bytes; i += 4096) nonzero += p[i] != 0;
+  CHECK(nonzero == 0);
+  munmap(p, reply.bytes);
+  // An area it does not hold, 0 bytes, too many: refused, the session goes on.
+  r.send(rel);
+  REQUIRE(r.expect(proto::Type::reply, &done));
+  CHECK(done.status == -ENOENT);
+  for (uint64_t bytes : {uint64_t{0}, proto::kMaxStagingArea + 1}) {
+    grow.bytes = bytes;
+    r.send(grow);
+    REQUIRE(proto::read_message(r.fd, msg, &fds) == 0);
+    REQUIRE(proto::as(msg, &reply));
+    CHECK(reply.status == -EINVAL);
+  }
+  // Past the user's bound: refused with the bound named (an Error first).
+  grow.bytes = 16 << 20;
+  r.send(grow);
+  proto::Error e{};
+  REQUIRE(r.expect(proto::Type::error, &e));
+  CHECK(e.code == -EDQUOT);
+  CHECK(std::string(e.text).find("--user-staging") != std::string::npos);
 }

@@ -46,7 +46,8 @@ json::array users_json(const StatusInputs& ctx, bool all, uid_t viewer) {
     auto it = conns.find(uid);
     rows.push_back(json::object{{"uid", uid}, {"connections", it != conns.end() ? it->second : 0}, {"clients", u.clients},
                                 {"buffers", u.buffers}, {"device_bytes", u.device_bytes}, {"grants", u.grants},
-                                {"opens", u.opens}, {"imports", u.imports}, {"event_pools", u.event_pools}});
+                                {"opens", u.opens}, {"imports", u.imports}, {"event_pools", u.event_pools},
+                                {"staging_bytes", u.staging_bytes}});
   }
   return rows;
 }
@@ -57,7 +58,7 @@ json::object limits_json(const Limits& l) {
           {"user_memory_bytes", l.user_memory},   {"max_buffers", l.max_buffers},
           {"max_buffers_total", l.max_buffers_total}, {"max_grants", l.max_grants},
           {"max_opens", l.max_opens},             {"max_imports", l.max_imports},
-          {"max_event_pools", l.max_event_pools}};
+          {"max_event_pools", l.max_event_pools}, {"user_staging_bytes", l.user_staging}};
 }
 }  // namespace
 

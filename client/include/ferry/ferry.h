@@ -435,9 +435,11 @@ int ferry_upload_direct(ferry_client *c, const void *src, uint64_t bytes, const 
  * before any copy from it is appended; detach() once no queue copies from it
  * any more, before it is unmapped, on the thread of a later ferry call (or
  * ferry_disconnect). 0 or a negative errno from attach: that area is not
- * used (and given back). Without hooks (the default) no area is taken.
- * ferry/cuda.h's ferry_cu_register sets hooks that register areas as it
- * registers the segment. */
+ * used (and given back). Without hooks (the default) no area is taken and
+ * direct uploads wait for room as they always did; ferry-run(1) sets them
+ * (for CUDA: cuMemHostRegister with CU_MEMHOSTREGISTER_PORTABLE, with the
+ * context pushed in detach's cuMemHostUnregister; for Level Zero:
+ * zexDriverImportExternalPointer and its release). */
 typedef struct ferry_staging_hooks {
   uint32_t size;  /* sizeof(ferry_staging_hooks) */
   uint32_t flags; /* 0 */
