@@ -9,7 +9,7 @@ build=${FERRY_BUILD_DIR:-$root/build/release}
 
 echo "== installing what is missing (scripts/setup.sh: Debian packages, once)"
 bash "$root/scripts/setup.sh"
-echo "== building ferry into $build (about a minute the first time, seconds after)"
+echo "== building ferry into $build (a few minutes the first time on 2 cores, seconds after)"
 bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF >/dev/null
 
 sock=$(mktemp -u /tmp/ferry-demo-XXXXXX.sock)
