@@ -18,6 +18,7 @@ P=$(cd "${B:-.device}" && pwd)
 OUT=${OUT:-/tmp/ferry-run-gpu}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-checks bench sizes}
+BENCH=${BENCH:-loop behind small seed}  # which of bench's programs
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 sock=/tmp/ferry-run-gpu.sock
@@ -53,16 +54,22 @@ fi
 if [[ " $STEPS " == *" bench "* ]]; then
   log "== bench: $ROUNDS rounds, interleaved"
   for r in $(seq "$ROUNDS"); do
-    one "loop plain r$r" $TORCH loop
-    one "loop ferry r$r" $RUN --report "$OUT/report-loop.jsonl" -- $TORCH loop
-    one "loop pinned r$r" $TORCH loop --pinned
-    one "behind plain r$r" $TORCH behind 65536 1048576 4194304 16777216 67108864 268435456 1073741824
-    one "behind ferry r$r" $RUN --report "$OUT/report-behind.jsonl" -- $TORCH behind 65536 1048576 4194304 16777216 67108864 268435456 1073741824
+    if [[ " $BENCH " == *" loop "* ]]; then
+      one "loop plain r$r" $TORCH loop
+      one "loop ferry r$r" $RUN --report "$OUT/report-loop.jsonl" -- $TORCH loop
+      one "loop pinned r$r" $TORCH loop --pinned
+    fi
+    if [[ " $BENCH " == *" behind "* ]]; then
+      one "behind plain r$r" $TORCH behind 65536 1048576 4194304 16777216 67108864 268435456 1073741824
+      one "behind ferry r$r" $RUN --report "$OUT/report-behind.jsonl" -- $TORCH behind 65536 1048576 4194304 16777216 67108864 268435456 1073741824
+    fi
     for k in 1 2; do
+      [[ " $BENCH " == *" small "* ]] || break
       one "small plain r$r" $TORCH small
       one "small ferry r$r" $RUN --report "$OUT/report-small.jsonl" -- $TORCH small
     done
     for s in "" _shared; do
+      [[ " $BENCH " == *" seed "* ]] || break
       one "seed$s plain r$r" "$P/bench/seed_loop$s" 1024 1000
       one "seed$s ferry r$r" $RUN --report "$OUT/report-seed.jsonl" -- "$P/bench/seed_loop$s" 1024 1000
       one "seed$s ferry0 r$r" $RUN --min-bytes 0 --report "$OUT/report-seed0.jsonl" -- "$P/bench/seed_loop$s" 1024 1000

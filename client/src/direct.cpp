@@ -53,15 +53,19 @@ class Appender {
     std::lock_guard lock(mu_);
     at_[i] = to;
     while (next_ < plan_.pieces && at_[next_] != nullptr && broken_ == 0) {
-      // In an area, the pieces staged so far lie back to back: one copy.
+      // The pieces staged so far that lie back to back (in an area always;
+      // in the staging area unless it wrapped between them) go as one copy,
+      // and one number, the last piece's, says they are all done: each copy
+      // and each write is a command the device runs (16 copies and 16 writes
+      // per 16 MiB upload cost the H200's loop about a tenth).
       uint64_t end = next_ + 1;
-      if (area_)
-        while (end < plan_.pieces && at_[end] != nullptr) ++end;
+      while (end < plan_.pieces && at_[end] != nullptr && at_[end] == at_[end - 1] + plan_.length(end - 1, bytes_))
+        ++end;
       const uint64_t off = plan_.offset(next_);
       const uint64_t n = (end == plan_.pieces ? bytes_ : plan_.offset(end)) - off;
       copy(off, at_[next_], n);
       next_ = end;
-      // An area's one number comes after its last copy; each piece's after its own.
+      // An area's one number comes after its last copy.
       if (!area_ || next_ == plan_.pieces) write(area_ ? first_ : first_ + next_ - 1);
     }
     return broken_;

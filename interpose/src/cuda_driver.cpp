@@ -247,10 +247,13 @@ bool staged(void* dst, const void* src, size_t n, CUstream stream, bool per_thre
   if (r == 0) {
     ferry_direct_ops ops{};
     ops.size = sizeof ops;
-    // A synchronous copy waited for its stream already: a new staging area
-    // (registering it costs more than the driver's copy) would not pay.
-    ops.flags = FERRY_DIRECT_NO_WAIT | (per_thread ? FERRY_DIRECT_CALLER_THREAD : 0u) |
-                (sync_first ? FERRY_DIRECT_NO_GROW : 0u);
+    // An asynchronous copy with no room and no area to be had waits for
+    // room: the driver's own path for it would wait for the whole stream.
+    // A synchronous copy waited for its stream already: it never waits, and
+    // a new staging area (registering it costs more than the driver's copy)
+    // would not pay.
+    ops.flags = (per_thread ? FERRY_DIRECT_CALLER_THREAD : 0u) |
+                (sync_first ? FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_NO_GROW : 0u);
     ops.ctx = &cc;
     ops.queue = queue;
     ops.queue_context = reinterpret_cast<uint64_t>(ctx);
