@@ -452,7 +452,7 @@ TEST_CASE("one user's connections, clients and allocations leave room for other 
             if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;  // the 4th client of all
             ferry_client* more = nullptr;
             const bool full = ferry_connect(d.socket.c_str(), &more) == -EUSERS &&
-                              says(ferry_last_error(), "ferryd serves 4 clients of all users (--max-clients)");
+                              says(ferry_last_error(), "ferryd serves 4 clients of all users, those still finishing");
             const int rc = full ? round_trip(c) : 2;  // it uploads as any client does
             ferry_disconnect(c);
             return rc;
@@ -540,6 +540,43 @@ TEST_CASE("a user's departed producers, kept by a release that never comes, coun
   REQUIRE(ferry_buffer_fence(owner, x, &f) == 0);
   CHECK(*f.failed >= 1);
   CHECK(*f.ready < 10);
+  ferry_disconnect(owner);
+  CHECK(d.holds_nothing());
+}
+
+TEST_CASE("departed producers of two users count against --max-clients too, and make room",
+          "[isolation][uid][limits]") {
+  // Each user may keep 3 departed producers (its share of 4); two users
+  // alternating kept 3 + 3 states against --max-clients 4 before every
+  // state counted against the daemon-wide bound.
+  Daemon d({"--socket-mode", "0666", "--max-clients", "4"});
+  const Other a = other_user();
+  ferry_client* owner = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
+  ferry_buffer x{};
+  REQUIRE(ferry_buffer_alloc(owner, 4096, &x) == 0);
+  ferry_token tx{};
+  REQUIRE(ferry_buffer_grant(owner, x, FERRY_RIGHT_UPLOAD, &tx) == 0);
+  uint64_t most = 0;
+  for (uint64_t i = 1; i <= 12; ++i) {
+    CHECK(as_user(i % 2 ? a : kThird, [&] {
+            ferry_client* c = nullptr;
+            ferry_buffer b{};
+            if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;
+            if (ferry_buffer_open(c, &tx, &b, nullptr) != 0) return 2;
+            std::vector<uint8_t> data(4096, static_cast<uint8_t>(i));
+            ferry_iovec one{data.data(), data.size()};
+            ferry_upload_opts o{};
+            o.size = sizeof o;
+            o.after_release = 1000;  // the owner never releases it
+            o.publish = i;
+            const int r = ferry_upload_gather(c, b, 0, &one, 1, &o, nullptr);
+            ferry_disconnect(c);
+            return r == 0 ? 0 : 3;
+          }) == 0);
+    most = std::max(most, status(d.socket).get<uint64_t>("held.clients"));
+  }
+  CHECK(most <= 4);  // the owner and at most 3 departed producers, of both users
   ferry_disconnect(owner);
   CHECK(d.holds_nothing());
 }

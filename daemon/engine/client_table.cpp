@@ -99,6 +99,12 @@ void Clients::release(ClientState* c) {
   clients_.erase(c->id());
 }
 
+size_t Clients::departed() const {
+  size_t n = 0;
+  for (const auto& [id, c] : clients_) n += c->connected() ? 0 : 1;
+  return n;
+}
+
 size_t Clients::connected() const {
   size_t n = 0;
   for (const auto& [id, c] : clients_)

@@ -53,6 +53,9 @@ class Clients {
   void add_client(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled, ClientDone done);
   // Every client whose resources still exist, by id.
   const std::map<uint64_t, ClientState*>& all() const { return clients_; }
+  // Client states that outlive their session (held transfers, copies in
+  // flight): they count against --max-clients as connected ones do.
+  size_t departed() const;
   size_t connected() const;
   // Stores each connected client's staging threads (staging_share) into its
   // segment (proto::Segment::staging_threads): called when one comes or

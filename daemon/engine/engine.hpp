@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -117,7 +118,8 @@ class TransferEngine {
   // released none (the poller then goes back to sleep at once); clears it.
   bool take_idle_wake() { return holds_.take_idle_wake(); }
   // The holds of uid's departed clients given up (Holds::drop_departed).
-  size_t drop_departed_holds(uid_t uid) { return holds_.drop_departed(uid); }
+  // std::nullopt: every user's (the daemon-wide bound).
+  size_t drop_departed_holds(std::optional<uid_t> uid) { return holds_.drop_departed(uid); }
   // A hold came or moved within Holds::kAwake: the value it waits for is likely near.
   bool hold_near() const { return holds_.near(); }
   // The poller goes to sleep: every ring asks for its doorbell, the rings

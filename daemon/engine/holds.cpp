@@ -53,11 +53,11 @@ void Holds::drop(const ClientRef& c, const ClientState::Held& h) {
   }
 }
 
-size_t Holds::drop_departed(uid_t uid) {
+size_t Holds::drop_departed(std::optional<uid_t> uid) {
   size_t gone = 0;
   for (size_t i = 0; i < holders_.size();) {
     const ClientRef c = holders_[i];
-    if (c->connected() || c->uid != uid) {
+    if (c->connected() || (uid && c->uid != *uid)) {
       ++i;
       continue;
     }

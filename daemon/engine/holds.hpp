@@ -18,6 +18,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -43,7 +44,7 @@ class Holds {
   // published into is marked failed, so its owner's queue goes on), so that
   // their state goes: a user at its bound of clients makes room with its
   // own departed ones. How many clients let go.
-  size_t drop_departed(uid_t uid);
+  size_t drop_departed(std::optional<uid_t> uid);
   // While the poller sleeps: a look after a while.
   void arm();
   void stop() { timer_.cancel(); }

@@ -96,8 +96,14 @@ void Requests::on_hello(const proto::Hello& m) {
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
   const Limits& l = o.limits;
-  if (engine.clients().connected() + ctx_.hellos_pending() >= l.max_clients) {
-    const std::string why = "ferryd serves " + std::to_string(l.max_clients) + " clients of all users (--max-clients)";
+  // Every client state counts, those kept after their session for held
+  // transfers too; at the bound such holds are given up first (as a user's
+  // own are at its share, below), so departed clients never lock out live ones.
+  auto states = [&] { return engine.clients().connected() + engine.clients().departed() + ctx_.hellos_pending(); };
+  if (states() >= l.max_clients) engine.drop_departed_holds(std::nullopt);
+  if (states() >= l.max_clients) {
+    const std::string why = "ferryd serves " + std::to_string(l.max_clients) +
+                            " clients of all users, those still finishing copies included (--max-clients)";
     return peer_.fatal(-EUSERS, why.c_str());
   }
   // No user but an admin takes more than its share: the rest stays for the others.
