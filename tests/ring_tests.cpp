@@ -303,6 +303,39 @@ TEST_CASE("a flood of doorbells: the ring is served meanwhile, and requests are 
   CHECK(d.status().get<uint64_t>("poller.doorbells") == rung);
 }
 
+TEST_CASE("a doorbell fed megabytes: ferryd drains it per wake-up and pauses for a client that rings in vain",
+          "[ring][flood]") {
+  // A client may raise its end's send buffer and send 64 KiB at a time,
+  // blocking: ferryd read 256 bytes per wake-up (a core of ferryd for a
+  // tenth of the client's). Now a wake-up takes everything queued, and rings
+  // that bring no entry make the listening pause: the wake-ups per byte are
+  // bounded, and another client is served all along.
+  Daemon d({"--poll-idle-us", "0"});
+  RingClient r(d.socket);
+  RingClient other(d.socket);
+  REQUIRE(::fcntl(r.bell, F_SETFL, 0) == 0);
+  const int big = 8 << 20;
+  ::setsockopt(r.bell, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);  // as far as net.core.wmem_max allows
+  const uint64_t total = 32ull << 20;
+  std::thread ringer([&] {
+    std::vector<char> chunk(64 * 1024, 1);
+    for (uint64_t sent = 0; sent < total;) {
+      const ssize_t n = ::send(r.bell, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += static_cast<uint64_t>(n);
+    }
+  });
+  for (uint64_t t = 1; t <= 8; ++t) other.publish(t, proto::Type::upload, 4096, other.buffer, 0);
+  REQUIRE(eventually([&] { return other.completed() >= 8; }, std::chrono::seconds(30)));
+  ringer.join();
+  // 256 bytes a wake-up would be 131072 wake-ups for these 32 MiB.
+  const uint64_t wakes = d.status().get<uint64_t>("poller.doorbells");
+  CHECK(wakes <= total / 4096);
+  // The ringer's own entries are still heard (after a pause at most).
+  r.publish(1, proto::Type::upload, 4096, r.buffer, 0);
+  CHECK(eventually([&] { return r.completed() >= 1; }));
+}
+
 TEST_CASE("wake_at: ferryd wakes a sleeping client only once completed reaches what it waits for", "[ring][wake]") {
   Daemon d;
   RingClient r(d.socket);

@@ -43,7 +43,10 @@ void TransferEngine::stop() {
   stopped_ = true;
   boost::system::error_code ec;
   device_bell_.cancel(ec);  // stays open until the backend's waiter is gone
-  for (Ring& r : rings_) r.bell->close(ec);
+  for (Ring& r : rings_) {
+    r.bell->d.close(ec);
+    r.bell->pause.cancel();
+  }
   rings_.clear();
   holds_.stop();
   clients_.stop();

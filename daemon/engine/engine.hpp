@@ -171,8 +171,22 @@ class TransferEngine {
   void rest();
   // Finished copies, asked of the device without waiting, retired.
   size_t reap_now();
+  // A client's doorbell: ferryd's end of the socket pair, and how long its
+  // listening pauses after rings that brought nothing (a client that rings
+  // without pause costs ferryd a wake-up per pause, not one per byte).
+  struct Bell {
+    explicit Bell(boost::asio::io_context& io, int fd) : d(io, fd), pause(io) {}
+    boost::asio::posix::stream_descriptor d;
+    boost::asio::steady_timer pause;
+    uint32_t idle_rings = 0;  // rings in a row that found no new entry
+  };
+  // Rings in a row that bring nothing before the listening pauses, and the
+  // longest pause (it doubles from 1 ms): a client that rang in vain waits
+  // that long at most for its next ring to be heard while the poller sleeps.
+  static constexpr uint32_t kIdleRings = 4;
+  static constexpr auto kLongestPause = std::chrono::milliseconds(64);
   // Waits for the next write to a doorbell or the device's eventfd.
-  void listen(std::shared_ptr<boost::asio::posix::stream_descriptor> bell, std::weak_ptr<ClientState> c);
+  void listen(std::shared_ptr<Bell> bell, std::weak_ptr<ClientState> c);
   void listen_device();
 
   boost::asio::io_context& io_;
@@ -199,7 +213,7 @@ class TransferEngine {
   // Connected clients with a submission ring, and their doorbells.
   struct Ring {
     ClientRef c;
-    std::shared_ptr<boost::asio::posix::stream_descriptor> bell;
+    std::shared_ptr<Bell> bell;
   };
   std::vector<Ring> rings_;
   std::vector<Done> reaped_;  // reap_now's batch, kept for its capacity

@@ -29,7 +29,7 @@ int TransferEngine::use_ring(const ClientRef& c) {
   c->ring_next_ = 1;
   // A client that joins while the poller sleeps must ring its first entry in.
   c->segment().header()->doorbell.store(asleep_ ? 1 : 0, std::memory_order_seq_cst);
-  rings_.push_back({c, std::make_shared<stream_descriptor>(io_, sv[0])});
+  rings_.push_back({c, std::make_shared<Bell>(io_, sv[0])});
   listen(rings_.back().bell, c);
   return sv[1];
 }
@@ -44,25 +44,44 @@ void TransferEngine::client_gone(const ClientRef& c) {
   auto it = std::find_if(rings_.begin(), rings_.end(), [&](const Ring& r) { return r.c == c; });
   if (it == rings_.end()) return;
   boost::system::error_code ec;
-  it->bell->close(ec);
+  it->bell->d.close(ec);
+  it->bell->pause.cancel();
   *it = std::move(rings_.back());
   rings_.pop_back();
 }
 
-void TransferEngine::listen(std::shared_ptr<stream_descriptor> bell, std::weak_ptr<ClientState> client) {
-  stream_descriptor& d = *bell;
-  d.async_wait(stream_descriptor::wait_read, [this, bell = std::move(bell), client = std::move(client)](
-                                                 const boost::system::error_code& ec) mutable {
+void TransferEngine::listen(std::shared_ptr<Bell> bell, std::weak_ptr<ClientState> client) {
+  Bell& b = *bell;
+  b.d.async_wait(stream_descriptor::wait_read, [this, bell = std::move(bell), client = std::move(client)](
+                                                   const boost::system::error_code& ec) mutable {
     if (ec) return;  // closed: the client went
-    // Never blocks, whatever the descriptor's flags. 0: the client closed
-    // its end and rings no more (listening on would spin on end of file).
-    char rung[256];
-    if (::recv(bell->native_handle(), rung, sizeof rung, MSG_DONTWAIT) == 0) return;
+    // All it queued, whatever the descriptor's flags (a client may raise its
+    // send buffer to megabytes): one wake-up per burst, not one per few
+    // hundred bytes. 0: the client closed its end and rings no more
+    // (listening on would spin on end of file).
+    static char rung[64 * 1024];
+    for (int i = 0; i < 16; ++i) {
+      const ssize_t n = ::recv(bell->d.native_handle(), rung, sizeof rung, MSG_DONTWAIT);
+      if (n == 0) return;
+      if (n < static_cast<ssize_t>(sizeof rung)) break;
+    }
     ++stats_.doorbells;
     ClientRef c = client.lock();
     if (!c || !c->connected()) return;
+    const uint64_t before = c->ring_next_;
     drain_ring(c);
-    listen(std::move(bell), std::move(client));
+    // A ring that brought no entry: the next few are heard at once, then
+    // the listening pauses, longer each time, until a ring brings one.
+    bell->idle_rings = c->ring_next_ != before ? 0 : bell->idle_rings + 1;
+    if (bell->idle_rings <= kIdleRings) return listen(std::move(bell), std::move(client));
+    const auto pause = std::min<std::chrono::milliseconds>(
+        kLongestPause, std::chrono::milliseconds(1L << std::min<uint32_t>(bell->idle_rings - kIdleRings - 1, 6)));
+    Bell& again = *bell;
+    again.pause.expires_after(pause);
+    again.pause.async_wait([this, bell = std::move(bell), client = std::move(client)](
+                               const boost::system::error_code& e) mutable {
+      if (!e) listen(std::move(bell), std::move(client));
+    });
   });
 }
 
