@@ -465,6 +465,31 @@ TEST_CASE("staging that grows: uploads past a held list's staging take areas and
   for (void* p : dst) zeMemFree(a.k.ctx, p);
 }
 
+TEST_CASE("an area's copies still queued when ferryd goes read the area's bytes", "[direct][simonly]") {
+  // A held list has a copy to run from a staging area when ferryd stops
+  // (or an admin disconnects the client): the pages are the client's while
+  // it maps them. ferryd punched them out at the session's end before, and
+  // the copy delivered zeros.
+  Daemon d({"--slots", "4", "--slot-size", "65536"});
+  App a(d.socket);
+  ZeHooks h;
+  h.drv = a.k.drv;
+  const ferry_staging_hooks hooks = h.hooks();
+  REQUIRE(ferry_set_staging_hooks(a.c, &hooks) == 0);
+  const size_t n = 4 << 20;
+  void* dst = a.k.device_alloc(n);
+  const auto sent = bytes_for(9, n);
+  a.hold();
+  ferry_ticket t = 0;
+  REQUIRE(upload_no_wait(a, dst, sent, &t) == 0);
+  REQUIRE(h.attached == 1);
+  CHECK(d.stop() == 0);  // SIGTERM: ferryd drains its own copies and goes
+  a.release();           // the list runs now
+  a.finish_queue();
+  CHECK(a.read(dst, n) == sent);
+  zeMemFree(a.k.ctx, dst);
+}
+
 TEST_CASE("--user-staging bounds a user's areas: past it FERRY_DIRECT_NO_WAIT appends nothing", "[direct][simonly]") {
   Daemon d({"--slots", "4", "--slot-size", "65536", "--user-staging", "2097152"});
   App a(d.socket), b(d.socket);  // two clients of one user share its bound
@@ -522,7 +547,7 @@ TEST_CASE("a staging area ferryd took back reads as zeros, whatever its client k
   REQUIRE(proto::as(msg, &reply));
   REQUIRE(reply.status == 0);
   REQUIRE(fds.size() == 1);
-  CHECK(reply.bytes == (3u << 20));  // whole pages
+  CHECK(reply.bytes == (4u << 20));  // whole steps of 2 MiB
   auto* p = static_cast<uint8_t*>(mmap(nullptr, reply.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0));
   // Sealed: the client cannot resize what ferryd counts.
   CHECK(ftruncate(fds[0], 64 << 20) != 0);
@@ -558,4 +583,44 @@ TEST_CASE("a staging area ferryd took back reads as zeros, whatever its client k
   REQUIRE(r.expect(proto::Type::error, &e));
   CHECK(e.code == -EDQUOT);
   CHECK(std::string(e.text).find("--user-staging") != std::string::npos);
+}
+
+TEST_CASE("staging areas: tiny ones cost a whole step, and a user holds kMaxStagingAreas at most", "[direct]") {
+  // Each area holds a descriptor of ferryd's: 20,000 areas of a page took
+  // its descriptors (every new client refused) before either bound.
+  Daemon d({"--user-staging", "1073741824"});
+  RawClient r(d.socket);
+  r.hello("areas");
+  auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+  grow.bytes = 4096;
+  uint32_t granted = 0;
+  int refused = 0;
+  std::string why;
+  for (uint32_t i = 0; i < proto::kMaxStagingAreas + 4; ++i) {
+    grow.request = i + 1;
+    r.send(grow);
+    std::vector<uint8_t> msg;
+    std::vector<int> fds;
+    REQUIRE(proto::read_message(r.fd, msg, &fds) == 0);
+    for (int f : fds) ::close(f);
+    if (proto::type_of(msg) == proto::Type::error) {  // the refusal's reason, then its reply
+      proto::Error e{};
+      REQUIRE(proto::as(msg, &e));
+      refused = e.code;
+      why = e.text;
+      continue;
+    }
+    proto::StagingReply reply{};
+    REQUIRE(proto::as(msg, &reply));
+    if (reply.status == 0) {
+      ++granted;
+      CHECK(reply.bytes == proto::kStagingAreaStep);
+    }
+  }
+  CHECK(granted == proto::kMaxStagingAreas);
+  CHECK(refused == -EDQUOT);
+  CHECK(why.find("staging areas") != std::string::npos);
+  const auto st = d.status();
+  for (const auto& [k, u] : st.get_child("users"))
+    CHECK(u.get<uint64_t>("staging_bytes") == uint64_t{proto::kMaxStagingAreas} * proto::kStagingAreaStep);
 }

@@ -234,6 +234,23 @@ TEST_CASE("ferry-run: no daemon, a stopped one, one that goes, and a bound small
     CHECK(o.count("original") == kSizes.size());
     CHECK(r.only().get<uint64_t>("passed.no_daemon") == kSizes.size());
   }
+  SECTION("a daemon stopped before the program's first copy: one copy waits for it, not every one") {
+    Daemon d;
+    ::kill(d.pid, SIGSTOP);
+    REQUIRE(eventually([&] { return all_threads_stopped(d.pid); }));
+    Report r;
+    const std::string opts = r.opt();
+    const auto t0 = std::chrono::steady_clock::now();
+    const Outcome o = upload(d.socket, "--mode sync 65536 65536 65536 65536 65536 65536 65536 65536 65536 65536", &opts);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    ::kill(d.pid, SIGCONT);
+    INFO(o.out);
+    CHECK(o.rc == 0);
+    CHECK(o.count("original") == 10);
+    CHECK(r.only().get<uint64_t>("passed.no_daemon") == 10);
+    // Liveness, not speed: ten copies each waiting out the connect would take 20 s.
+    CHECK(took < std::chrono::seconds(10));
+  }
   SECTION("--user-staging 0: what outgrows the client's staging goes to the driver") {
     Daemon d({"--user-staging", "0"});
     Report r;

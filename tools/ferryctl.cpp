@@ -593,7 +593,10 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
   for (const auto& v : clients(d)) {
     const json::object& c = v.as_object();
     if (str(c, "run.role", "") != "lead") continue;
-    const std::string who = dev + ",pid=\"" + std::to_string(num(c, "pid")) + "\",command=\"" + label(str(c, "name", "")) + "\"";
+    // The client too: a process that writes its own words can mark two of
+    // its clients lead, and two series must never share their labels.
+    const std::string who = dev + ",client=\"" + std::to_string(num(c, "id")) + "\",pid=\"" +
+                            std::to_string(num(c, "pid")) + "\",command=\"" + label(str(c, "name", "")) + "\"";
     sample(f, "ferry_run_staged_total", "counter", "Copies of a process under ferry-run that ferry staged.", who,
            static_cast<double>(num(c, "run.staged")));
     sample(f, "ferry_run_staged_bytes_total", "counter", "Bytes of those copies.", who,

@@ -10,9 +10,9 @@
 namespace ferry::client {
 
 namespace {
-// Areas come in whole 2 MiB steps: an upload slightly larger than the last
-// one reuses its area, and huge pages can back them.
-constexpr uint64_t kStep = 2ull << 20;
+// Areas come in whole steps (ferryd rounds up to them): an upload slightly
+// larger than the last one reuses its area, and huge pages can back them.
+constexpr uint64_t kStep = proto::kStagingAreaStep;
 }  // namespace
 
 Areas::~Areas() {
@@ -37,6 +37,9 @@ Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, bool g
   if (best != nullptr) return best;
   *err = -EAGAIN;
   if (!grow) return nullptr;
+  // ferryd did not answer the last ask in time (stopped, say): not asked
+  // again for a while, so each upload does not wait kAskMs for nothing.
+  if (Clock::now() < quiet_until_) return nullptr;
   if (areas_.size() >= kMaxAreas) {
     trim(done, conn, true);
     if (areas_.size() >= kMaxAreas) return nullptr;
@@ -53,6 +56,7 @@ Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, bool g
     trim(done, conn, true);
     *err = conn.request(&m, sizeof m, &m.request, &reply, -1, &fd, kAskMs);
   }
+  if (*err == -ETIMEDOUT) quiet_until_ = Clock::now() + kQuiet;
   if (*err == 0 && reply.status != 0) *err = reply.status;
   if (*err == 0 && (fd < 0 || reply.bytes < bytes)) *err = -EPROTO;
   if (*err != 0) {
@@ -90,8 +94,9 @@ void Areas::drop(Area& a, Connection* conn) {
   if (conn == nullptr) return;
   auto m = proto::make<proto::StagingRelease>(proto::Type::staging_release);
   m.area = a.id;
-  proto::Reply r{};
-  conn->request(&m, sizeof m, &m.request, &r, -1, nullptr, kAskMs);  // a daemon gone took it back already
+  // Its answer says nothing this client needs: not waited for (a stopped
+  // daemon would hold the upload that trims).
+  conn->tell(&m, sizeof m, &m.request);
 }
 
 void Areas::drop_all() {

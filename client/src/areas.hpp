@@ -33,6 +33,8 @@ class Areas {
   // How long a request for an area (or its return) waits for ferryd, whose
   // answer takes microseconds: a stopped daemon costs an upload this much.
   static constexpr int kAskMs = 500;
+  // After an ask that went unanswered, how long no area is asked for.
+  static constexpr auto kQuiet = std::chrono::seconds(5);
 
   struct Area {
     uint64_t id = 0;
@@ -68,6 +70,7 @@ class Areas {
   void drop(Area& a, Connection* conn);
   ferry_staging_hooks hooks_{};
   std::vector<Area> areas_;
+  Clock::time_point quiet_until_{};
 };
 
 }  // namespace ferry::client

@@ -200,6 +200,16 @@ bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why
   return true;
 }
 
+void Connection::tell(void* msg, size_t n, uint64_t* request_field) {
+  {
+    std::lock_guard lock(mu_);
+    if (dead_ != 0) return;
+    *request_field = next_request_++;
+    abandoned_.insert(*request_field);
+  }
+  send(msg, n);
+}
+
 void Connection::release_late_area(uint64_t area) {
   // mu_ held (dispatch): its answer is dropped like the grant's was.
   auto m = proto::make<proto::StagingRelease>(proto::Type::staging_release);

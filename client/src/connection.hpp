@@ -107,6 +107,13 @@ class Connection {
   int exchange(void* msg, size_t n, uint64_t* request_field, int fd, Answer* out, int wait_ms);
   // A staging area granted after its request was given up: given back.
   void release_late_area(uint64_t area);
+
+ public:
+  // Sends a request whose answer nobody waits for (it is dropped when it
+  // comes); the request id is written to *request_field first.
+  void tell(void* msg, size_t n, uint64_t* request_field);
+
+ private:
   void receive_loop();
   // Handles one message; false when the connection must end (*why set).
   bool dispatch(proto::Type type, const uint8_t* m, size_t n, int* why);

@@ -122,7 +122,8 @@ int Resources::open(ClientState& c, const uint8_t* token, uint64_t* id, uint64_t
 int Resources::grow_staging(ClientState& c, uint64_t bytes, uint64_t* id, uint64_t* size, int* fd) {
   *fd = -1;
   if (bytes == 0 || bytes > proto::kMaxStagingArea) return -EINVAL;
-  bytes = proto::page_up(bytes);
+  // Whole steps: tiny areas would buy a user descriptors of ferryd's cheaply.
+  bytes = (bytes + proto::kStagingAreaStep - 1) / proto::kStagingAreaStep * proto::kStagingAreaStep;
   if (int r = within(c, Quota::staging, bytes); r != 0) return r;
   if (int r = c.areas().create(bytes, id, fd); r != 0) return r;
   *size = bytes;
@@ -143,6 +144,7 @@ Usage Resources::usage(uid_t uid) const {
     u.imports += c->imported();
     u.event_pools += c->event_pools().size();
     u.staging_bytes += c->areas().bytes();
+    u.staging_areas += c->areas().count();
   }
   return u;
 }
@@ -161,6 +163,9 @@ int Resources::within(const ClientState& c, Quota q, uint64_t bytes) {
                   std::to_string(bytes) + " B more would pass --user-memory " + std::to_string(bound));
   }
   if (q == Quota::staging) {
+    if (u.staging_areas >= proto::kMaxStagingAreas)
+      return refuse(who + " holds " + std::to_string(u.staging_areas) + " staging areas, the most one user may (" +
+                    std::to_string(proto::kMaxStagingAreas) + ")");
     const uint64_t bound = limits_.user_staging;
     if (bytes <= bound && u.staging_bytes <= bound - bytes) return 0;
     return refuse(who + " holds " + std::to_string(u.staging_bytes) + " B of staging areas; " + std::to_string(bytes) +

@@ -37,6 +37,7 @@ struct Usage {
   uint64_t buffers = 0, device_bytes = 0;  // its own allocations
   uint64_t grants = 0, opens = 0, imports = 0, event_pools = 0;
   uint64_t staging_bytes = 0;  // staging areas beyond the segments (StagingAreas)
+  uint64_t staging_areas = 0;
 };
 
 class Resources {

@@ -33,24 +33,24 @@ int StagingAreas::create(uint64_t bytes, uint64_t* id, int* fd) {
   return 0;
 }
 
-void StagingAreas::drop(const Area& a) {
-  // Whatever the client still maps becomes holes: the memory is freed now,
-  // not when the client's last mapping goes.
-  fallocate(a.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(a.bytes));
+void StagingAreas::drop(const Area& a, bool punch) {
+  // Released: whatever the client still maps becomes holes, the memory is
+  // freed now, not when the client's last mapping goes.
+  if (punch) fallocate(a.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(a.bytes));
   close(a.fd);
 }
 
 bool StagingAreas::release(uint64_t id) {
   auto it = areas_.find(id);
   if (it == areas_.end()) return false;
-  drop(it->second);
+  drop(it->second, true);
   bytes_ -= it->second.bytes;
   areas_.erase(it);
   return true;
 }
 
 void StagingAreas::clear() {
-  for (const auto& [id, a] : areas_) drop(a);
+  for (const auto& [id, a] : areas_) drop(a, false);
   areas_.clear();
   bytes_ = 0;
 }

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // A client's staging areas beyond its segment (proto::StagingGrow): memfds
 // only the client maps, for its direct uploads. ferryd keeps its own
-// descriptor of each, to count it against the user's --user-staging and to
-// take its memory back when the area goes: the pages are punched out, so a
-// client that kept its mapping reads zeros and holds nothing ferryd stopped
-// counting. io thread only.
+// descriptor of each, to count it against the user's bounds, and to take
+// its memory back when the client releases it: the pages are punched out,
+// so a client that kept its mapping reads zeros. At the session's end
+// ferryd only closes its descriptors: the client's queue may still have
+// copies to run from an area (ferryd restarted, an admin's disconnect), and
+// the pages live on in the client's mapping as the segment's do. io thread only.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +27,8 @@ class StagingAreas {
   int create(uint64_t bytes, uint64_t* id, int* fd);
   // Punches area `id`'s pages out and closes it: false for an unknown id.
   bool release(uint64_t id);
-  // Every area, as release() (the client's session ended).
+  // Closes every area (the client's session ended): its pages stay the
+  // client's while it maps them.
   void clear();
   uint64_t bytes() const { return bytes_; }
   size_t count() const { return areas_.size(); }
@@ -35,7 +38,7 @@ class StagingAreas {
     int fd = -1;
     uint64_t bytes = 0;
   };
-  static void drop(const Area& a);
+  static void drop(const Area& a, bool punch);
   std::map<uint64_t, Area> areas_;
   uint64_t next_ = 0;
   uint64_t bytes_ = 0;

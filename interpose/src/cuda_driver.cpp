@@ -103,13 +103,15 @@ bool complete(const Driver* d) {
          d->host_device_ptr && d->write64 && d->htod_async;
 }
 
-Mem classify(const Driver* d, const void* p) {
+// *unified (may be null): managed or unified memory, which the host may touch too.
+Mem classify(const Driver* d, const void* p, bool* unified = nullptr) {
   unsigned type = 0;
   int managed = 0;
   int attrs[2] = {kCuPointerAttributeMemoryType, kCuPointerAttributeIsManaged};
   void* data[2] = {&type, &managed};
   // Unlike the singular query, this one reports memory the driver does not know as type 0.
   if (d->attrs(2, attrs, data, reinterpret_cast<CUdeviceptr>(p)) != kCudaSuccess) return Mem::other;
+  if (unified != nullptr) *unified = managed != 0 || type == kCuMemorytypeUnified;
   if (managed != 0 || type == kCuMemorytypeDevice || type == kCuMemorytypeUnified) return Mem::device;
   if (type == kCuMemorytypeHost) return Mem::pinned;
   return type == 0 ? Mem::pageable : Mem::other;
@@ -217,8 +219,12 @@ bool staged(void* dst, const void* src, size_t n, CUstream stream, bool per_thre
   Copy facts;
   facts.bytes = n;
   facts.min_bytes = lanes.settings().cuda_min_bytes;
-  facts.dst = classify(d, dst);
+  bool unified = false;
+  facts.dst = classify(d, dst, &unified);
   facts.src = classify(d, src);
+  // A copy into memory the host may read or write too (managed, unified)
+  // is synchronous with the host in CUDA's contract: the driver's.
+  if (unified) facts.queue = FERRY_PASS_UNSUPPORTED;
   int capture = kCuStreamCaptureStatusNone;
   CUcontext ctx = nullptr;
   if (d->capturing(stream, &capture) != kCudaSuccess || d->stream_ctx(stream, &ctx) != kCudaSuccess || ctx == nullptr)

@@ -60,6 +60,12 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
   // Several threads that need one at once each start a connect.
   const auto deadline = Clock::now() + connect_wait;
   bool started = false;
+  // A connect under way for longer than a copy waits (a daemon stopped, or
+  // slow to answer) is not waited for again by every copy after it.
+  if (lane == nullptr && connecting_ != 0 && Clock::now() - connect_since_ > connect_wait) {
+    *why = FERRY_PASS_NO_DAEMON;
+    return nullptr;
+  }
   while (lane == nullptr) {
     uint32_t live = 0;
     for (auto& l : lanes_) live += l->dead ? 0 : 1;
@@ -102,7 +108,7 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
 }
 
 void Lanes::connect_async() {
-  ++connecting_;
+  if (connecting_++ == 0) connect_since_ = Clock::now();
   std::thread([this] {
     ferry_client* c = nullptr;
     const int r = ferry_connect(settings_.socket.empty() ? nullptr : settings_.socket.c_str(), &c);
@@ -116,11 +122,22 @@ void Lanes::connect_async() {
       l->c = c;
       l->fresh = true;
       lanes_.push_back(std::move(l));
-      if (lead_.load() == nullptr) lead_.store(c);
+      if (lead_.load() == nullptr) {
+        lead_.store(c);
+        publish(true);
+      } else {
+        mark_lane(c);
+      }
     }
     cv_.notify_all();
   }).detach();
-  // The lead's role is published as soon as it exists.
+}
+
+void Lanes::mark_lane(ferry_client* c) {
+  ferry_run_counts rc{};
+  rc.size = sizeof rc;
+  rc.role = FERRY_RUN_LANE;  // the process's counts are the lead's alone
+  ferry_publish_run(c, &rc);
 }
 
 void Lanes::done(ferry_client* c, int err) {
@@ -133,10 +150,14 @@ void Lanes::done(ferry_client* c, int err) {
       ++dead_;
       retry_at_ = Clock::now() + kRetry;
       if (lead_.load() == c) {
+        // The counts move to a live client: the old one, whose session may
+        // still be up, counts no more (one series per process in the metrics).
         ferry_client* next = nullptr;
         for (auto& o : lanes_)
           if (!o->dead && next == nullptr) next = o->c;
+        mark_lane(c);
         lead_.store(next);
+        publish(true);
       }
     }
   }

@@ -76,6 +76,7 @@ class Lanes {
   void publish(bool force);
   static bool idle(const Lane& l);
   void connect_async();  // mu_ held
+  static void mark_lane(ferry_client* c);  // says it carries no counts
   void after_fork_child();
   void at_exit();
 
@@ -85,6 +86,7 @@ class Lanes {
   std::vector<std::unique_ptr<Lane>> lanes_;
   uint32_t dead_ = 0;
   uint32_t connecting_ = 0;  // connects under way
+  Clock::time_point connect_since_{};  // when the oldest of them started
   uint64_t connects_ = 0;  // connects finished (either way)
   Clock::time_point retry_at_{};
   std::atomic<ferry_client*> lead_{nullptr};

@@ -222,29 +222,40 @@ struct ZeCopy {
   ze_event_handle_t* wait_events;
   WriteFn write;
   uint64_t appended = 0;  // copies appended so far
+  uint64_t copied = 0;    // their bytes
+  bool signalled = false;  // the program's event is on a barrier
   ze_result_t refused = ZE_RESULT_SUCCESS;
 };
 }  // namespace
 
 // The first piece waits for the program's events, the last signals its
 // event: the pieces between are ordered by the barriers before each write.
+// The program's events go on barriers, not on copies: a staged upload may
+// be several copies with no barrier between them (an area's), and commands
+// of a list may overlap. Its wait events hold a barrier before the first
+// copy, and its signal event is on the barrier after the last.
 static int ze_copy(void* p, uint64_t off, const void* staging, uint64_t n) {
   auto* z = static_cast<ZeCopy*>(p);
-  const bool first = z->appended == 0, last = off + n == z->bytes;
-  const ze_result_t r = real().list.pfnAppendMemoryCopy(z->list, z->dst + off, staging, n, last ? z->signal : nullptr,
-                                                        first ? z->waits : 0, first ? z->wait_events : nullptr);
+  if (z->appended == 0 && z->waits != 0 &&
+      real().list.pfnAppendBarrier(z->list, nullptr, z->waits, z->wait_events) != ZE_RESULT_SUCCESS)
+    return -EIO;
+  const ze_result_t r = real().list.pfnAppendMemoryCopy(z->list, z->dst + off, staging, n, nullptr, 0, nullptr);
   if (r != ZE_RESULT_SUCCESS) {
     if (z->refused == ZE_RESULT_SUCCESS) z->refused = r;
     return -EIO;
   }
   ++z->appended;
+  z->copied += n;
   return 0;
 }
 
 static int ze_write(void* p, volatile uint64_t* word, uint64_t value) {
   auto* z = static_cast<ZeCopy*>(p);
-  // Commands of a list may overlap: the write comes after the copy's last byte.
-  if (real().list.pfnAppendBarrier(z->list, nullptr, 0, nullptr) != ZE_RESULT_SUCCESS) return -EIO;
+  // The write comes after every copy before it; after the last one the
+  // barrier signals the program's event too.
+  const bool last = z->copied == z->bytes && !z->signalled;
+  if (real().list.pfnAppendBarrier(z->list, last ? z->signal : nullptr, 0, nullptr) != ZE_RESULT_SUCCESS) return -EIO;
+  z->signalled = z->signalled || last;
   WriteDesc desc{1u << 2};
   return z->write(z->list, &desc, const_cast<uint64_t*>(word), value) == ZE_RESULT_SUCCESS ? 0 : -EIO;
 }

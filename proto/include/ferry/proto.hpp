@@ -247,15 +247,19 @@ static_assert(sizeof(Shutdown) == 16);
 
 // ---------------------------------------------------------------- staging areas
 // More staging for direct uploads, on demand: an area is a memfd of `bytes`
-// (sealed against resizing) that only this client maps; its queue copies
-// from it (ferry_upload_direct), so ferryd never maps or reads it. ferryd
-// counts each area against its user's staging bound (--user-staging) until
-// the client releases it or its session ends, and then punches the memfd's
-// pages out: what a client kept mapped reads zeros, and holds no memory that
-// ferryd stopped counting. Answered by a StagingReply: status 0 and the
-// memfd, or -EDQUOT past the bound (the Error before it says which),
-// -EINVAL for 0 bytes or more than kMaxStagingArea.
+// (rounded up to kStagingAreaStep, sealed against resizing) that only this
+// client maps; its queue copies from it (ferry_upload_direct), so ferryd
+// never maps or reads it. ferryd counts each area against its user's bounds
+// (--user-staging bytes, kMaxStagingAreas areas) until the client releases
+// it, and then punches its pages out (a client that kept its mapping reads
+// zeros; what it writes there after is its own memory), or until its
+// session ends, when ferryd only closes its descriptor: copies the client's
+// queue has yet to run from an area still read its bytes. Answered by a
+// StagingReply: status 0 and the memfd, or -EDQUOT past a bound (the Error
+// before it says which), -EINVAL for 0 bytes or more than kMaxStagingArea.
 inline constexpr uint64_t kMaxStagingArea = 1ull << 34;  // 16 GiB
+inline constexpr uint64_t kStagingAreaStep = 2ull << 20;  // areas come in whole 2 MiB
+inline constexpr uint32_t kMaxStagingAreas = 64;           // per user: each holds a descriptor of ferryd's
 struct StagingGrow {
   Header h;
   uint64_t request;
