@@ -34,12 +34,6 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-bool skip_interposers() {
-  if (std::getenv("FERRY_TEST_NO_INTERPOSE") == nullptr) return false;
-  WARN("skipped: a sanitizer build's interposers cannot load into an uninstrumented program");
-  return true;
-}
-
 // What one run of ze_upload printed: "SIZE WHAT device D..." lines.
 struct Outcome {
   int rc = -1;
@@ -141,8 +135,7 @@ TEST_CASE("ferry-run: the decision table", "[run]") {
   }
 }
 
-TEST_CASE("ferry-run: the hazard is real, and ferry-run removes it at every size", "[run]") {
-  if (skip_interposers()) return;
+TEST_CASE("ferry-run: the hazard is real, and ferry-run removes it at every size", "[run][interpose]") {
   Daemon d;
   for (const char* how : {"", "--dlopen "}) {
     SECTION(std::string("reached ") + (*how != '\0' ? "through dlopen + dlsym" : "linked")) {
@@ -165,8 +158,7 @@ TEST_CASE("ferry-run: the hazard is real, and ferry-run removes it at every size
   }
 }
 
-TEST_CASE("ferry-run: a Python program on the loader through ctypes", "[run]") {
-  if (skip_interposers()) return;
+TEST_CASE("ferry-run: a Python program on the loader through ctypes", "[run][interpose]") {
   Daemon d;
   const std::string py = "/usr/bin/python3 " + std::string(FERRY_SOURCE_DIR) + "/tests/ze_upload.py " + join(kSizes);
   auto [rc0, plain] = run_command("env FERRY_SOCKET=" + d.socket + " " + py);
@@ -181,8 +173,7 @@ TEST_CASE("ferry-run: a Python program on the loader through ctypes", "[run]") {
   CHECK(r.only().get<uint64_t>("staged") == kSizes.size());
 }
 
-TEST_CASE("ferry-run: what goes to the driver behaves as without ferry, and is counted", "[run]") {
-  if (skip_interposers()) return;
+TEST_CASE("ferry-run: what goes to the driver behaves as without ferry, and is counted", "[run][interpose]") {
   Daemon d;
   struct Case {
     const char* mode;
@@ -223,8 +214,7 @@ TEST_CASE("ferry-run: what goes to the driver behaves as without ferry, and is c
   }
 }
 
-TEST_CASE("ferry-run: no daemon, a stopped one, one that goes, and a bound smaller than the upload", "[run]") {
-  if (skip_interposers()) return;
+TEST_CASE("ferry-run: no daemon, a stopped one, one that goes, and a bound smaller than the upload", "[run][interpose]") {
   SECTION("no daemon: every copy goes to the driver") {
     Report r;
     const std::string opts = r.opt();
@@ -310,8 +300,7 @@ TEST_CASE("ferry-run: no daemon, a stopped one, one that goes, and a bound small
   }
 }
 
-TEST_CASE("ferry-run: threads, two devices, programs it starts", "[run]") {
-  if (skip_interposers()) return;
+TEST_CASE("ferry-run: threads, two devices, programs it starts", "[run][interpose]") {
   Daemon d;
   SECTION("four threads, each its own list, at once") {
     Report r;
@@ -345,8 +334,7 @@ TEST_CASE("ferry-run: threads, two devices, programs it starts", "[run]") {
   }
 }
 
-TEST_CASE("ferry-run: ferryctl shows the process, its copies and what it passed", "[run]") {
-  if (skip_interposers()) return;
+TEST_CASE("ferry-run: ferryctl shows the process, its copies and what it passed", "[run][interpose]") {
   Daemon d;
   const std::string gate = "/tmp/ferry-run-gate-" + std::to_string(getpid()) + "-ctl";
   ::unlink(gate.c_str());
@@ -379,13 +367,10 @@ TEST_CASE("ferry-run: ferryctl shows the process, its copies and what it passed"
   ::unlink(gate.c_str());
 }
 
-TEST_CASE("ferry-run: a forked child makes its own lane, never the parent's", "[run]") {
-#if defined(__SANITIZE_THREAD__)
-  // TSan does not follow a fork from a threaded program (nor lanes' clients,
-  // which live as long as the process by design: their threads are never joined).
-  WARN("skipped under ThreadSanitizer");
-  return;
-#endif
+// Not under TSan (tests/CMakeLists.txt): it does not follow a fork from a
+// threaded program, and lanes' clients live as long as the process by
+// design (their threads are never joined).
+TEST_CASE("ferry-run: a forked child makes its own lane, never the parent's", "[run][forklane]") {
   Daemon d;
   ::setenv("FERRY_SOCKET", d.socket.c_str(), 1);
   auto prepare = [](ferry_client*, uint64_t, void*) { return 0; };
