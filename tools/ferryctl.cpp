@@ -309,8 +309,7 @@ std::string now_text() {
 }
 
 // The reasons a ferry-run process left copies to the driver, as status names them.
-const char* const kPassNames[] = {"small",     "pinned",  "not_upload", "captured",    "replayable",
-                                  "no_daemon", "no_room", "error",      "unsupported", "busy"};
+using ferry::proto::kPassNames;
 
 // Processes under ferry-run: what each staged, and what it left to the
 // driver and why (its lead client's row carries the process's counts).

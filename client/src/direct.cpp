@@ -136,9 +136,7 @@ int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_
   // an area to be had, once they fit), or an area of their own.
   Areas::Area* area = nullptr;
   if (c->areas.enabled() || no_wait) {
-    std::vector<uint64_t> lengths(plan.pieces);
-    for (uint64_t i = 0; i < plan.pieces; ++i) lengths[i] = plan.length(i, bytes);
-    if (!tl.room_now(lengths)) {
+    if (!tl.room_now(plan, bytes)) {
       int why = 0;
       const bool grow = (ops->flags & FERRY_DIRECT_NO_GROW) == 0;
       area = c->areas.take(bytes, tl.direct_completed(), c->conn, grow, &why);

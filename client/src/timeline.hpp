@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "ferry/proto.hpp"
+#include "staging_plan.hpp"
 
 namespace ferry::client {
 
@@ -101,11 +102,11 @@ class Timeline {
   // application's queue makes progress for stall_ms, -ETIMEDOUT, and the
   // connection is done for (the ticket can no longer be sent in order).
   int place(const Turn& t, uint64_t length, int stall_ms, uint64_t* offset);
-  // Whether pieces of these lengths, placed next and in this order, could
-  // all be written now: nothing that used their bytes is still in flight.
-  // False when another placement is under way (a thread between take and
-  // place), or the pieces outgrow the staging area.
-  bool room_now(const std::vector<uint64_t>& lengths);
+  // Whether the pieces of an upload of `bytes` cut as `plan`, placed next
+  // and in order, could all be written now: nothing that used their bytes
+  // is still in flight. False when another placement is under way (a thread
+  // between take and place), or the pieces outgrow the staging area.
+  bool room_now(const StagingPlan& plan, uint64_t bytes);
   // Until ticket t is done (timeout_ns < 0: no limit), then its outcome.
   int wait(uint64_t t, int64_t timeout_ns);
   int wait_direct(uint64_t t, int64_t timeout_ns);

@@ -32,7 +32,7 @@ uint64_t Timeline::overwritten(uint64_t from, uint64_t q, uint64_t end) const {
   return r > from ? r - 1 : 0;
 }
 
-bool Timeline::room_now(const std::vector<uint64_t>& lengths) {
+bool Timeline::room_now(const StagingPlan& plan, uint64_t bytes) {
   std::lock_guard lock(place_mu_);
   {
     std::lock_guard numbers(mu_);
@@ -43,7 +43,8 @@ bool Timeline::room_now(const std::vector<uint64_t>& lengths) {
   const uint64_t S = staging_bytes_, last = placed_;
   uint64_t head = head_, q = last + 1, from = reuse_, need = 0, first = 0;
   bool idle = placed_idle();
-  for (const uint64_t length : lengths) {
+  for (uint64_t i = 0; i < plan.pieces; ++i) {
+    const uint64_t length = plan.length(i, bytes);
     const uint64_t p = start_at(head, length, idle);
     if (q == last + 1) first = p;
     idle = false;

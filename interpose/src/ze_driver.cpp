@@ -58,6 +58,17 @@ ze_result_t forward(const char* name, ze_api_version_t v, Table* t) {
   return g(v, t);
 }
 
+// The first table the loader was given keeps the real entries (a layer may
+// ask again); an entry the driver has is replaced with ours.
+template <class Table>
+void keep(Table& into, bool& kept, const Table& t) {
+  if (!kept) into = t, kept = true;
+}
+template <class Fn>
+void put(Fn& slot, Fn ours) {
+  if (slot != nullptr) slot = ours;
+}
+
 }  // namespace
 }  // namespace ferry::run
 
@@ -67,29 +78,29 @@ namespace fr = ferry::run;
 FERRY_EXPORT ze_result_t zeGetDriverProcAddrTable(ze_api_version_t v, ze_driver_dditable_t* t) {
   const ze_result_t r = fr::forward("zeGetDriverProcAddrTable", v, t);
   if (r != ZE_RESULT_SUCCESS) return r;
-  if (!fr::real().have_driver) fr::real().driver = *t, fr::real().have_driver = true;
-  if (t->pfnGet != nullptr) t->pfnGet = fr::driver_get;
-  if (t->pfnGetExtensionFunctionAddress != nullptr) t->pfnGetExtensionFunctionAddress = fr::driver_extension;
+  fr::keep(fr::real().driver, fr::real().have_driver, *t);
+  fr::put(t->pfnGet, &fr::driver_get);
+  fr::put(t->pfnGetExtensionFunctionAddress, &fr::driver_extension);
   return r;
 }
 
 FERRY_EXPORT ze_result_t zeGetContextProcAddrTable(ze_api_version_t v, ze_context_dditable_t* t) {
   const ze_result_t r = fr::forward("zeGetContextProcAddrTable", v, t);
   if (r != ZE_RESULT_SUCCESS) return r;
-  if (!fr::real().have_context) fr::real().context = *t, fr::real().have_context = true;
-  if (t->pfnCreate != nullptr) t->pfnCreate = fr::context_create;
-  if (t->pfnCreateEx != nullptr) t->pfnCreateEx = fr::context_create_ex;
-  if (t->pfnDestroy != nullptr) t->pfnDestroy = fr::context_destroy;
+  fr::keep(fr::real().context, fr::real().have_context, *t);
+  fr::put(t->pfnCreate, &fr::context_create);
+  fr::put(t->pfnCreateEx, &fr::context_create_ex);
+  fr::put(t->pfnDestroy, &fr::context_destroy);
   return r;
 }
 
 FERRY_EXPORT ze_result_t zeGetCommandListProcAddrTable(ze_api_version_t v, ze_command_list_dditable_t* t) {
   const ze_result_t r = fr::forward("zeGetCommandListProcAddrTable", v, t);
   if (r != ZE_RESULT_SUCCESS) return r;
-  if (!fr::real().have_list) fr::real().list = *t, fr::real().have_list = true;
-  if (t->pfnCreate != nullptr) t->pfnCreate = fr::list_create;
-  if (t->pfnCreateImmediate != nullptr) t->pfnCreateImmediate = fr::list_create_immediate;
-  if (t->pfnDestroy != nullptr) t->pfnDestroy = fr::list_destroy;
+  fr::keep(fr::real().list, fr::real().have_list, *t);
+  fr::put(t->pfnCreate, &fr::list_create);
+  fr::put(t->pfnCreateImmediate, &fr::list_create_immediate);
+  fr::put(t->pfnDestroy, &fr::list_destroy);
   // Without the calls it needs, copies stay the driver's.
   if (t->pfnAppendMemoryCopy != nullptr && t->pfnAppendBarrier != nullptr) t->pfnAppendMemoryCopy = fr::append_copy;
   return r;
@@ -97,7 +108,7 @@ FERRY_EXPORT ze_result_t zeGetCommandListProcAddrTable(ze_api_version_t v, ze_co
 
 FERRY_EXPORT ze_result_t zeGetMemProcAddrTable(ze_api_version_t v, ze_mem_dditable_t* t) {
   const ze_result_t r = fr::forward("zeGetMemProcAddrTable", v, t);
-  if (r == ZE_RESULT_SUCCESS && !fr::real().have_mem) fr::real().mem = *t, fr::real().have_mem = true;
+  if (r == ZE_RESULT_SUCCESS) fr::keep(fr::real().mem, fr::real().have_mem, *t);
   return r;
 }
 

@@ -17,9 +17,8 @@ struct WriteDesc {
 };
 using WriteFn = ze_result_t (*)(ze_command_list_handle_t, WriteDesc*, void*, uint64_t);
 
-// The real driver: its library and the entries of its tables we call or replace.
+// The real driver: the entries of its tables we call or replace.
 struct Real {
-  void* lib = nullptr;
   ze_driver_dditable_t driver{};
   ze_context_dditable_t context{};
   ze_command_list_dditable_t list{};
