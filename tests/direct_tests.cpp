@@ -585,6 +585,53 @@ TEST_CASE("a staging area ferryd took back reads as zeros, whatever its client k
   CHECK(std::string(e.text).find("--user-staging") != std::string::npos);
 }
 
+TEST_CASE("a departed client's staging areas count against its user while its process lives", "[direct]") {
+  // The client may keep an area mapped after its session ended (ferryd only
+  // closes its own descriptor): ending a session and starting another must
+  // not buy more staging than --user-staging. The charge ends with the process.
+  Daemon d({"--user-staging", "4194304"});
+  int ready[2], go[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(go) == 0);
+  const pid_t child = fork_child([&] {
+    RawClient r(d.socket);
+    r.hello("keeper");
+    auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+    grow.request = 1;
+    grow.bytes = 4 << 20;
+    r.send(grow);
+    std::vector<uint8_t> msg;
+    std::vector<int> fds;
+    if (proto::read_message(r.fd, msg, &fds) != 0 || fds.size() != 1) return 1;
+    void* p = mmap(nullptr, 4 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    if (p == MAP_FAILED) return 2;
+    ::close(r.fd);  // the session ends; the mapping stays
+    r.fd = -1;
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1) return 3;
+    return ::read(go[0], &c, 1) >= 0 ? 0 : 4;
+  });
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  REQUIRE(eventually([&] { return d.status().get<uint64_t>("held.clients") == 0; }));
+  CHECK(user_staging(d) == (4u << 20));  // the session went, the charge stays
+  // Another session of the same user gets no more past the bound.
+  RawClient again(d.socket);
+  again.hello("again");
+  auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+  grow.request = 1;
+  grow.bytes = 2 << 20;
+  again.send(grow);
+  proto::Error e{};
+  REQUIRE(again.expect(proto::Type::error, &e));
+  CHECK(e.code == -EDQUOT);
+  // The process goes: so does the charge.
+  ::kill(child, SIGKILL);
+  CHECK(reap(child) == 128 + SIGKILL);
+  CHECK(eventually([&] { return user_staging(d) == 0; }));
+  for (int f : {ready[0], ready[1], go[0], go[1]}) ::close(f);
+}
+
 TEST_CASE("staging areas: tiny ones cost a whole step, and a user holds kMaxStagingAreas at most", "[direct]") {
   // Each area holds a descriptor of ferryd's: 20,000 areas of a page took
   // its descriptors (every new client refused) before either bound.

@@ -195,7 +195,7 @@ void ferry_disconnect(ferry_client* c) {
   }
   {
     std::lock_guard lock(c->direct_mu);
-    c->areas.drop_all();  // detached while the caller's contexts still exist
+    c->areas.drop_all(c->conn);  // detached while the caller's contexts still exist
   }
   c->conn.close();
   delete c;  // the segment is unmapped last (ferry_client::mapping)

@@ -99,8 +99,8 @@ void Areas::drop(Area& a, Connection* conn) {
   conn->tell(&m, sizeof m, &m.request);
 }
 
-void Areas::drop_all() {
-  for (Area& a : areas_) drop(a, nullptr);
+void Areas::drop_all(Connection& conn) {
+  for (Area& a : areas_) drop(a, &conn);
   areas_.clear();
 }
 

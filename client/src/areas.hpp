@@ -61,9 +61,9 @@ class Areas {
   Area* take(uint64_t bytes, uint64_t done, Connection& conn, bool grow, int* err);
   // Gives back the free areas unused for kIdle (all free ones with `all`).
   void trim(uint64_t done, Connection& conn, bool all);
-  // Detaches and unmaps every area (ferry_disconnect: the session's end
-  // gives them back to ferryd).
-  void drop_all();
+  // Detaches, unmaps and gives back every area (ferry_disconnect): ferryd
+  // would count an area a session ends with until this process exits.
+  void drop_all(Connection& conn);
   uint64_t bytes() const;
 
  private:

@@ -48,6 +48,8 @@ void TransferEngine::stop() {
     r.bell->pause.cancel();
   }
   rings_.clear();
+  for (auto& [id, d] : exits_) d->close(ec);  // their handlers see operation_aborted
+  exits_.clear();
   holds_.stop();
   clients_.stop();
   if (!records_.empty()) {

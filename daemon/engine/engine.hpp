@@ -32,6 +32,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -187,6 +188,9 @@ class TransferEngine {
   static constexpr auto kLongestPause = std::chrono::milliseconds(64);
   // Waits for the next write to a doorbell or the device's eventfd.
   void listen(std::shared_ptr<Bell> bell, std::weak_ptr<ClientState> c);
+  // Counts a departed client's staging areas against its user until its
+  // process exits (Resources::keep_departed_areas).
+  void charge_until_exit(pid_t pid, uid_t uid, uint64_t bytes, size_t count);
   void listen_device();
 
   boost::asio::io_context& io_;
@@ -216,6 +220,9 @@ class TransferEngine {
     std::shared_ptr<Bell> bell;
   };
   std::vector<Ring> rings_;
+  // Departed clients' processes whose exit ends their areas' charge, by the
+  // charge's id (charge_until_exit).
+  std::map<uint64_t, std::shared_ptr<boost::asio::posix::stream_descriptor>> exits_;
   std::vector<Done> reaped_;  // reap_now's batch, kept for its capacity
 };
 

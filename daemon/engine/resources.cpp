@@ -132,8 +132,20 @@ int Resources::grow_staging(ClientState& c, uint64_t bytes, uint64_t* id, uint64
 
 int Resources::release_staging(ClientState& c, uint64_t id) { return c.areas().release(id) ? 0 : -ENOENT; }
 
+uint64_t Resources::keep_departed_areas(uid_t uid, uint64_t bytes, size_t count) {
+  departed_areas_[++next_departed_] = Departed{uid, bytes, count};
+  return next_departed_;
+}
+
+void Resources::forget_departed_areas(uint64_t id) { departed_areas_.erase(id); }
+
 Usage Resources::usage(uid_t uid) const {
   Usage u;
+  for (const auto& [id, d] : departed_areas_) {
+    if (d.uid != uid) continue;
+    u.staging_bytes += d.bytes;
+    u.staging_areas += d.count;
+  }
   for (const auto& [id, c] : clients_) {
     if (c->uid != uid) continue;
     ++u.clients;

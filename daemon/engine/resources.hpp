@@ -75,6 +75,11 @@ class Resources {
   // proto::kMaxStagingArea, -EDQUOT past the user's --user-staging.
   int grow_staging(ClientState& c, uint64_t bytes, uint64_t* id, uint64_t* size, int* fd);
   int release_staging(ClientState& c, uint64_t id);
+  // The areas of a session that ended stay its user's while the client's
+  // process lives (it may map them still: disconnecting and connecting again
+  // buys no more staging): counted from here until forget_departed_areas(id).
+  uint64_t keep_departed_areas(uid_t uid, uint64_t bytes, size_t count);
+  void forget_departed_areas(uint64_t id);
 
   // A client came, or its last reference went: its grants end, its event
   // pools close (its buffers go with the ClientState itself).
@@ -93,6 +98,13 @@ class Resources {
   Holdings holdings_;  // before grants_: counted in as buffers go, whatever goes last
   GrantRegistry grants_;
   Limits limits_;
+  struct Departed {
+    uid_t uid;
+    uint64_t bytes;
+    size_t count;
+  };
+  std::map<uint64_t, Departed> departed_areas_;
+  uint64_t next_departed_ = 0;
   std::string refusal_;
   bool lost_ = false;
   log::Every refused_total_{std::chrono::seconds(10)};

@@ -49,10 +49,12 @@ bool StagingAreas::release(uint64_t id) {
   return true;
 }
 
-void StagingAreas::clear() {
+std::pair<uint64_t, size_t> StagingAreas::clear() {
+  const std::pair<uint64_t, size_t> held{bytes_, areas_.size()};
   for (const auto& [id, a] : areas_) drop(a, false);
   areas_.clear();
   bytes_ = 0;
+  return held;
 }
 
 }  // namespace ferry::ferryd

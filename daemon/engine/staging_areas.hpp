@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <utility>
 
 namespace ferry::ferryd {
 
@@ -28,8 +29,8 @@ class StagingAreas {
   // Punches area `id`'s pages out and closes it: false for an unknown id.
   bool release(uint64_t id);
   // Closes every area (the client's session ended): its pages stay the
-  // client's while it maps them.
-  void clear();
+  // client's while it maps them. Returns the bytes and areas it held.
+  std::pair<uint64_t, size_t> clear();
   uint64_t bytes() const { return bytes_; }
   size_t count() const { return areas_.size(); }
 

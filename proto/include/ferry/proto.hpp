@@ -252,9 +252,11 @@ static_assert(sizeof(Shutdown) == 16);
 // never maps or reads it. ferryd counts each area against its user's bounds
 // (--user-staging bytes, kMaxStagingAreas areas) until the client releases
 // it, and then punches its pages out (a client that kept its mapping reads
-// zeros; what it writes there after is its own memory), or until its
-// session ends, when ferryd only closes its descriptor: copies the client's
-// queue has yet to run from an area still read its bytes. Answered by a
+// zeros; what it writes there after is its own memory), or, when its
+// session ends without that, until the client's process exits: ferryd only
+// closes its descriptor (copies the client's queue has yet to run from an
+// area still read its bytes) and counts the areas while the process may map
+// them. Answered by a
 // StagingReply: status 0 and the memfd, or -EDQUOT past a bound (the Error
 // before it says which), -EINVAL for 0 bytes or more than kMaxStagingArea.
 inline constexpr uint64_t kMaxStagingArea = 1ull << 34;  // 16 GiB
