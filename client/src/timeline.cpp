@@ -179,7 +179,7 @@ int Timeline::place(const Turn& turn, uint64_t length, int stall_ms, uint64_t* o
     place_cv_.wait(lock, [&] { return placed_ + 1 == q || dead_.load() != 0; });
     if (int d = dead_.load(); d != 0) return d;
     const uint64_t S = staging_bytes_;
-    const uint64_t p = start_at(head_, length, placed_idle());
+    const uint64_t p = start_at(head_, length, true);
     const uint64_t end = p + length;
     // Every placement that started before end - S used bytes this one
     // overwrites (placements start in order), and so must be done first.

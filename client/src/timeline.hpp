@@ -145,9 +145,10 @@ class Timeline {
                bool poll = false);
   void settle_groups(uint64_t completed);  // mu_ held
   // Where a transfer of `length` that would start at `head` (counted
-  // without wrapping) starts: aligned, never across the area's end, and
-  // back at the start when nothing is in flight (`idle`). place_mu_ held.
-  uint64_t start_at(uint64_t head, uint64_t length, bool idle) const;
+  // without wrapping) starts: aligned, never across the area's end, and,
+  // with may_restart, back at the start when nothing is in flight
+  // (placed_idle). place_mu_ held.
+  uint64_t start_at(uint64_t head, uint64_t length, bool may_restart) const;
   // Nothing placed is in flight, and no download reads its bytes. place_mu_ held.
   bool placed_idle() const;
   // The newest placement before q whose bytes [.., end) overwrites (they

@@ -9,14 +9,15 @@
 
 namespace ferry::client {
 
-uint64_t Timeline::start_at(uint64_t head, uint64_t length, bool idle) const {
+uint64_t Timeline::start_at(uint64_t head, uint64_t length, bool may_restart) const {
   const uint64_t S = staging_bytes_;
   uint64_t p = (head + proto::kStagingAlign - 1) / proto::kStagingAlign * proto::kStagingAlign;
   if (p % S + length > S) p += S - p % S;  // never across the end
   // With nothing in flight, back to the area's start: an upload now and
   // then stages into the same bytes each time, still in the CPU's cache
   // (as a driver's bounce buffer is), not into the next cold ones.
-  if (p % S != 0 && idle) p += S - p % S;
+  // (placed_idle reads words the device and ferryd write: only when it may matter.)
+  if (p % S != 0 && may_restart && placed_idle()) p += S - p % S;
   return p;
 }
 
@@ -42,12 +43,10 @@ bool Timeline::room_now(const StagingPlan& plan, uint64_t bytes) {
   // newest placement any of them overwrites must be done.
   const uint64_t S = staging_bytes_, last = placed_;
   uint64_t head = head_, q = last + 1, from = reuse_, need = 0, first = 0;
-  bool idle = placed_idle();
   for (uint64_t i = 0; i < plan.pieces; ++i) {
     const uint64_t length = plan.length(i, bytes);
-    const uint64_t p = start_at(head, length, idle);
+    const uint64_t p = start_at(head, length, i == 0);
     if (q == last + 1) first = p;
-    idle = false;
     const uint64_t end = p + length;
     if (end - first > S) return false;  // its own pieces would have to be done first
     need = std::max(need, q > placements_ ? q - placements_ : 0);
