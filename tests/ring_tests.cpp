@@ -300,7 +300,10 @@ TEST_CASE("a flood of doorbells: the ring is served meanwhile, and requests are 
   CHECK(r.alloc(4096) != 0);
   const uint64_t rung = d.status().get<uint64_t>("poller.doorbells");
   CHECK(other.alloc(4096) != 0);
-  CHECK(d.status().get<uint64_t>("poller.doorbells") == rung);
+  // What it sent before closing may still be read once, after a pause its
+  // rings in vain earned; the end of file wakes ferryd no more (a loop on it
+  // would count thousands).
+  CHECK(d.status().get<uint64_t>("poller.doorbells") <= rung + 1);
 }
 
 TEST_CASE("a doorbell fed megabytes: ferryd drains it per wake-up and pauses for a client that rings in vain",
