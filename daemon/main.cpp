@@ -52,7 +52,9 @@ const char* const kMore = R"(
 Environment:
   FERRY_SOCKET         default socket path when --socket is not given
   FERRY_SIM_DRIVER     path of the simulated driver library (for --sim)
-  FERRY_SIM_*          the simulated device's cost model (see ferry/sim.h)
+  FERRY_SIM_*          the simulated device's cost model and fault injection (see the
+                       README, "Pointing your own Level Zero program at the simulated
+                       device")
 
 Exit status: 0 after an orderly stop, 1 when the device or socket cannot be
 set up, 2 on a usage error.
@@ -124,7 +126,7 @@ int main(int argc, char** argv) {
      "bytes of the simulated device's memory (0: half of the host's available memory at start, at most 16 GiB; "
      "allocations past it fail with ENOMEM)")
     ("backend,b", po::value(&o.backend)->default_value(o.backend), "level-zero or cuda")
-    ("slot-size", po::value(&o.slot_bytes)->default_value(o.slot_bytes), "bytes per staging slot")
+    ("slot-size", po::value(&o.slot_bytes)->default_value(o.slot_bytes), "bytes per staging slot: a multiple of 64 from 4096 (4 KiB) to 1073741824 (1 GiB)")
     ("slots", po::value(&o.slots)->default_value(o.slots), "staging slots per client")
     ("max-clients", po::value(&l.max_clients)->default_value(l.max_clients),
      "clients of all users served at once; more are refused (EUSERS)")
@@ -148,7 +150,8 @@ int main(int argc, char** argv) {
      "connections, since each simulated allocation holds a descriptor; otherwise no bound)")
     ("user-memory", po::value(&user_memory)->default_value(user_memory),
      "device memory one user's clients may hold together: bytes, or a share of the device's memory such as "
-     "50% (0 or 100%: no limit)")
+     "50% (0 or 100%: no limit); also, apart, what one user may have exported (ferry_buffer_export), charged "
+     "until ferryd restarts")
     ("client-memory", po::value(&client_memory), "the old name of --user-memory (now per user, not per client)")
     ("user-staging", po::value(&user_staging)->default_value(user_staging),
      "bytes of staging areas one user's clients may hold beyond their segments (direct uploads, ferry-run, "

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <fcntl.h>
 
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "daemon_fixture.hpp"
@@ -443,7 +445,7 @@ TEST_CASE("one user's connections, clients and allocations leave room for other 
       std::istringstream words(line);
       std::string name;
       uint64_t connections = 0, clients = 0, buffers = 99;
-      if (words >> name >> connections >> clients >> buffers && name == std::string(pw->pw_name).substr(0, 10))
+      if (words >> name >> connections >> clients >> buffers && name == std::string(pw->pw_name).substr(0, 9))
         row = row || (clients == 3 && buffers == 0);
     }
     CHECK(row);
@@ -497,6 +499,77 @@ TEST_CASE("one user's connections, clients and allocations leave room for other 
     CHECK(holder.finish() == 0);
     CHECK(d.holds_nothing());
   }
+}
+
+TEST_CASE("one user's exports stay charged to it past free and disconnect; another user's allocations are unaffected",
+          "[isolation][uid][limits][export]") {
+  // The red team's sequence: allocate, export, hand the descriptor on, free,
+  // disconnect, repeated by one user. Each round's memory may live on in an
+  // importer (here the descriptor this process keeps), so it stays charged:
+  // past --user-memory of exports, the next export is refused.
+  Daemon d({"--socket-mode", "0666", "--user-memory", "1048576"});
+  const Other a = other_user();
+  int handed[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_DGRAM, 0, handed) == 0);
+  const int rc = as_user(a, [&] {
+    for (int round = 0; round < 6; ++round) {
+      ferry_client* c = nullptr;
+      if (ferry_connect(d.socket.c_str(), &c) != 0) return 10 + round;
+      ferry_buffer b{};
+      if (ferry_buffer_alloc(c, 384 * 1024, &b) != 0) return 20 + round;  // live memory is free again each round
+      ferry_ipc_handle h{};
+      const int e = ferry_buffer_export(c, b, &h);
+      // 384 KiB a round: two fit the 1 MiB allowance, the third would pass it.
+      if (round < 2 && e != 0) return 30 + round;
+      if (round >= 2 && (e != -EDQUOT || !says(ferry_last_error(), "export allowance --user-memory 1048576: uid")))
+        return 40 + round;
+      if (e == 0 && h.fd >= 0) {
+        // The importer's copy of the descriptor: the memory lives on in it.
+        msghdr m{};
+        char byte = 0;
+        iovec io{&byte, 1};
+        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+        m.msg_iov = &io;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl;
+        m.msg_controllen = sizeof ctl;
+        cmsghdr* cm = CMSG_FIRSTHDR(&m);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(cm), &h.fd, sizeof(int));
+        if (::sendmsg(handed[1], &m, 0) != 1) return 50 + round;
+        ::close(h.fd);
+      }
+      if (ferry_buffer_free(c, b) != 0) return 60 + round;
+      ferry_disconnect(c);
+    }
+    return 0;
+  });
+  CHECK(rc == 0);
+  // Charged to a, with no client of a's left.
+  const auto st = status(d.socket);
+  uint64_t exported = 0, kept = 0;
+  for (const auto& [k, row] : st.get_child("users"))
+    if (row.get<uid_t>("uid") == a.uid) {
+      exported = row.get<uint64_t>("exported_bytes");
+      kept = row.get<uint64_t>("exports_kept_bytes");
+    }
+  CHECK(exported == 2 * 384 * 1024);
+  CHECK(kept == 2 * 384 * 1024);
+  // Another user allocates and exports its whole quota.
+  CHECK(as_user(kThird, [&] {
+          ferry_client* c = nullptr;
+          if (ferry_connect(d.socket.c_str(), &c) != 0) return 1;
+          ferry_buffer b{};
+          ferry_ipc_handle h{};
+          const int r = ferry_buffer_alloc(c, 1048576, &b) != 0 ? 2 : ferry_buffer_export(c, b, &h) != 0 ? 3 : 0;
+          if (r == 0 && h.fd >= 0) ::close(h.fd);
+          ferry_disconnect(c);
+          return r;
+        }) == 0);
+  ::close(handed[0]);
+  ::close(handed[1]);
 }
 
 TEST_CASE("a user's departed producers, kept by a release that never comes, count against it and make room",

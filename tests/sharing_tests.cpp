@@ -589,23 +589,65 @@ TEST_CASE("imports and event pools are bounded per user", "[sharing][limits][sim
   zeMemFree(k.ctx, m2);
 }
 
-TEST_CASE("the device-memory quota counts what exported buffers may keep alive", "[sharing][limits][export]") {
-  Daemon d({"--user-memory", "65536"});
-  ferry_client* c = nullptr;
-  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b{};
-  REQUIRE(ferry_buffer_alloc(c, 65536, &b) == 0);
-  ferry_ipc_handle h{};
-  REQUIRE(ferry_buffer_export(c, b, &h) == 0);
-  if (h.fd >= 0) ::close(h.fd);
-  REQUIRE(ferry_buffer_free(c, b) == 0);
-  // Allocate, export, free, repeat: the second round is over the quota now.
-  CHECK(ferry_buffer_alloc(c, 65536, &b) == -EDQUOT);
-  ferry_disconnect(c);
-  // What the client held goes with it: its user may allocate again.
-  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  CHECK(eventually([&] { return ferry_buffer_alloc(c, 65536, &b) == 0; }));
-  ferry_disconnect(c);
+TEST_CASE("exports stay charged to their user past free and disconnect, at most --user-memory of them, until ferryd "
+          "restarts",
+          "[sharing][limits][export]") {
+  const std::vector<std::string> args{"--user-memory", "65536"};
+  auto user_row = [](Daemon& d, const char* what) {
+    const auto st = status(d.socket);
+    for (const auto& [k, row] : st.get_child("users"))
+      if (row.get<uid_t>("uid") == ::getuid()) return row.get<uint64_t>(what);
+    return uint64_t{0};
+  };
+  // Allocate, export, free, disconnect, over several connections: an
+  // importer may keep each round's memory alive, so each export stays
+  // charged. Live allocations keep their own bound.
+  auto round = [](const std::string& socket, uint64_t bytes) {
+    ferry_client* c = nullptr;
+    REQUIRE(ferry_connect(socket.c_str(), &c) == 0);
+    ferry_buffer b{};
+    REQUIRE(ferry_buffer_alloc(c, bytes, &b) == 0);
+    ferry_ipc_handle h{};
+    const int r = ferry_buffer_export(c, b, &h);
+    const std::string why = r != 0 ? ferry_last_error() : "";
+    if (r == 0 && h.fd >= 0) ::close(h.fd);  // the handle is written only on success
+    REQUIRE(ferry_buffer_free(c, b) == 0);
+    ferry_disconnect(c);
+    return std::make_pair(r, why);
+  };
+  {
+    Daemon d(args);
+    CHECK(round(d.socket, 32768).first == 0);
+    CHECK(user_row(d, "exported_bytes") == 32768);
+    CHECK(eventually([&] { return user_row(d, "exports_kept_bytes") == 32768; }));
+    CHECK(round(d.socket, 32768).first == 0);
+    for (int i = 0; i < 3; ++i) {
+      const auto [r, why] = round(d.socket, 32768);
+      CHECK(r == -EDQUOT);
+      CHECK_THAT(why, Catch::Contains("export allowance --user-memory 65536: uid") &&
+                          Catch::Contains("exported 65536 B (kept until a restart), +32768"));
+    }
+    CHECK(user_row(d, "exported_bytes") == 65536);
+    CHECK(d.holds_nothing());  // nothing a client holds: the charge is the user's
+    // An export of one buffer, repeated, counts once; live memory keeps its whole bound.
+    ferry_client* c = nullptr;
+    REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+    ferry_buffer b{};
+    CHECK(ferry_buffer_alloc(c, 65536, &b) == 0);
+    ferry_disconnect(c);
+    // ferryctl shows it, per user and as metrics.
+    const auto [rc, out] = run_command(std::string(FERRYCTL_PATH) + " --socket " + d.socket + " status");
+    CHECK(rc == 0);
+    CHECK_THAT(out, Catch::Contains("EXPORTS") && Catch::Contains("64.0 KiB") &&
+                        Catch::Contains("charged until ferryd restarts"));
+    const auto [mrc, metrics] = run_command(std::string(FERRYCTL_PATH) + " --socket " + d.socket + " metrics");
+    CHECK(mrc == 0);
+    CHECK_THAT(metrics, Catch::Contains("ferry_user_exports_kept_bytes{") && Catch::Contains("} 65536"));
+  }
+  // A restart releases the charge.
+  Daemon d(args);
+  CHECK(user_row(d, "exported_bytes") == 0);
+  CHECK(round(d.socket, 65536).first == 0);
 }
 
 TEST_CASE("what a client held goes back at free and at disconnect: the daemon's descriptors and mappings, counted",

@@ -389,14 +389,22 @@ void print_status(const json::object& d) {
               num(d, "limits.max_buffers"), memory.c_str(), num(d, "limits.max_grants"), num(d, "limits.max_opens"),
               num(d, "limits.max_imports"), num(d, "limits.max_event_pools"), num(d, "limits.user_share_percent"),
               num(d, "limits.max_clients"), num(d, "limits.max_connections"));
-  std::printf("%-10s %-11s %-7s %-8s %-13s %-6s %-5s %-7s %s\n", "USER", "CONNECTIONS", "CLIENTS", "BUFFERS",
-              "DEVICE MEMORY", "GRANTS", "OPENS", "IMPORTS", "EVENT POOLS");
+  // One row per user in 80 columns. MEMORY: what its clients hold now;
+  // EXPORTS: freed allocations whose IPC handle went out, which an importer
+  // may keep alive, charged until ferryd restarts (at most --user-memory).
+  std::printf("%-9s %5s %7s %7s %9s %9s %6s %5s %7s %5s\n", "USER", "CONNS", "CLIENTS", "BUFFERS", "MEMORY",
+              "EXPORTS", "GRANTS", "OPENS", "IMPORTS", "POOLS");
+  bool kept = false;
   for (const auto& v : users) {
     const json::object& u = v.as_object();
-    std::printf("%-10.10s %-11llu %-7llu %-8llu %-13s %-6llu %-5llu %-7llu %llu\n", user_name(num(u, "uid")).c_str(),
+    kept = kept || num(u, "exports_kept_bytes") != 0;
+    std::printf("%-9.9s %5llu %7llu %7llu %9s %9s %6llu %5llu %7llu %5llu\n", user_name(num(u, "uid")).c_str(),
                 num(u, "connections"), num(u, "clients"), num(u, "buffers"), human_bytes(num(u, "device_bytes")).c_str(),
-                num(u, "grants"), num(u, "opens"), num(u, "imports"), num(u, "event_pools"));
+                human_bytes(num(u, "exports_kept_bytes")).c_str(), num(u, "grants"), num(u, "opens"),
+                num(u, "imports"), num(u, "event_pools"));
   }
+  if (kept)
+    std::printf("(EXPORTS: freed allocations whose IPC handle went out; charged until ferryd restarts)\n");
 }
 
 // What watch saw of a daemon last time, for rates over the interval.
@@ -587,6 +595,20 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
                    "\",command=\"" + label(str(c, "name", "")) + "\"",
                static_cast<double>(num(c, m.key)));
       }
+  }
+  // What each user holds, as its bounds count it (users the viewer may see).
+  for (const auto& v : array_at(d, "users")) {
+    const json::object& u = v.as_object();
+    const std::string who = dev + ",uid=\"" + std::to_string(num(u, "uid")) + "\"";
+    sample(f, "ferry_user_device_memory_bytes", "gauge", "Device memory this user's clients hold.", who,
+           static_cast<double>(num(u, "device_bytes")));
+    sample(f, "ferry_user_exported_bytes", "gauge",
+           "Device memory this user exported (IPC handles), charged until ferryd restarts; bounded by "
+           "--user-memory.",
+           who, static_cast<double>(num(u, "exported_bytes")));
+    sample(f, "ferry_user_exports_kept_bytes", "gauge",
+           "Of the exported bytes, those already freed: held alive only by importers ferryd cannot see.", who,
+           static_cast<double>(num(u, "exports_kept_bytes")));
   }
   // Processes under ferry-run (their lead clients): one series per process and reason.
   for (const auto& v : clients(d)) {

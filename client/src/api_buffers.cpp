@@ -181,7 +181,8 @@ int ferry_buffer_export(ferry_client* c, ferry_buffer buffer, ferry_ipc_handle* 
   m.buffer = buf;
   proto::ExportReply r{};
   int fd = -1;
-  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, -1, &fd); e != 0) return e;
+  if (int e = c->conn.request(&m, sizeof m, &m.request, &r, -1, &fd); e != 0)
+    return explained(e, "ferry_buffer_export", buf);
   if (r.status != 0) {
     if (fd >= 0) ::close(fd);
     return refused(r.status, "ferry_buffer_export", buf);

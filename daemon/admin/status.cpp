@@ -39,6 +39,7 @@ json::array users_json(const StatusInputs& ctx, bool all, uid_t viewer) {
   std::set<uid_t> uids;
   for (const auto& [uid, n] : conns) uids.insert(uid);
   for (const auto& [id, c] : ctx.engine.clients().all()) uids.insert(c->uid);
+  for (uid_t uid : ctx.engine.resources().exporters()) uids.insert(uid);  // charged with no client left
   json::array rows;
   for (uid_t uid : uids) {
     if (!all && uid != viewer) continue;
@@ -47,7 +48,8 @@ json::array users_json(const StatusInputs& ctx, bool all, uid_t viewer) {
     rows.push_back(json::object{{"uid", uid}, {"connections", it != conns.end() ? it->second : 0}, {"clients", u.clients},
                                 {"buffers", u.buffers}, {"device_bytes", u.device_bytes}, {"grants", u.grants},
                                 {"opens", u.opens}, {"imports", u.imports}, {"event_pools", u.event_pools},
-                                {"staging_bytes", u.staging_bytes}});
+                                {"staging_bytes", u.staging_bytes}, {"exported_bytes", u.exported_bytes},
+                                {"exports_kept_bytes", u.exports_kept_bytes}});
   }
   return rows;
 }

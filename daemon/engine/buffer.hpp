@@ -4,6 +4,8 @@
 // gives the memory back to the backend when the last one goes.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 
@@ -19,7 +21,10 @@ struct Buffer {
   // is imported), whatever part of it the client named.
   uint64_t charged = 0;
   bool imported = false;  // a client's own allocation, opened from its IPC handle
-  bool exported = false;  // its IPC handle went out: another process may keep the memory alive
+  // Its IPC handle went out: another process may keep the memory alive past
+  // its free, where ferryd cannot see it (Resources: exports stay charged).
+  bool exported = false;
+  uid_t uid = 0;  // the user of the client that allocated it
   // Its fence in the owner's segment (index + 1; 0: none). The fence goes
   // back to the owner when the memory does: no device write for this buffer
   // is still queued then.

@@ -79,10 +79,10 @@ int ClientState::remove(uint64_t id, bool* was_owned) {
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return -ENOENT;
   *was_owned = it->second.owned != nullptr;
-  // An exported buffer's memory may live on in the processes that opened its
-  // handle: it stays charged to this client for as long as it is connected.
+  // An exported buffer's charge stays with its user's exports
+  // (Resources::export_buffer), not with this client.
   const Buffer* b = it->second.owned.get();
-  if (b != nullptr && !b->exported) device_bytes_ -= b->charged;
+  if (b != nullptr) device_bytes_ -= b->charged;
   if (b != nullptr && b->imported) --imported_;
   if (!*was_owned) --opened_;
   buffers_.erase(it);  // device memory goes once copies in flight to it end

@@ -25,6 +25,9 @@ BufferRef Resources::lend(void* ptr, uint64_t bytes, bool imported) {
     // Every copy into it retired: no device write to its fence is queued.
     if (b->fence != 0)
       if (auto owner = b->owner.lock()) owner->give_fence(b->fence);
+    // An exported allocation's memory may live on in its importers: its
+    // charge stays with its user (export_buffer), now as held by nobody here.
+    if (b->exported) exports_[b->uid].kept += b->charged;
     if (b->imported) {
       backend_.release_import(b->ptr);
     } else {
@@ -45,6 +48,7 @@ int Resources::alloc(ClientState& c, uint64_t bytes, uint64_t* id, uint32_t* fen
   if (int r = backend_.alloc(bytes, &p); r != 0) return r;
   BufferRef b = lend(p, bytes, false);
   b->charged = bytes;
+  b->uid = c.uid;
   b->owner = c.weak_from_this();
   b->fence = c.take_fence();
   if (fence != nullptr) *fence = b->fence;
@@ -79,7 +83,10 @@ int Resources::import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes,
 int Resources::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes) {
   auto b = c.owned(id);
   if (!b || b->imported) return -ENOENT;
+  if (!b->exported)
+    if (int r = within(c, Quota::exports, b->charged); r != 0) return r;
   if (int r = backend_.export_buffer(b->ptr, h); r != 0) return r;
+  if (!b->exported) exports_[b->uid].bytes += b->charged;
   b->exported = true;
   *bytes = b->bytes;
   return 0;
@@ -139,8 +146,18 @@ uint64_t Resources::keep_departed_areas(uid_t uid, uint64_t bytes, size_t count)
 
 void Resources::forget_departed_areas(uint64_t id) { departed_areas_.erase(id); }
 
+std::vector<uid_t> Resources::exporters() const {
+  std::vector<uid_t> out;
+  for (const auto& [uid, e] : exports_) out.push_back(uid);
+  return out;
+}
+
 Usage Resources::usage(uid_t uid) const {
   Usage u;
+  if (auto it = exports_.find(uid); it != exports_.end()) {
+    u.exported_bytes = it->second.bytes;
+    u.exports_kept_bytes = it->second.kept;
+  }
   for (const auto& [id, d] : departed_areas_) {
     if (d.uid != uid) continue;
     u.staging_bytes += d.bytes;
@@ -173,6 +190,14 @@ int Resources::within(const ClientState& c, Quota q, uint64_t bytes) {
     if (bound == 0 || (bytes <= bound && u.device_bytes <= bound - bytes)) return 0;
     return refuse(who + " holds " + std::to_string(u.device_bytes) + " B of device memory; " +
                   std::to_string(bytes) + " B more would pass --user-memory " + std::to_string(bound));
+  }
+  if (q == Quota::exports) {
+    // What one user keeps alive never passes twice --user-memory: its live
+    // allocations (bounded above) and its exports, kept after their free.
+    const uint64_t bound = limits_.user_memory;
+    if (bound == 0 || (bytes <= bound && u.exported_bytes <= bound - bytes)) return 0;
+    return refuse("export allowance --user-memory " + std::to_string(bound) + ": " + who + " exported " +
+                  std::to_string(u.exported_bytes) + " B (kept until a restart), +" + std::to_string(bytes));
   }
   if (q == Quota::staging) {
     if (u.staging_areas >= proto::kMaxStagingAreas)

@@ -18,6 +18,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "device/backend.hpp"
 #include "engine/buffer.hpp"
@@ -38,6 +39,12 @@ struct Usage {
   uint64_t grants = 0, opens = 0, imports = 0, event_pools = 0;
   uint64_t staging_bytes = 0;  // staging areas beyond the segments (StagingAreas)
   uint64_t staging_areas = 0;
+  // Allocations whose IPC handle went out (ferry_buffer_export): another
+  // process may keep their memory alive whatever ferryd does, so they stay
+  // charged to the user until ferryd restarts. exported_bytes: all of them,
+  // bounded by the export allowance (--user-memory); exports_kept_bytes: of
+  // those, the ones freed already (held by nobody ferryd can see).
+  uint64_t exported_bytes = 0, exports_kept_bytes = 0;
 };
 
 class Resources {
@@ -51,6 +58,8 @@ class Resources {
   // After the device is lost no memory is lent (-ENODEV).
   void device_lost() { lost_ = true; }
   const Holdings& holdings() const { return holdings_; }
+  // Users charged for exports (Usage::exported_bytes), clients or none.
+  std::vector<uid_t> exporters() const;
   // What the clients of `uid` hold (ClientState::uid, set at its Hello).
   Usage usage(uid_t uid) const;
   // Why the last call refused past a bound, for the client; empty for any
@@ -64,6 +73,8 @@ class Resources {
   // caller's); the whole mapping counts against the user's memory.
   int import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id);
   // An IPC handle of the client's own allocation `id`; h->fd belongs to the driver.
+  // Its first export charges its bytes to the user's export allowance, for
+  // good (until ferryd restarts): -EDQUOT past it.
   int export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes);
   int open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id);
   int grant(ClientState& c, uint64_t buffer, uint32_t rights, Token* token);
@@ -87,7 +98,7 @@ class Resources {
   void client_gone(ClientState& c);
 
  private:
-  enum class Quota { buffers, memory, grants, opens, imports, event_pools, staging };
+  enum class Quota { buffers, memory, exports, grants, opens, imports, event_pools, staging };
   // 0 when one more of `q` (`bytes` more, for memory) keeps c's user within
   // its bounds; else -EDQUOT with refusal_ set.
   int within(const ClientState& c, Quota q, uint64_t bytes = 0);
@@ -96,6 +107,10 @@ class Resources {
   Backend& backend_;
   const std::map<uint64_t, ClientState*>& clients_;
   Holdings holdings_;  // before grants_: counted in as buffers go, whatever goes last
+  struct Exports {
+    uint64_t bytes = 0, kept = 0;  // Usage::exported_bytes, exports_kept_bytes
+  };
+  std::map<uid_t, Exports> exports_;  // before grants_ too; never shrinks: ferryd cannot see an export end
   GrantRegistry grants_;
   Limits limits_;
   struct Departed {

@@ -238,6 +238,7 @@ void Requests::on_export(const proto::Export& m) {
   r.status = ctx_.engine.resources().export_buffer(*client_, m.buffer, &h, &bytes);
   FERRY_LOG(debug, "client %llu: export buffer %llu -> %s", ull(client_->id()), ull(m.buffer),
             r.status == 0 ? "ok" : std::strerror(-r.status));
+  if (refused_past_bound(m.request, r.status)) return;
   // The fd travels with the reply; the client puts its own number in the handle.
   int fd = -1;
   if (r.status == 0 && h.fd >= 0) {
