@@ -279,6 +279,27 @@ class Daemon {
     });
   }
 
+  // Waits until process `who` has a client here whose status row says
+  // `ready` (a predicate over the row), or `who` ended (false; left for the
+  // caller to reap): a test kills a client at a state it reached, not after
+  // a sleep.
+  template <class Ready>
+  bool client_of(pid_t who, Ready ready) const {
+    bool ended = false;
+    const bool seen = eventually(
+        [&] {
+          siginfo_t info{};
+          if (waitid(P_PID, static_cast<id_t>(who), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == who)
+            return ended = true;
+          const auto st = status();
+          for (const auto& [k, row] : st.get_child("clients"))
+            if (row.template get<pid_t>("pid") == who && ready(row)) return true;
+          return false;
+        },
+        std::chrono::seconds(30));
+    return seen && !ended;
+  }
+
   pid_t pid = -1;
   std::string socket;
 };

@@ -49,18 +49,20 @@ TEST_CASE("200 clients killed at random moments of an upload stream: all reclaim
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, ready[1], 1);
-    const char* argv[] = {client.c_str(), d.socket.c_str(), nullptr};
+    const char* argv[] = {client.c_str(), d.socket.c_str(), "tick", nullptr};
     pid_t kid = -1;
     REQUIRE(posix_spawn(&kid, client.c_str(), &fa, nullptr, const_cast<char**>(argv), environ) == 0);
     posix_spawn_file_actions_destroy(&fa);
     close(ready[1]);
     char r;
     REQUIRE(read(ready[0], &r, 1) == 1);  // connected, holding a buffer, streaming
-    close(ready[0]);
-    // Somewhere in the stream: between two uploads, mid-copy, with slots in flight.
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 5000));
+    // Somewhere in the stream: after a count of its uploads (0 to 15) returned,
+    // so in the next one's staging, waiting for a slot, or with copies in
+    // flight; the count, not a clock, picks the moment.
+    for (unsigned k = rng() % 16; k > 0; --k) REQUIRE(read(ready[0], &r, 1) == 1);
     kill(kid, SIGKILL);
     waitpid(kid, nullptr, 0);
+    close(ready[0]);
   }
   int64_t rounds = w.finish();
   CHECK(rounds > 0);  // the witness kept verifying throughout
@@ -824,11 +826,11 @@ TEST_CASE("out of descriptors, accept backs off instead of spinning, and serves 
   const int extra = connect_unix(d.socket);  // more than it has descriptors for: some wait in the backlog
   REQUIRE(eventually([&] { return status(watcher).get<uint64_t>("totals.accept_failures") >= 1; },
                      std::chrono::seconds(20)));
-  // Full a while longer: a daemon that retried at once would fail thousands
-  // of times in this.
-  const auto filled = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - filled < std::chrono::milliseconds(500))
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Full a while longer, until it has tried again a few times (each after
+  // its pause): a daemon that retried at once would have failed thousands of
+  // times by then.
+  REQUIRE(eventually([&] { return status(watcher).get<uint64_t>("totals.accept_failures") >= 4; },
+                     std::chrono::seconds(20)));
   ::close(watcher);
   const auto full_ms = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - full_since).count();

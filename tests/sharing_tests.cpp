@@ -303,7 +303,6 @@ TEST_CASE("device-side ordering: the consumer's kernel waits for the upload's ev
 
 TEST_CASE("a producer or the consumer killed at random leaves nothing held", "[sharing][faults]") {
   Daemon d({"--slot-size", "65536"});
-  std::mt19937 rng(99);
   for (int round = 0; round < 20; ++round) {
     ferry_client* owner = nullptr;
     REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
@@ -317,7 +316,12 @@ TEST_CASE("a producer or the consumer killed at random leaves nothing held", "[s
     std::string hx = hex(tok.bytes, 32);
     const char* argv[] = {exe.c_str(), d.socket.c_str(), hx.c_str(), "0", "1000000", "1", nullptr};
     REQUIRE(posix_spawn(&pid, exe.c_str(), nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    // Killed at a state it reached, by turns: as it starts, once connected,
+    // once its upload is in flight or done (unless it finished first).
+    if (round % 3 == 1) (void)d.client_of(pid, [](const auto&) { return true; });
+    if (round % 3 == 2) (void)d.client_of(pid, [](const auto& row) {
+      return row.template get<uint64_t>("transfers_in_flight") + row.template get<uint64_t>("uploads") > 0;
+    });
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
     if (round % 2 == 0) {
@@ -341,7 +345,6 @@ TEST_CASE("the producer/consumer example checks every frame on the device", "[sh
 TEST_CASE("the consumer killed while producers upload through its grants: nothing held, producers told",
           "[sharing][faults]") {
   Daemon d({"--slot-size", "65536"});
-  std::mt19937 rng(5);
   const std::string owner_exe = build_path("tests/stream_client");
   const std::string producer_exe = build_path("tests/producer_client");
   for (int round = 0; round < 10; ++round) {
@@ -375,7 +378,13 @@ TEST_CASE("the consumer killed while producers upload through its grants: nothin
       REQUIRE(posix_spawn(&pid, producer_exe.c_str(), nullptr, nullptr, const_cast<char**>(pargv), environ) == 0);
       producers.push_back(pid);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 4000));
+    // The owner is killed at a state the producers reached, by turns: as
+    // they start, once one is connected, once one has its upload in flight
+    // or done (unless it finished first).
+    if (round % 3 == 1) (void)d.client_of(producers[0], [](const auto&) { return true; });
+    if (round % 3 == 2) (void)d.client_of(producers[0], [](const auto& row) {
+      return row.template get<uint64_t>("transfers_in_flight") + row.template get<uint64_t>("uploads") > 0;
+    });
     kill(owner, SIGKILL);
     waitpid(owner, nullptr, 0);
     for (pid_t p : producers) {

@@ -5,6 +5,10 @@
  *   stream_client SOCKET          as above
  *   stream_client SOCKET grant    also grants upload rights on its buffer and
  *                                 writes the token (64 hex digits) after the "r"
+ *   stream_client SOCKET tick     also writes "u" after each upload call returns,
+ *                                 so that a test kills it at a count of uploads
+ *                                 (once the pipe is full it waits there, uploads
+ *                                 still in flight)
  */
 #include <ferry/ferry.h>
 #include <stdio.h>
@@ -26,5 +30,9 @@ int main(int argc, char **argv) {
   static unsigned char src[300000];
   memset(src, 1, sizeof src);
   if (write(1, msg, strlen(msg)) != (ssize_t)strlen(msg)) return 1;
-  for (;;) ferry_upload(c, b, 0, src, sizeof src, NULL);
+  const int tick = argc == 3 && strcmp(argv[2], "tick") == 0;
+  for (;;) {
+    ferry_upload(c, b, 0, src, sizeof src, NULL);
+    if (tick && write(1, "u", 1) != 1) return 1;
+  }
 }

@@ -137,6 +137,15 @@ ze_result_t fail_copy(ze_driver_handle_t h, uint64_t nth, int lost) {
   return ZE_RESULT_SUCCESS;
 }
 
+std::atomic<uint64_t> pageable_appends{0};  // appends that paid the pageable cost
+
+ze_result_t count_pageable(ze_driver_handle_t h, uint64_t* count) {
+  if (get<Driver>(h) == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (count == nullptr) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  *count = pageable_appends.load();
+  return ZE_RESULT_SUCCESS;
+}
+
 // Intel's memory-operation extensions (ZE_intel_experimental_command_list_memory_sync),
 // with the compute runtime's signatures. The descriptors are plain structs
 // whose first word is the action (wait) or the scope (write); scopes are
@@ -208,6 +217,8 @@ ze_result_t zeDriverGetExtensionFunctionAddress(ze_driver_handle_t h, const char
     *out = reinterpret_cast<void*>(&write_to_memory);
   } else if (std::strcmp(name, FERRY_SIM_EXT_FAIL_COPY) == 0) {
     *out = reinterpret_cast<void*>(&fail_copy);
+  } else if (std::strcmp(name, FERRY_SIM_EXT_PAGEABLE_APPENDS) == 0) {
+    *out = reinterpret_cast<void*>(&count_pageable);
   } else {
     *out = nullptr;
     return ZE_RESULT_ERROR_INVALID_ARGUMENT;
@@ -795,7 +806,10 @@ ze_result_t zeCommandListAppendMemoryCopy(ze_command_list_handle_t h, void* dst,
   if (pageable != 0 && !memory().is_pinned_host(src, size)) {
     Alloc a;
     const bool device_src = memory().find(src, &a) && (a.kind == AllocKind::device || a.kind == AllocKind::ipc_opened);
-    if (!device_src) wait_until(now_ns() + pageable);
+    if (!device_src) {
+      pageable_appends.fetch_add(1);
+      wait_until(now_ns() + pageable);
+    }
   }
   return append(l, std::move(c), nwait, waits);
 }

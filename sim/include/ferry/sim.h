@@ -54,8 +54,12 @@
  *   ze_result_t zexDriverReleaseImportedPointer(ze_driver_handle_t, void *);
  * The simulator's own, to inject a fault at run time (0 disarms):
  *   ze_result_t zexFerrySimFailCopy(ze_driver_handle_t, uint64_t nth, int lost);
- *   (nth counts copies executed from now on, 1 = the next one) */
+ *   (nth counts copies executed from now on, 1 = the next one)
+ * and to count what the cost model charged, for tests that must not time it:
+ *   ze_result_t zexFerrySimPageableAppends(ze_driver_handle_t, uint64_t *count);
+ *   (*count: appends of this process that paid FERRY_SIM_PAGEABLE_US) */
 #define FERRY_SIM_EXT_FAIL_COPY "zexFerrySimFailCopy"
+#define FERRY_SIM_EXT_PAGEABLE_APPENDS "zexFerrySimPageableAppends"
 
 /* 64-bit FNV-1a, the checksum of the built-in "checksum" kernel. */
 static inline uint64_t ferry_sim_checksum(const void *data, size_t bytes)
