@@ -16,6 +16,25 @@ if [[ $(id -u) -eq 0 ]]; then
 fi
 
 passed=0 failed=0 skipped=0
+skips=""  # one line per skipped test: where, which, and why (its own "skipped:" line)
+# The reasons the skipped tests of one build printed (ctest keeps every
+# test's output in LastTest.log, skipped ones included).
+skip_reasons() {
+  local dir=$1 log=$2
+  local name
+  for name in $(sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (Skipped)$/\1/p' "$log"); do
+    local why
+    why=$(awk -v t="$name" '
+      / Testing: / { inside = ($NF == t) }
+      inside && /skipped: / { sub(/.*skipped: /, ""); print; exit }' "$dir"/Testing/Temporary/LastTest*.log 2>/dev/null)
+    skips+="  $(basename "$dir")/$name: ${why:-no reason printed}"$'\n'
+  done
+}
+summary() {
+  echo "ferry: $passed passed, $failed failed, $skipped skipped"
+  [[ -n $skips ]] && printf 'skipped:\n%s' "$skips"
+  return 0
+}
 run_suite() {
   local dir=$1
   shift
@@ -29,12 +48,13 @@ run_suite() {
   total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
   fail=$(sed -n 's/.* \([0-9]*\) tests failed out of.*/\1/p' "$log" | tail -1)
   skip=$(grep -c '(Skipped)$' "$log" || true)
+  skip_reasons "$dir" "$log"
   rm -f "$log"
   passed=$((passed + ${total:-0} - ${fail:-0} - skip))
   failed=$((failed + ${fail:-0}))
   skipped=$((skipped + skip))
   if ((rc != 0)); then
-    echo "ferry: $passed passed, $failed failed, $skipped skipped"
+    summary
     exit "$rc"
   fi
 }
@@ -43,12 +63,15 @@ run_suite "$root/build/ci" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The Debian packages: built, lintian clean, and (on CI, as root) installed,
 # used and purged (tests/package_test.sh).
 echo "== Debian packages"
+pkglog=$(mktemp)
 rc=0
-bash "$root/tests/package_test.sh" "$root/build/deb" || rc=$?
+bash "$root/tests/package_test.sh" "$root/build/deb" 2>&1 | tee "$pkglog" || rc=$?  # pipefail: package_test's status
+why=$(sed -n 's/^package_test: skipped: //p' "$pkglog" | head -1)
+rm -f "$pkglog"
 case $rc in
   0) passed=$((passed + 1)) ;;
-  77) skipped=$((skipped + 1)) ;;
-  *) failed=$((failed + 1)); echo "ferry: $passed passed, $failed failed, $skipped skipped"; exit "$rc" ;;
+  77) skipped=$((skipped + 1)); skips+="  package_test: ${why:-no reason printed}"$'\n' ;;
+  *) failed=$((failed + 1)); summary; exit "$rc" ;;
 esac
 if [[ ${FERRY_TEST_QUICK:-0} != 1 ]]; then
   # The sanitizer runtime must not trip over the loader's own leaks at exit.
@@ -63,4 +86,4 @@ if [[ ${FERRY_TEST_QUICK:-0} != 1 ]]; then
   echo "== fuzz the decoder for ${FERRY_FUZZ_SECONDS:-60} s (libFuzzer, ASan+UBSan)"
   bash "$root/tests/fuzz/run.sh" "${FERRY_FUZZ_SECONDS:-60}"
 fi
-echo "ferry: $passed passed, $failed failed, $skipped skipped"
+summary
