@@ -70,7 +70,10 @@ TEST_CASE("C++: errors are exceptions with the errno and the call's name", "[cpp
       FAIL("uploaded to no buffer");
     } catch (const ferry::error& e) {
       CHECK(e.code().value() == ENOENT);
-      CHECK(std::string(e.what()).find("ferry_upload") != std::string::npos);
+      const std::string what = e.what();
+      CHECK(what.rfind("ferry_upload: ", 0) == 0);
+      CHECK(what.find("ferry_upload: ferry_upload") == std::string::npos);  // the call named once
+      CHECK(what.find("buffer 999") != std::string::npos);
     }
     CHECK_THROWS_AS(c.download(ferry_buffer{999}, 0, x, sizeof x), ferry::error);
     CHECK_THROWS_AS(c.grant(ferry_buffer{999}, FERRY_RIGHT_UPLOAD), ferry::error);
@@ -85,7 +88,7 @@ TEST_CASE("C++: errors are exceptions with the errno and the call's name", "[cpp
       FAIL("uploaded past the end");
     } catch (const ferry::error& e) {
       CHECK(e.code().value() == ERANGE);
-      CHECK_THAT(e.what(), Catch::Contains("past the end"));
+      CHECK_THAT(e.what(), Catch::StartsWith("ferry_upload: offset 0 + 65 bytes is past the end"));
     }
   }
 }

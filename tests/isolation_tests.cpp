@@ -253,6 +253,12 @@ TEST_CASE("a user outside the socket's group is refused with a hint naming the g
     return 0;
   });
   CHECK(rc == 0);
+  // ferryctl says the same: the group to join, by name.
+  const int ctl = as_other([&] {
+    const auto [code, out] = run_command(std::string(FERRYCTL_PATH) + " --socket " + d.socket + " status");
+    return code != 0 && out.find("ask to be added to " + want) != std::string::npos ? 0 : 1;
+  });
+  CHECK(ctl == 0);
 }
 
 TEST_CASE("a socket handed over by activation gets --socket-mode and --socket-group; the refusal says what is true",

@@ -152,13 +152,13 @@ struct Args {
 };
 
 // ---------------------------------------------------------------- the wire
-const char* cause(int err) {
+std::string cause(int err, const std::string& path) {
   switch (err) {
     case -ENOENT: return "no socket there: is ferryd running, and with this --socket or --device?";
     case -ETIMEDOUT: return "it accepts no connection (its backlog is full): ferryd is stuck or overloaded";
     case -ECONNREFUSED: return "nothing accepts on it: ferryd is not running (stale socket file)";
     case -EACCES:
-    case -EPERM: return "permission denied: ask to join the socket's group (see its owner), or run as root";
+    case -EPERM: return proto::access_refusal(path);
     default: return std::strerror(-err);
   }
 }
@@ -169,7 +169,7 @@ int ask(const std::string& path, const void* req, size_t n, proto::Type want, st
   int fd = -1;
   // A daemon whose backlog is full must not hang ferryctl (nor the metrics timer).
   if (int r = proto::connect_unix(path, &fd, 5000); r != 0) {
-    if (!quiet) std::fprintf(stderr, "ferryctl: cannot connect to %s: %s\n", path.c_str(), cause(r));
+    if (!quiet) std::fprintf(stderr, "ferryctl: cannot connect to %s: %s\n", path.c_str(), cause(r, path).c_str());
     return kNoConnect;
   }
   timeval tv{5, 0};

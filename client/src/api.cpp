@@ -105,7 +105,7 @@ int connect_failed(const std::string& path, int r, const std::string& refusal = 
       break;
     case -EACCES:
     case -EPERM:
-      s = fc::access_refusal(path);
+      s = proto::access_refusal(path);
       break;
     case -ECONNREFUSED:
       s = "nothing accepts on " + path + ": a socket file left by a stopped ferryd? start ferryd again";

@@ -135,8 +135,4 @@ class Connection {
   int dead_ = 0;                        // why the connection ended
 };
 
-// What ferry_last_error says of a connection refused by the socket file's
-// permissions: its mode and group, and whether this process is in the group.
-std::string access_refusal(const std::string& path);
-
 }  // namespace ferry::client

@@ -23,8 +23,11 @@ class error : public std::system_error {
 
  private:
   static std::string describe(int err, const char* what) {
+    const std::string call = std::string(what) + ": ";
     const char* detail = ferry_last_error();
-    return std::string(what) + ": " + (detail != nullptr && *detail != '\0' ? detail : ferry_strerror(err));
+    if (detail == nullptr || *detail == '\0') return call + ferry_strerror(err);
+    // libferry's text names the call itself, mostly: said once.
+    return std::string(detail).rfind(call, 0) == 0 ? std::string(detail) : call + detail;
   }
 };
 

@@ -17,6 +17,11 @@
 
 namespace ferry::proto {
 
+// What to tell a user refused by the socket file's permissions (EACCES):
+// its mode and group, and whether this process is in the group, with what
+// to do about it (libferry's ferry_last_error, ferryctl).
+std::string access_refusal(const std::string& path);
+
 // A connected stream socket to `path` in *out, or -errno (-ENAMETOOLONG for a
 // path that does not fit). A listener whose backlog is full makes a blocking
 // connect wait for ever: with timeout_ms >= 0 it is retried until then, and
