@@ -142,6 +142,60 @@ ferried=$(ZE_ENABLE_ALT_DRIVERS=$sim /usr/bin/ferry-run --socket "$sock" --repor
 [[ $ferried == "4194304 original device 0 "* ]] || fail "the installed ferry-run did not stage the upload: $ferried"
 grep -q '"staged":1,' "$tmp/run.json" || fail "ferry-run's report: $(cat "$tmp/run.json")"
 man -w ferry-run >/dev/null 2>&1 || [[ -e /usr/share/man/man1/ferry-run.1.gz ]] || fail "no ferry-run(1)"
+echo "== the README's first commands, as written: \"Using it\" line by line, \"From Python\" in a plain venv"
+# The first fenced block after a README heading (its exact text).
+readme_block() {
+  awk -v h="$1" '$0 == h { found = 1; next }
+    found && /^```/ { if (inside) exit; inside = 1; next }
+    inside { print }' "$root/README.md"
+}
+# A copy of the tree's parts the README's Python install reads (python/ and
+# VERSION beside it), so that the venv and its build stay out of the tree.
+mkdir -p "$tmp/user/python"
+cp -r "$root/python/." "$tmp/user/python/"
+cp "$root/VERSION" "$tmp/user/"
+# The placeholders, made real: a program of the user's (the C example, on
+# $FERRY_SOCKET) and one they cannot change (a Level Zero upload whose source
+# is overwritten while the list is held). The simulated driver stands in for
+# a GPU's, which the loader would find by itself.
+printf '#!/bin/sh\nexec %q "$FERRY_SOCKET"\n' "$tmp/consumer" >"$tmp/user/your_program"
+printf '#!/bin/sh\nexec %q --mode hazard 4194304\n' "$tmp/ze_upload" >"$tmp/user/any_program"
+chmod +x "$tmp/user/your_program" "$tmp/user/any_program"
+block=$(readme_block "## Using it")
+[[ $block == *"ferryd --sim --socket /tmp/ferry.sock &"* ]] || fail "README, Using it: no 'ferryd --sim' line: $block"
+rm -f /tmp/ferry.sock
+(
+  cd "$tmp/user"
+  export ZE_ENABLE_ALT_DRIVERS=$sim
+  readme_pid=""
+  trap '[[ -n $readme_pid ]] && kill "$readme_pid" 2>/dev/null; wait' EXIT
+  while IFS= read -r line; do
+    [[ -z $line ]] && continue
+    echo "\$ $line"
+    cmd=${line%%#*}
+    if [[ $cmd =~ \&[[:space:]]*$ ]]; then
+      # One that runs in the background: the next line starts once it listens (as a user would see).
+      eval "$line" >"$tmp/readme-ferryd.log" 2>&1
+      readme_pid=$!
+      for _ in $(seq 1 500); do [[ -S /tmp/ferry.sock ]] && break; sleep 0.02; done
+      [[ -S /tmp/ferry.sock ]] || { cat "$tmp/readme-ferryd.log"; exit 1; }
+      continue
+    fi
+    eval "$line" 2>&1 | tee -a "$tmp/readme-out.log" || exit 1
+  done <<<"$block"
+  # From Python: the install command into a plain venv, then the example, as written.
+  py=$(readme_block "### From Python")
+  [[ $py == *"python3 -m venv"* ]] || { echo "README, From Python: no venv command: $py"; exit 1; }
+  echo "\$ $py"
+  bash -ec "$py" >"$tmp/readme-pip.log" 2>&1 || { cat "$tmp/readme-pip.log"; exit 1; }
+  example=$(awk '$0 == "### From Python" { f = 1 } f && /^```python/ { i = 1; next } i && /^```/ { exit } i { print }' \
+    "$root/README.md")
+  [[ -n $example ]] || { echo "README, From Python: no Python example"; exit 1; }
+  FERRY_LIBRARY= venv/bin/python -c "$example" && echo "README's Python example: ran"
+) || fail "the README's commands, as written, failed (above)"
+grep -q "1 MiB verified" "$tmp/readme-out.log" || fail "README, Using it: your_program did not verify its upload"
+grep -q "^4194304 original device 0" "$tmp/readme-out.log" ||
+  fail "README, Using it: ferry-run did not stage any_program's upload: $(cat "$tmp/readme-out.log")"
 if [[ ! -d /run/systemd/system ]]; then
   echo "== a member of group ferry: the C example and a ferry.torch loop; a non-member is refused, and told why"
   as() { local u=$1; shift; (cd / && setpriv --reuid "$u" --regid "$u" --init-groups "$@"); }
