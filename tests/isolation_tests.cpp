@@ -441,7 +441,14 @@ TEST_CASE("one user's connections, clients and allocations leave room for other 
     // ferryctl shows it: the per-user bounds, and the user's row.
     const auto [rc, out] = run_command(std::string(FERRYCTL_PATH) + " --socket " + d.socket + " status");
     CHECK(rc == 0);
-    CHECK_THAT(out, Catch::Contains("none but an admin more than 75% of 4 clients, 8 connections"));
+    // The per-user part, the bounds' sentence folded, in 80 columns.
+    REQUIRE(out.find("\nper user ") != std::string::npos);
+    std::string joined;
+    for (std::istringstream in(out.substr(out.find("\nper user "))); std::getline(in, joined);)
+      CHECK(joined.size() <= 80);
+    std::string flat = out;
+    for (size_t i; (i = flat.find("\n            ")) != std::string::npos;) flat.replace(i, 13, " ");
+    CHECK_THAT(flat, Catch::Contains("none but an admin more than 75% of 4 clients, 8 connections"));
     const passwd* pw = ::getpwuid(a.uid);
     REQUIRE(pw != nullptr);
     // Its row: name, connections, clients (3), buffers (0), ...

@@ -255,6 +255,31 @@ const json::array& array_at(const json::object& o, const char* path) {
 
 const json::array& clients(const json::object& o) { return array_at(o, "clients"); }
 
+// A status line of 80 columns at most: its label in the first 12, the text
+// folded at spaces, continued under itself.
+void paragraph(const std::string& label, const std::string& text) {
+  constexpr size_t kWidth = 80, kIndent = 12;
+  std::string line = label;
+  line.resize(std::max(line.size() + 1, kIndent), ' ');
+  size_t at = 0;
+  bool first = true;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(at, end - at);
+    if (!first && line.size() + 1 + word.size() > kWidth) {
+      std::printf("%s\n", line.c_str());
+      line.assign(kIndent, ' ');
+      first = true;
+    }
+    if (!first) line += ' ';
+    line += word;
+    first = false;
+    at = end + 1;
+  }
+  std::printf("%s\n", line.c_str());
+}
+
 std::string human_bytes(unsigned long long b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(b);
@@ -384,11 +409,13 @@ void print_status(const json::object& d) {
   const json::array& users = array_at(d, "users");
   if (users.empty()) return;
   const std::string memory = num(d, "limits.user_memory_bytes") != 0 ? human_bytes(num(d, "limits.user_memory_bytes")) : "any";
-  std::printf("\nper user    at most %llu allocations, %s of device memory, %llu grants, %llu opens, %llu imports, "
-              "%llu event pools; none but an admin more than %llu%% of %llu clients, %llu connections\n",
-              num(d, "limits.max_buffers"), memory.c_str(), num(d, "limits.max_grants"), num(d, "limits.max_opens"),
-              num(d, "limits.max_imports"), num(d, "limits.max_event_pools"), num(d, "limits.user_share_percent"),
-              num(d, "limits.max_clients"), num(d, "limits.max_connections"));
+  auto n = [&](const char* key) { return std::to_string(num(d, key)); };
+  std::printf("\n");
+  paragraph("per user", "at most " + n("limits.max_buffers") + " allocations, " + memory + " of device memory, " +
+                            n("limits.max_grants") + " grants, " + n("limits.max_opens") + " opens, " +
+                            n("limits.max_imports") + " imports, " + n("limits.max_event_pools") +
+                            " event pools; none but an admin more than " + n("limits.user_share_percent") + "% of " +
+                            n("limits.max_clients") + " clients, " + n("limits.max_connections") + " connections");
   // One row per user in 80 columns. MEMORY: what its clients hold now;
   // EXPORTS: freed allocations whose IPC handle went out, which an importer
   // may keep alive, charged until ferryd restarts (at most --user-memory).
