@@ -67,8 +67,8 @@ struct Options {
   double drain_seconds = 5.0;    // on SIGTERM, how long in-flight copies may take
   // The poller serves submission rings and the device's completions without
   // sleeping until it found nothing to do for this long; 0: it never polls
-  // (every ring entry then comes with a Doorbell, completions through the
-  // retire thread).
+  // (every ring entry then comes with a ring of the client's doorbell socket,
+  // every finished copy with the device's eventfd).
   uint32_t poll_idle_us = 50;
   // While the device holds 4 or more copies and the rings are quiet, the
   // poller naps this long per queued copy (at most 50 µs) instead of

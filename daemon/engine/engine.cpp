@@ -127,8 +127,8 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
                            const FenceWrite* fence) {
   if (device_lost_) return -ENODEV;
   const uint64_t cookie = next_cookie_++;
-  // Record first: the retire thread may report the copy before submit returns,
-  // but its batch is handled on this thread, after we return.
+  // Record first: the device may finish the copy before submit returns; its
+  // completion is reaped on this thread, after we return.
   records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, last_piece, now_ns()});
   Record& rec = records_.back();
   if (fence != nullptr) rec.fence = *fence;

@@ -207,7 +207,7 @@ class TransferEngine {
   uint64_t next_cookie_ = 1;
   bool device_lost_ = false;
   bool device_writes_ = false;  // the backend writes timelines; off after a device failure
-  bool asleep_ = true;  // the poller sleeps (or never polls): rings want Doorbells; before holds_, which reads it
+  bool asleep_ = true;  // the poller sleeps (or never polls): clients ring their doorbells; before holds_, which reads it
   Holds holds_{io_, asleep_, [this](const ClientRef& c, const Entry& e) { issue(c, e); },
                [](ClientRef owner, uint32_t fence, uint64_t value) {
                  write_fence(FenceWrite{std::move(owner), fence, value}, true);

@@ -16,7 +16,7 @@ constexpr auto kIoEvery = std::chrono::microseconds(10);
 // Socket work between two rounds of the loop: at most this many ready
 // handlers, with a look at the rings and the device between any two, and
 // none started after kIoBudget (those looks count in it). However much
-// socket traffic arrives (connects, Hellos, Doorbells, status requests, from
+// socket traffic arrives (connects, Hellos, doorbell rings, status requests, from
 // any user), the rings and the device's completions are served in between.
 constexpr int kIoBatch = 8;
 constexpr auto kIoBudget = std::chrono::microseconds(25);

@@ -3,8 +3,9 @@
 // sleep: it looks at every client's submission ring and at the device's
 // finished copies in turn, and lets Asio run what is ready on the sockets
 // every few microseconds, a bounded amount each time. After Options::poll_idle_us with nothing to do it
-// asks the rings for Doorbells and sleeps in Asio (a message, a timer, or the
-// retire thread's post wakes it).
+// tells the clients it sleeps (they then ring their doorbell sockets) and
+// sleeps in Asio: a doorbell, a message, a timer or the device's eventfd (a
+// finished copy) wakes it.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
