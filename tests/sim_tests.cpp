@@ -306,7 +306,7 @@ TEST_CASE("the cost model: pageable sources cost more than host USM and imported
   Sim s;
   void* dev = s.device_alloc(4096);
   std::vector<char> pageable(4096, 1);
-  void* usm = s.host_alloc(4096);
+  void* usm = s.host_alloc(8192);  // room for a copy that starts inside it
   std::vector<char> imported(4096, 2);
   ZE_OK(s.ext<import_fn>("zexDriverImportExternalPointer")(s.native_driver(), imported.data(), imported.size()));
   // Which appends the model charges is counted, not timed: a loaded machine
