@@ -534,7 +534,7 @@ TEST_CASE("one user's exports stay charged to it past free and disconnect; anoth
       const int e = ferry_buffer_export(c, b, &h);
       // 384 KiB a round: two fit the 1 MiB allowance, the third would pass it.
       if (round < 2 && e != 0) return 30 + round;
-      if (round >= 2 && (e != -EDQUOT || !says(ferry_last_error(), "export allowance --user-memory 1048576: uid")))
+      if (round >= 2 && (e != -EDQUOT || !says(ferry_last_error(), "B > export allowance --user-memory 1048576")))
         return 40 + round;
       if (e == 0 && h.fd >= 0) {
         // The importer's copy of the descriptor: the memory lives on in it.

@@ -196,8 +196,8 @@ int Resources::within(const ClientState& c, Quota q, uint64_t bytes) {
     // allocations (bounded above) and its exports, kept after their free.
     const uint64_t bound = limits_.user_memory;
     if (bound == 0 || (bytes <= bound && u.exported_bytes <= bound - bytes)) return 0;
-    return refuse("export allowance --user-memory " + std::to_string(bound) + ": " + who + " exported " +
-                  std::to_string(u.exported_bytes) + " B (kept until a restart), +" + std::to_string(bytes));
+    return refuse(who + ": exports " + std::to_string(u.exported_bytes) + " B + " + std::to_string(bytes) +
+                  " B > export allowance --user-memory " + std::to_string(bound));
   }
   if (q == Quota::staging) {
     if (u.staging_areas >= proto::kMaxStagingAreas)
