@@ -187,7 +187,9 @@ rm -f /tmp/ferry.sock
   py=$(readme_block "### From Python")
   [[ $py == *"python3 -m venv"* ]] || { echo "README, From Python: no venv command: $py"; exit 1; }
   echo "\$ $py"
-  bash -ec "$py" >"$tmp/readme-pip.log" 2>&1 || { cat "$tmp/readme-pip.log"; exit 1; }
+  # Debian's python3, as on the fresh bookworm machine the README is written for (a
+  # python3 of pyenv's, say, first on PATH would make a venv with no wheel).
+  PATH=/usr/bin:$PATH bash -ec "$py" >"$tmp/readme-pip.log" 2>&1 || { cat "$tmp/readme-pip.log"; exit 1; }
   example=$(awk '$0 == "### From Python" { f = 1 } f && /^```python/ { i = 1; next } i && /^```/ { exit } i { print }' \
     "$root/README.md")
   [[ -n $example ]] || { echo "README, From Python: no Python example"; exit 1; }
