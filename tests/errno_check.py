@@ -137,8 +137,14 @@ class Daemon:
             time.sleep(0.01)
 
     def connect(self):
+        # The socket file exists from bind(); it accepts from listen() on.
         c = P()
-        assert call("ferry_connect", self.socket.encode(), C.byref(c)) == 0
+        for _ in range(1000):
+            r = call("ferry_connect", self.socket.encode(), C.byref(c))
+            if r not in (-errno.ECONNREFUSED, -errno.ENXIO):
+                break
+            time.sleep(0.01)
+        assert r == 0, r
         return c
 
     def stop(self, sig=signal.SIGTERM):
