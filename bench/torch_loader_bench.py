@@ -32,14 +32,26 @@ batch).
     python3 bench/torch_loader_bench.py --socket /tmp/ferry.sock --ferryd-pid PID \\
         --work pcg16,pcg64,small,bytes16 --workers 1,8,16,32 --reps 3
 
+--account (with --ferryctl) prints, after the table, where ferry's batches
+waited: per run, each batch's time in its worker (the samples, the collate's
+layout, staging: the copy into staging memory and its waits for room), the
+workers' idle time between their tasks, the way to the trainer (its result
+queue) and torch's reordering, the trainer blocked and its own time per
+batch, ferryd's holds (a batch's upload waiting for its buffer's release),
+the copies, the staging waits as clients report them, and the share of
+batches whose copy had landed when the trainer delivered them.
+
 --device cpu runs the same on a machine without a GPU (ferryd on the
 simulated device, torch's loader without pinning): a check that the script
 works, not a measurement; --size-div and --batches make it small.
 """
 
 import argparse
+import collections
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -201,10 +213,14 @@ def run(kind, work, workers, args, cycles):
     it = iter(loader)
     pids = [os.getpid()] + [w.pid for w in it._workers] + ([args.ferryd_pid] if args.ferryd_pid else [])
     n = 0
+    s0 = None
     for k, batch in enumerate(it):
         if k == warm:
             sync(dev)
             t0, c0 = time.monotonic(), [cpu_seconds(p) for p in pids]
+            if kind == "ferry" and args.account:
+                s0 = ferryd_status(args)
+                first = len(it._ferry.account)
         if kind == "torch":
             batch = ([t.to(dev, non_blocking=True) for t in batch] if isinstance(batch, (list, tuple))
                      else batch.to(dev, non_blocking=True))
@@ -217,10 +233,77 @@ def run(kind, work, workers, args, cycles):
             break  # the workers still run: their CPU is read now
     sync(dev)
     t1, c1 = time.monotonic(), [cpu_seconds(p) for p in pids]
+    acc = None
+    if s0 is not None:
+        acc = account(it._ferry.account[first:], s0, ferryd_status(args), n, t1 - t0)
     del it, loader, batch
     cpu = [b - a for a, b in zip(c0, c1)]
     return {"bps": n / (t1 - t0), "cpu_ms": 1e3 * sum(cpu) / n,
-            "ferryd_ms": 1e3 * (cpu[-1] if args.ferryd_pid else 0) / n, "wrong": int(wrong)}
+            "ferryd_ms": 1e3 * (cpu[-1] if args.ferryd_pid else 0) / n, "wrong": int(wrong), "account": acc}
+
+
+def ferryd_status(args):
+    out = subprocess.run([args.ferryctl, "--socket", args.socket, "--json", "status"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+ACCOUNT_COLS = [
+    ("sample", "worker: its samples (task received to collate)"),
+    ("layout", "worker: the collate's layout"),
+    ("stage", "worker: staging (copy into staging memory, waits for room included)"),
+    ("room", "of which waits for staging room (ferryd's slot_wait, per batch)"),
+    ("idle", "worker: idle between its batch staged and its next task"),
+    ("idle%", "workers' share of their time idle"),
+    ("to trainer", "staged to received by the trainer (result queue)"),
+    ("reorder", "received to delivered (torch's in-order delivery)"),
+    ("blocked", "trainer: blocked for batches, per batch"),
+    ("deliver", "trainer: ferry's delivery (tensors over the buffer)"),
+    ("own", "trainer: everything else per batch (the loop's body, torch's iterator)"),
+    ("hold", "ferryd: uploads held for their buffer's release, per batch"),
+    ("copy", "ferryd: a piece's copy, queued to done (mean)"),
+    ("landed%", "batches whose copy had landed when delivered"),
+    ("wakes", "ferryd: doorbells + device wake-ups + sleeps, per batch"),
+]
+
+
+def hist_delta(a, b, name):
+    ha, hb = a["histograms"].get(name, {}), b["histograms"].get(name, {})
+    return hb.get("count", 0) - ha.get("count", 0), hb.get("sum_ns", 0) - ha.get("sum_ns", 0)
+
+
+def account(rows, s0, s1, n, wall):
+    """Where ferry's timed batches waited (ACCOUNT_COLS), in ms per batch
+    unless named a share, from the loader's account and ferryd's status."""
+    ms = 1e-6
+    med = lambda xs: statistics.mean(xs) if xs else 0.0  # noqa: E731  (means: they add up to the wall)
+    out = {}
+    out["sample"] = med([r["collate"] - r["got"] for r in rows]) * ms
+    out["layout"] = med([r["laid"] - r["collate"] for r in rows]) * ms
+    out["stage"] = med([r["staged"] - r["laid"] for r in rows]) * ms
+    out["room"] = hist_delta(s0, s1, "slot_wait")[1] * ms / max(n, 1)
+    by_worker = collections.defaultdict(list)
+    for r in rows:
+        by_worker[r["worker"]].append(r)
+    idle, busy = [], 0
+    for rs in by_worker.values():
+        rs.sort(key=lambda r: r["got"])
+        busy += sum(r["staged"] - r["got"] for r in rs)
+        idle += [b["got"] - a["staged"] for a, b in zip(rs, rs[1:])]
+    out["idle"] = med(idle) * ms
+    out["idle%"] = 100.0 * sum(idle) / max(1, sum(idle) + busy)
+    out["to trainer"] = med([r["arrived"] - r["staged"] for r in rows if r["arrived"]]) * ms
+    out["reorder"] = med([r["deliver"] - r["arrived"] for r in rows if r["arrived"]]) * ms
+    out["blocked"] = med([r["blocked"] for r in rows]) * ms
+    out["deliver"] = med([r["delivered"] - r["deliver"] for r in rows]) * ms
+    out["own"] = max(0.0, wall * 1e3 / max(n, 1) - out["blocked"] - out["deliver"])
+    out["hold"] = hist_delta(s0, s1, "hold_wait")[1] * ms / max(n, 1)
+    c, sm = hist_delta(s0, s1, "upload_latency")
+    out["copy"] = sm * ms / max(c, 1)
+    out["landed%"] = 100.0 * sum(r["landed"] for r in rows) / max(1, len(rows))
+    p0, p1 = s0["poller"], s1["poller"]
+    out["wakes"] = sum(p1[k] - p0[k] for k in ("doorbells", "device_wakes", "sleeps")) / max(n, 1)
+    return out
 
 
 def step_bound(work, args, cycles):
@@ -271,7 +354,15 @@ def main():
     ap.add_argument("--size-div", type=int, default=1, help="every batch this many times smaller (a smoke test)")
     ap.add_argument("--prefetch", type=int, default=2)
     ap.add_argument("--label", default="")
+    ap.add_argument("--account", action="store_true",
+                    help="print where ferry's batches waited (needs --ferryctl; see above)")
+    ap.add_argument("--ferryctl", default="", help="ferryctl, for ferryd's side of --account")
     a = ap.parse_args()
+    if a.account:
+        if not a.ferryctl:
+            ap.error("--account needs --ferryctl")
+        os.environ["FERRY_TORCH_ACCOUNT"] = "1"  # the workers' part (spawned ones read it at import)
+        ferry.torch._ACCOUNT = True
     kinds = a.kinds.split(",")
     for k in kinds:
         if k not in ("torch", "ferry", "alone", "gen", "host"):
@@ -287,6 +378,7 @@ def main():
     cpus = [f"CPU ms/batch {k}" for k in kinds if k in ("torch", "ferry")]
     print("| workload | workers | " + " | ".join(cols + shares + cpus) + " | wrong |")
     print("|" + "---|" * (3 + len(cols) + len(shares) + len(cpus)))
+    accounts = []
     for work in a.work.split(","):
         if work == "step16" and not cuda:
             continue  # a GPU step
@@ -315,6 +407,17 @@ def main():
                 bound = step_bound(work, a, cycles)
                 label = f"step16 (step alone: {bound:.0f}/s)"
             print(f"| {label} | {workers} | " + " | ".join(row) + f" | {wrong} |", flush=True)
+            for x in res.get("ferry", []):
+                if x["account"] is not None:
+                    accounts.append((work, workers, x["bps"], x["account"]))
+    if accounts:
+        print("\nWhere ferry's batches waited (ms per batch, unless a share; one row per run):\n")
+        for name, what in ACCOUNT_COLS:
+            print(f"- {name}: {what}")
+        print("\n| workload | workers | batches/s | " + " | ".join(n for n, _ in ACCOUNT_COLS) + " |")
+        print("|" + "---|" * (3 + len(ACCOUNT_COLS)))
+        for work, workers, bps, acc in accounts:
+            print(f"| {work} | {workers} | {bps:.0f} | " + " | ".join(f"{acc[n]:.2f}" for n, _ in ACCOUNT_COLS) + " |")
 
 
 if __name__ == "__main__":

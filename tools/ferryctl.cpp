@@ -654,10 +654,13 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
              "Copies of a process under ferry-run left to the driver, by reason (ferry-run(1)).",
              who + ",reason=\"" + why + "\"", static_cast<double>(num(c, ("run.passed." + std::string(why)).c_str())));
   }
-  histogram(f, "ferry_upload_latency_seconds", "From the daemon's receipt of an upload piece to its completion.", dev, d,
+  histogram(f, "ferry_upload_latency_seconds", "From the start of an upload piece's copy to its completion.", dev, d,
             "histograms.upload_latency");
   histogram(f, "ferry_slot_wait_seconds", "Time an upload piece waited for a free staging slot (reported by clients).",
             dev, d, "histograms.slot_wait");
+  histogram(f, "ferry_hold_wait_seconds",
+            "Time an upload piece was held for its value (after, or a fence's release: its consumer) before its copy.", dev,
+            d, "histograms.hold_wait");
 }
 
 // The device index a socket's name gives (ferryd-N.sock), for the series of

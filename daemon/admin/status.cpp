@@ -122,13 +122,13 @@ std::string status_json(const StatusInputs& ctx, const PeerCred& who) {
   ClientStats totals{st.uploads, st.upload_pieces, st.upload_bytes, st.downloads, st.failed};
   uint64_t client_connections = ctx.stats.clients, copies = st.in_flight;
   Holdings h = engine.resources().holdings();
-  Histogram latency = st.upload_latency, slot_wait = engine.clients().slot_waits();
+  Histogram latency = st.upload_latency, slot_wait = engine.clients().slot_waits(), hold_wait = engine.hold_waits();
   EngineStats poll = st;
   if (!all) {
     totals = ClientStats{};
     client_connections = copies = 0;
     h = Holdings{};
-    latency = slot_wait = Histogram{};
+    latency = slot_wait = hold_wait = Histogram{};
     poll = EngineStats{};
     for (const auto& [id, c] : engine.clients().all()) {
       if (!c->connected() || c->uid != viewer) continue;
@@ -205,7 +205,8 @@ std::string status_json(const StatusInputs& ctx, const PeerCred& who) {
       {"limits", limits_json(opts.limits)},
       {"all_clients_visible", all},
       {"scope", all ? "daemon" : "own clients"},
-      {"histograms", {{"upload_latency", histogram_json(latency)}, {"slot_wait", histogram_json(slot_wait)}}}};
+      {"histograms", {{"upload_latency", histogram_json(latency)}, {"slot_wait", histogram_json(slot_wait)},
+                      {"hold_wait", histogram_json(hold_wait)}}}};
   return json::serialize(doc);
 }
 

@@ -165,6 +165,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     // in this owner's segment.
     std::weak_ptr<ClientState> fence_owner;
     uint32_t fence = 0;
+    std::chrono::steady_clock::time_point since{};  // when it began to wait (Holds::add)
     uint64_t release() const { return fence != 0 ? e.pool : 0; }
   };
   void hold(const Held& h);

@@ -123,6 +123,8 @@ class TransferEngine {
   size_t drop_departed_holds(std::optional<uid_t> uid) { return holds_.drop_departed(uid); }
   // A hold came or moved within Holds::kAwake: the value it waits for is likely near.
   bool hold_near() const { return holds_.near(); }
+  // How long released holds waited (Holds::waited).
+  const Histogram& hold_waits() const { return holds_.waited(); }
   // The poller goes to sleep: every ring asks for its doorbell, the rings
   // are looked at once more (false, and still awake, if that found work, or
   // a hold came or moved within Holds::kAwake), and the backend's waiter is

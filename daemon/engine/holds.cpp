@@ -26,7 +26,9 @@ void Holds::add(const ClientRef& c, const ClientState::Held& h) {
     holders_.push_back(c);  // kept until its holds are gone, connected or not
   }
   since_ = std::chrono::steady_clock::now();  // a hold came
-  c->hold(h);
+  ClientState::Held held = h;
+  held.since = since_;
+  c->hold(held);
   if (asleep_) arm();  // awake, the poller looks on every round
 }
 
@@ -95,6 +97,8 @@ size_t Holds::poll() {
       // Held or not, large transfers stay slot_count in flight.
       if (c->large(h.e.length) && !c->large_room()) break;
       const Entry go = h.e;
+      waited_.add(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - h.since).count()));
       held.pop_front();
       issue_(c, go);
       ++released;

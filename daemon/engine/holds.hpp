@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/client.hpp"
+#include "engine/stats.hpp"
 
 namespace ferry::ferryd {
 
@@ -57,6 +58,9 @@ class Holds {
   // back to sleep at once); clears it.
   bool take_idle_wake() { return std::exchange(idle_wake_, false); }
   void clear_idle_wake() { idle_wake_ = false; }
+  // How long the holds released so far waited for their values (status's
+  // histograms.hold_wait): a fenced upload's wait is its consumer's.
+  const Histogram& waited() const { return waited_; }
 
  private:
   // A hold given up: its fence publish, if any, marked failed.
@@ -66,6 +70,7 @@ class Holds {
   bool timer_armed_ = false;
   std::chrono::steady_clock::time_point since_;  // a hold last came or moved
   bool idle_wake_ = false;
+  Histogram waited_;
   const bool& asleep_;
   Issue issue_;
   FailFence fail_fence_;

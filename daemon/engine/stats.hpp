@@ -39,7 +39,7 @@ struct EngineStats {
   uint64_t failed = 0;
   uint32_t in_flight = 0;
   uint64_t in_flight_bytes = 0;
-  Histogram upload_latency;  // from the daemon's receipt of an upload to its retirement
+  Histogram upload_latency;  // from a piece's copy being queued (after any hold) to its retirement
   uint64_t ring_entries = 0;   // transfers taken from submission rings
   uint64_t doorbells = 0;      // wake-ups by a client's doorbell
   uint64_t device_wakes = 0;   // wake-ups by the device's eventfd (a copy ended while the poller slept)

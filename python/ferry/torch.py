@@ -52,6 +52,13 @@ module blocks the host while any stream of the context waits on memory. The
 loader queues a batch's wait only once the batch's upload is with ferryd and
 held on nothing the host has still to do, so such a launch waits at most for
 that upload, never for ever.
+
+Where a batch waits: with FERRY_TORCH_ACCOUNT=1 in the environment, each
+iterator keeps, per delivered batch, when its worker got the task, began and
+ended the collate, and had staged the batch, and when the trainer received
+and delivered it, how long it was blocked for it, and whether the copy had
+landed by then (`iterator._ferry.account`, a list of dicts of
+time.monotonic_ns() values). bench/torch_loader_bench.py --account reads it.
 """
 
 import collections
@@ -62,6 +69,7 @@ import errno
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 
@@ -74,6 +82,8 @@ from . import _api
 
 __all__ = ["DataLoader", "record_stream"]
 
+# The per-batch account (the module's documentation, "Where a batch waits").
+_ACCOUNT = os.environ.get("FERRY_TORCH_ACCOUNT", "") not in ("", "0")
 _ALIGN = 256  # where each tensor of a batch starts in its buffer (DLPack's and CUDA's allocators' alignment)
 _DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
            "complex64", "complex128", "uint16", "uint32", "uint64"}
@@ -256,6 +266,8 @@ class _Task(int):
 
 def _task_from_wire(idx, job):
     if _data.get_worker_info() is not None:
+        if _ACCOUNT:
+            _Worker.got = time.monotonic_ns()
         _Worker.job = job
         _Worker.forget.extend(job.forget)  # kept even if this task uploads nothing
     return int(idx)
@@ -277,10 +289,12 @@ class _Job:
 
 
 class _Batch:
-    """A batch on the device: its layout, where it is, and its fence's value."""
+    """A batch on the device: its layout, where it is, and its fence's value
+    (times: the worker's part of the account, when it is kept)."""
 
-    def __init__(self, template, nbytes, slot, value):
+    def __init__(self, template, nbytes, slot, value, times=None):
         self.template, self.nbytes, self.slot, self.value = template, nbytes, slot, value
+        self.times = times
 
 
 class _Spill:
@@ -296,6 +310,7 @@ class _Worker:
     """A worker process's client and the buffers it opened (made on first use)."""
 
     job = None
+    got = 0  # when the task came (the account)
     client = None
     pid = None
     opened = {}
@@ -344,6 +359,7 @@ class _Collate:
         return {"collate_fn": self.collate_fn, "socket": self.socket, "pool": None}
 
     def __call__(self, samples):
+        start = time.monotonic_ns() if _ACCOUNT else 0
         if self.collate_fn is _collate.default_collate:
             structure = _collate_later(samples)
         else:
@@ -354,6 +370,7 @@ class _Collate:
         template, spans, keep, nbytes = _layout(structure)
         if nbytes == 0 or job is None or job.capacity < nbytes:
             return _Spill(_realize(structure), nbytes)
+        laid = time.monotonic_ns() if _ACCOUNT else 0
         c = _Worker.get(self.socket)
         _Worker.check()
         buf = _Worker.opened.get(job.slot)
@@ -362,7 +379,8 @@ class _Collate:
         t = c._upload_spans(buf.id, spans, 0, release_after=job.release or None, publish=job.publish)
         del keep  # staged: the samples may go
         _Worker.pending.append(t)
-        return _Batch(template, nbytes, job.slot, job.publish)
+        times = (os.getpid(), _Worker.got, start, laid, time.monotonic_ns()) if _ACCOUNT else None
+        return _Batch(template, nbytes, job.slot, job.publish, times)
 
 
 # ---------------------------------------------------------------- the trainer's side
@@ -446,6 +464,8 @@ class _Pool:
         self.reaper = None
         self.pid = os.getpid()
         self.next_slot = 0  # slot ids are never reused: a worker may still name a retired one
+        self.account = [] if _ACCOUNT else None  # per delivered batch (the module's documentation)
+        self.blocked_ns = 0  # the trainer's time blocked for batches since the last delivery
         _pools.add(self)
 
     # ---- tasks
@@ -519,7 +539,19 @@ class _Pool:
         if isinstance(data, _Spill):
             out = self.collated(data.structure)
         elif isinstance(data, _Batch):
-            out = self._tensors(data, self.slots[data.slot])
+            s = self.slots[data.slot]
+            if self.account is not None and data.times is not None:
+                start = time.monotonic_ns()
+                landed = s.fence.ready >= data.value
+                out = self._tensors(data, s)
+                pid, got, collate, laid, staged = data.times
+                self.account.append(dict(worker=pid, got=got, collate=collate, laid=laid, staged=staged,
+                                         arrived=getattr(data, "arrived", 0), deliver=start,
+                                         delivered=time.monotonic_ns(), blocked=self.blocked_ns, landed=landed,
+                                         nbytes=data.nbytes))
+                self.blocked_ns = 0
+            else:
+                out = self._tensors(data, s)
         else:
             out = data
         self._check_failures()
@@ -714,8 +746,6 @@ class _Pool:
                 self.reaper.start()
 
     def _reap_later(self):
-        import time
-
         for _ in range(30000):  # 5 minutes at most
             time.sleep(0.01)
             with self.lock:
@@ -795,7 +825,15 @@ class _MultiIter(_dl._MultiProcessingDataLoaderIter, _FerryBase):
             self._ferry_put(q, obj, args, kwargs)
 
     def _get_data(self):
-        idx, data = super()._get_data()
+        if self._ferry.account is None:
+            idx, data = super()._get_data()
+        else:
+            start = time.monotonic_ns()
+            idx, data = super()._get_data()
+            now = time.monotonic_ns()
+            self._ferry.blocked_ns += now - start
+            if isinstance(data, _Batch):
+                data.arrived = now
         if isinstance(idx, _dl._utils.worker._ResumeIteration) and self._ferry_acks is not None:
             self._ferry_acks += 1
             if self._ferry_acks == self._num_workers:  # every worker is past the last epoch
