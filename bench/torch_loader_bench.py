@@ -202,7 +202,11 @@ def run(kind, work, workers, args, cycles):
         ds, kw = Bytes(warm + timed + 64, mib), dict(batch_size=None)
         ds.bytes = nbytes
     dev = torch.device(args.device)
-    kw.update(num_workers=workers, prefetch_factor=args.prefetch, worker_init_fn=worker_init)
+    kw.update(num_workers=workers, worker_init_fn=worker_init)
+    if args.prefetch:
+        kw.update(prefetch_factor=args.prefetch)
+    elif kind in ("alone", "gen", "host"):
+        kw.update(prefetch_factor=ferry.torch.DataLoader.PREFETCH_FACTOR)  # the bounds at ferry's depth
     if kind == "torch":
         loader = DataLoader(ds, pin_memory=dev.type == "cuda", **kw)
     elif kind == "ferry":
@@ -352,7 +356,9 @@ def main():
     ap.add_argument("--warm", type=int, default=20)
     ap.add_argument("--batches", type=int, default=0, help="timed batches per run (default: per workload)")
     ap.add_argument("--size-div", type=int, default=1, help="every batch this many times smaller (a smoke test)")
-    ap.add_argument("--prefetch", type=int, default=2)
+    ap.add_argument("--prefetch", type=int, default=0,
+                    help="prefetch_factor of every loader (default: each its own: torch's 2 for torch, "
+                         "ferry.torch's 4 for ferry and for the bounds alone, gen and host)")
     ap.add_argument("--label", default="")
     ap.add_argument("--account", action="store_true",
                     help="print where ferry's batches waited (needs --ferryctl; see above)")
@@ -372,7 +378,9 @@ def main():
         torch.cuda.init()
     cycles = cycles_per_ms() if cuda else 0
     name = torch.cuda.get_device_name() if cuda else "cpu (ferryd's device: a smoke test, not a measurement)"
-    print(f"# {name} | torch {torch.__version__} | {os.cpu_count()} cores | {a.label}")
+    depth = (f"prefetch_factor {a.prefetch}" if a.prefetch else
+             f"prefetch_factor: torch 2, the others {ferry.torch.DataLoader.PREFETCH_FACTOR}")
+    print(f"# {name} | torch {torch.__version__} | {os.cpu_count()} cores | {depth} | {a.label}")
     cols = [f"{k} batches/s" for k in kinds]
     shares = [f"ferry ÷ {k}" for k in kinds if k != "ferry"] if "ferry" in kinds else []
     cpus = [f"CPU ms/batch {k}" for k in kinds if k in ("torch", "ferry")]

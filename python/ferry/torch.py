@@ -888,10 +888,24 @@ class DataLoader(_data.DataLoader):
         the GPU ferryd serves; or "cpu", where each batch is read back from
         its device buffer (a host whose torch has no GPU).
     socket: ferryd's socket (default $FERRY_SOCKET, else /run/ferry/ferryd-0.sock).
+
+    One default differs: with workers and no prefetch_factor given, each
+    worker has PREFETCH_FACTOR (4) batches in flight, not torch's 2. Batches
+    are delivered in order, so a worker whose batches are done waits while
+    the trainer waits for another's; with 2 in flight, 16 workers sat idle
+    a tenth of their time and the loader made 0.9 of the samples' own rate
+    (1.0-1.3 with 4; bench/torch_account.sh, docs/BENCHMARKS.md). A batch
+    in flight holds device memory, not the host's pinned memory torch's
+    would: num_workers x 4 buffers of a batch's size. Pass prefetch_factor
+    to choose.
     """
+
+    PREFETCH_FACTOR = 4
 
     def __init__(self, dataset, *args, device=None, socket=None, **kwargs):
         super().__init__(dataset, *args, **kwargs)
+        if "prefetch_factor" not in kwargs and self.num_workers > 0:
+            self.prefetch_factor = self.PREFETCH_FACTOR
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         device = torch.device(device)

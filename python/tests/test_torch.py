@@ -239,6 +239,21 @@ class LoaderTest(unittest.TestCase):
         self.assertEqual(out[-1].shape, (3, 150_000))
         self.assert_nothing_held_by_loaders()
 
+    def test_four_batches_per_worker_in_flight_unless_told(self):
+        # ferry.torch's one default of its own (DataLoader's documentation):
+        # prefetch_factor 4 with workers; a given one is kept; none without workers.
+        for kw, depth in ((dict(num_workers=2), 4), (dict(num_workers=2, prefetch_factor=3), 3)):
+            with self.subTest(**kw):
+                loader = ft.DataLoader(Mixed(), batch_size=2, device="cpu", socket=self.d.socket, **kw)
+                self.assertEqual(loader.prefetch_factor, depth)
+                it = iter(loader)
+                self.assertEqual(it._send_idx, 2 * depth)  # the tasks torch sent out at the start
+                self.assertEqual(len(list(it)), len(loader))
+                del it
+        self.assertEqual(ft.DataLoader(Mixed(), device="cpu", socket=self.d.socket).prefetch_factor,
+                         TorchLoader(Mixed()).prefetch_factor)
+        self.assert_nothing_held_by_loaders()
+
     def test_persistent_workers_over_two_epochs(self):
         kw = dict(batch_size=7, shuffle=True, num_workers=2, persistent_workers=True)
         ours = ft.DataLoader(Mixed(), generator=torch.Generator().manual_seed(3), device="cpu",
