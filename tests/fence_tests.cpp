@@ -219,6 +219,11 @@ TEST_CASE("a release that never comes stalls only that buffer's producers", "[fe
   *fx.released = 5;
   CHECK(ferry_wait(a.c, ta, 5'000'000'000) == 0);
   CHECK(ferry_fence_wait(owner, x, 6, 5'000'000'000) == 0);
+  // status counts that one hold, and no upload that was not held; it
+  // outlasted the two 20 ms waits above.
+  const auto st = d.status();
+  CHECK(st.get<uint64_t>("histograms.hold_wait.count") == 1);
+  CHECK(st.get<uint64_t>("histograms.hold_wait.sum_ns") >= 40'000'000);
   std::vector<uint8_t> back(4096);
   REQUIRE(ferry_download(a.c, a.buf, 0, back.data(), back.size()) == 0);
   CHECK(back == data);

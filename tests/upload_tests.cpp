@@ -579,6 +579,7 @@ TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as 
   CHECK(client_line);
   CHECK(metrics.find("ferry_upload_latency_seconds_bucket{device=\"0\",le=\"+Inf\"}") != std::string::npos);
   CHECK(metrics.find("# TYPE ferry_slot_wait_seconds histogram") != std::string::npos);
+  CHECK(metrics.find("ferry_hold_wait_seconds_count{device=\"0\"} 0\n") != std::string::npos);  // nothing held
 
   ferry_disconnect(c);  // exits holding 3 slots and 2 buffers
   bool zero = false;

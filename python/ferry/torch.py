@@ -892,12 +892,13 @@ class DataLoader(_data.DataLoader):
     One default differs: with workers and no prefetch_factor given, each
     worker has PREFETCH_FACTOR (4) batches in flight, not torch's 2. Batches
     are delivered in order, so a worker whose batches are done waits while
-    the trainer waits for another's; with 2 in flight, 16 workers sat idle
-    a tenth of their time and the loader made 0.9 of the samples' own rate
-    (1.0-1.3 with 4; bench/torch_account.sh, docs/BENCHMARKS.md). A batch
-    in flight holds device memory, not the host's pinned memory torch's
-    would: num_workers x 4 buffers of a batch's size. Pass prefetch_factor
-    to choose.
+    the trainer waits for another's: on the H200 with 16 workers, 2 in
+    flight left them idle 11-20% of their time and the loader made 0.86 of
+    the rate its workers make samples at; 4 in flight, 2-6% and 0.96
+    (docs/BENCHMARKS.md, bench/torch_account.sh). A batch in flight holds
+    device memory, not the host's pinned memory torch's would: about
+    num_workers x 4 buffers of a batch's size. Pass prefetch_factor to
+    choose.
     """
 
     PREFETCH_FACTOR = 4
