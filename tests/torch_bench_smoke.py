@@ -43,21 +43,37 @@ class TorchBenchSmoke(unittest.TestCase):
                 out = subprocess.run(
                     [sys.executable, BENCH, "--socket", sock, "--ferryd-pid", str(daemon.pid), "--device", "cpu",
                      "--size-div", "512", "--batches", "4", "--warm", "2", "--workers", "1,8", "--reps", "1",
-                     "--work", ",".join(works)],
+                     "--work", ",".join(works), "--account", "--ferryctl", os.environ["FERRYCTL"]],
                     capture_output=True, text=True, timeout=400)
                 self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
             finally:
                 daemon.terminate()
                 daemon.wait()
-        header = [ln for ln in out.stdout.splitlines() if ln.startswith("| workload")]
+        main, _, acc = out.stdout.partition("Where ferry's batches waited")
+        self.assertTrue(acc, out.stdout)
+        header = [ln for ln in main.splitlines() if ln.startswith("| workload")]
         self.assertEqual(len(header), 1, out.stdout)
         cols = [c.strip() for c in header[0].strip("|").split("|")]
         for k in ("torch", "ferry", "alone", "gen", "host"):
             self.assertIn(f"{k} batches/s", cols)
         for k in ("torch", "alone", "gen", "host"):
             self.assertIn(f"ferry ÷ {k}", cols)
-        rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in out.stdout.splitlines()
+        rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in main.splitlines()
                 if ln.startswith("| ") and not ln.startswith("| workload")]
+        # The account: one row per ferry run, each phase a number; the worker's
+        # samples and staging took time, and every batch's copy landed by the
+        # time ferry's CPU path read it back (device cpu waits for the fence).
+        aheader = [ln for ln in acc.splitlines() if ln.startswith("| workload")]
+        self.assertEqual(len(aheader), 1, acc)
+        acols = [c.strip() for c in aheader[0].strip("|").split("|")]
+        arows = [[c.strip() for c in ln.strip("|").split("|")] for ln in acc.splitlines()
+                 if ln.startswith("| ") and not ln.startswith("| workload")]
+        self.assertEqual(len(arows), len(works) * 2, acc)
+        for r in arows:
+            v = {c: float(x) for c, x in zip(acols[2:], r[2:])}
+            self.assertGreater(v["sample"] + v["stage"], 0, r)
+            self.assertTrue(0 <= v["idle%"] <= 100 and 0 <= v["landed%"] <= 100, r)
+            self.assertGreaterEqual(min(v.values()), 0, r)
         seen = {(r[0], r[1]) for r in rows}
         for w in works:
             for n in ("1", "8"):
