@@ -135,12 +135,12 @@ TEST_CASE("tickets: the window, the staging range and no double use", "[engine][
   CHECK(c.check_transfer(1, 0, 4097) != nullptr);    // more than one slot
   CHECK(c.check_transfer(n, 0, 64) == nullptr);
   CHECK(c.check_transfer(n + 1, 0, 64) != nullptr);  // beyond the window: ticket 1 not yet done
-  c.mark_in_flight(1, 10);
+  c.window().start(1, 10);
   CHECK(c.check_transfer(1, 0, 64) != nullptr);      // already in flight
   CHECK(c.in_flight() == 1);
   CHECK(c.in_flight_bytes() == 10);
   Failed f;
-  CHECK(c.finish(1, 10, 0, f));
+  CHECK(c.window().finish(1, 10, 0, f).moved);
   CHECK(c.completed() == 1);
   CHECK(c.check_transfer(1, 0, 64) != nullptr);      // done: behind the window now
   CHECK(c.check_transfer(n + 1, 0, 64) == nullptr);  // its entry is free again
@@ -149,13 +149,13 @@ TEST_CASE("tickets: the window, the staging range and no double use", "[engine][
 TEST_CASE("completion moves only over a contiguous run; failures come in ticket order", "[engine][slots]") {
   ClientState c(1);
   REQUIRE(c.create_segment(8, 4096) == 0);
-  for (uint64_t t = 1; t <= 4; ++t) c.mark_in_flight(t, 1);
+  for (uint64_t t = 1; t <= 4; ++t) c.window().start(t, 1);
   Failed f;
-  CHECK_FALSE(c.finish(3, 1, -EIO, f));
-  CHECK_FALSE(c.finish(2, 1, 0, f));
+  CHECK_FALSE(c.window().finish(3, 1, -EIO, f).moved);
+  CHECK_FALSE(c.window().finish(2, 1, 0, f).moved);
   CHECK(c.completed() == 0);
   CHECK(f.empty());
-  CHECK(c.finish(1, 1, 0, f));
+  CHECK(c.window().finish(1, 1, 0, f).moved);
   CHECK(c.completed() == 3);
   REQUIRE(f.size() == 1);
   CHECK(f[0] == std::make_pair(uint64_t{3}, -EIO));
@@ -167,7 +167,7 @@ TEST_CASE("completion moves only over a contiguous run; failures come in ticket 
   CHECK(r.error.load() == -EIO);
   CHECK(c.segment().header()->failures.load() == 1);
   f.clear();
-  CHECK(c.finish(4, 1, 0, f));
+  CHECK(c.window().finish(4, 1, 0, f).moved);
   CHECK(c.completed() == 4);
   CHECK(f.empty());
   CHECK(c.in_flight() == 0);
@@ -176,19 +176,22 @@ TEST_CASE("completion moves only over a contiguous run; failures come in ticket 
 TEST_CASE("large transfers: at most slot_count in flight, small ones not counted", "[engine][slots]") {
   ClientState c(1);
   REQUIRE(c.create_segment(2, 4096) == 0);
-  CHECK_FALSE(c.large(1023));
-  CHECK(c.large(1024));  // a quarter slot
-  c.mark_in_flight(1, 4096);
-  c.mark_in_flight(2, 64);
-  CHECK(c.large_room());
-  c.mark_in_flight(3, 1024);
-  CHECK_FALSE(c.large_room());  // two large in flight with two slots
-  c.unmark_in_flight(3, 1024);  // the device refused it after all
-  CHECK(c.large_room());
-  c.mark_in_flight(3, 2048);
+  CHECK_FALSE(proto::is_large(1023, 4096));
+  CHECK(proto::is_large(1024, 4096));  // a quarter slot
+  c.window().start(1, 4096);
+  c.window().start(2, 64);
+  CHECK(c.window().room_for(1024));
+  c.window().start(3, 1024);
+  CHECK_FALSE(c.window().room_for(1024));  // two large in flight with two slots
+  c.window().unstart(3, 1024);  // the device refused it after all
+  CHECK(c.window().room_for(1024));
+  c.window().start(3, 2048);
   Failed f;
-  c.finish(1, 4096, 0, f);
-  CHECK(c.large_room());
+  c.window().set_waiting(true);  // the ring's next entry waits for room
+  CHECK(c.window().finish(1, 4096, 0, f).room);  // a large one left: the ring is drained again
+  CHECK(c.window().room_for(1024));
+  CHECK(c.window().room_for(64));  // small ones never wait
+  CHECK_FALSE(c.window().finish(2, 64, 0, f).room);  // a small one frees no room
 }
 
 TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with the last reference", "[engine]") {

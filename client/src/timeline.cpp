@@ -89,10 +89,7 @@ void Timeline::ended(int why) {
 }
 
 void Timeline::wake_sleepers() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (seg_ == nullptr || seg_->sleepers.load(std::memory_order_relaxed) == 0) return;
-  seg_->wake.fetch_add(1, std::memory_order_seq_cst);
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seg_->wake), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  if (seg_ != nullptr) proto::wake_sleepers(*seg_);
 }
 
 // Folds the errors of an upload's earlier pieces into its last ticket, once
@@ -164,10 +161,10 @@ int Timeline::place(const Turn& turn, uint64_t length, int stall_ms, uint64_t* o
   uint64_t large = 0;   // a large ring transfer: the one slot_count before it
   if (!turn.direct) {
     window = t > entries_ ? t - entries_ : 0;
-    // Large transfers (a quarter slot and up) stay one per slot in flight
-    // (ferryd holds back any more in the ring): a deeper queue of large
-    // copies only adds to every client's wait on a shared device.
-    if (length * 4 >= slot_bytes_ && t > slots_) large = t - slots_;
+    // Large transfers stay proto::large_bound in flight (ferryd leaves any
+    // more in the ring until one retires).
+    if (const uint64_t bound = proto::large_bound(slots_); proto::is_large(length, slot_bytes_) && t > bound)
+      large = t - bound;
   }
   uint64_t need = q > placements_ ? q - placements_ : 0;  // the placement that last used these bytes
   Placed want{};         // its record: the tickets of each kind that must be done

@@ -1,10 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "engine/client.hpp"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -25,10 +21,7 @@ void ClientState::adopt_segment(StagingSegment seg, bool registered) {
   segment_ = std::move(seg);
   slot_count_ = slots;
   slot_bytes_ = slot_bytes;
-  entries_ = proto::ring_entries(slots);
-  slot_state_.assign(entries_, kFree);
-  slot_status_.assign(entries_, 0);
-  slot_large_.assign(entries_, 0);
+  window_.reset(slots, slot_bytes);
   free_fences_.clear();
   for (uint32_t f = proto::kFences; f >= 1; --f) free_fences_.push_back(f);
 }
@@ -48,13 +41,17 @@ void ClientState::give_fence(uint32_t fence) {
   if (fence != 0 && fence <= proto::kFences) free_fences_.push_back(fence);
 }
 
-void ClientState::wake_sleepers() {
+void ClientState::wake(bool only_due) {
   proto::Segment* seg = segment_.header();
   if (seg == nullptr) return;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (seg->sleepers.load(std::memory_order_relaxed) == 0) return;
-  seg->wake.fetch_add(1, std::memory_order_seq_cst);
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seg->wake), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  if (only_due) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // our stores before the loads (wake_sleepers)
+    if (seg->sleepers.load(std::memory_order_relaxed) == 0 ||
+        window_.completed() < seg->wake_at.load(std::memory_order_relaxed))
+      return;
+    seg->wake_at.store(UINT64_MAX, std::memory_order_relaxed);
+  }
+  proto::wake_sleepers(*seg);
 }
 
 uint64_t ClientState::adopt(BufferRef b) {
@@ -129,54 +126,11 @@ bool ClientState::event_pool(uint64_t id, uint64_t* backend_id) const {
 }
 
 const char* ClientState::check_transfer(uint64_t ticket, uint32_t staging, uint64_t length) const {
-  if (entries_ == 0) return "no staging segment: send Hello first";
-  if (ticket <= completed_ || ticket - completed_ > entries_) return "ticket outside the client's window";
-  if (slot_state_[(ticket - 1) % entries_] != kFree) return "ticket already in flight";
-  if (length == 0 || length > slot_bytes_) return "transfer length outside one slot";
+  if (const char* why = window_.check(ticket, length)) return why;
   const uint64_t at = uint64_t{staging} * proto::kStagingAlign;
   const uint64_t area = segment_.staging_bytes();
   if (at > area || length > area - at) return "transfer outside the staging area";
   return nullptr;
-}
-
-void ClientState::mark_in_flight(uint64_t ticket, uint64_t bytes) {
-  const uint32_t s = static_cast<uint32_t>((ticket - 1) % entries_);
-  slot_state_[s] = kBusy;
-  slot_large_[s] = large(bytes) ? 1 : 0;
-  large_in_flight_ += slot_large_[s];
-  ++in_flight_;
-  in_flight_bytes_ += bytes;
-}
-
-void ClientState::unmark_in_flight(uint64_t ticket, uint64_t bytes) {
-  const uint32_t s = static_cast<uint32_t>((ticket - 1) % entries_);
-  slot_state_[s] = kFree;
-  large_in_flight_ -= slot_large_[s];
-  slot_large_[s] = 0;
-  --in_flight_;
-  in_flight_bytes_ -= bytes;
-}
-
-bool ClientState::finish(uint64_t ticket, uint64_t bytes, int status, Failed& failed) {
-  const uint32_t s = static_cast<uint32_t>((ticket - 1) % entries_);
-  slot_state_[s] = kDone;
-  slot_status_[s] = status;
-  large_in_flight_ -= slot_large_[s];
-  slot_large_[s] = 0;
-  --in_flight_;
-  in_flight_bytes_ -= bytes;
-  // Tickets complete in order: `completed` moves only over a contiguous run.
-  bool moved = false;
-  for (;;) {
-    const uint32_t next = static_cast<uint32_t>(completed_ % entries_);
-    if (slot_state_[next] != kDone) break;
-    if (slot_status_[next] != 0) failed.emplace_back(completed_ + 1, slot_status_[next]);
-    slot_state_[next] = kFree;
-    slot_status_[next] = 0;
-    ++completed_;
-    moved = true;
-  }
-  return moved;
 }
 
 void ClientState::record_failure(uint64_t ticket, int error) {
@@ -186,7 +140,7 @@ void ClientState::record_failure(uint64_t ticket, int error) {
   if (seg == nullptr) return;
   // Stored, never read back: the client may scribble on these words, and
   // fools only itself if it does.
-  proto::Result& r = segment_.results()[(ticket - 1) % entries_];
+  proto::Result& r = segment_.results()[(ticket - 1) % window_.entries()];
   r.error.store(error, std::memory_order_relaxed);
   r.ticket.store(ticket, std::memory_order_release);
   seg->failures.store(failures_, std::memory_order_release);
@@ -195,37 +149,13 @@ void ClientState::record_failure(uint64_t ticket, int error) {
 void ClientState::publish(bool host_writes_device_word) {
   proto::Segment* seg = segment_.header();
   if (seg == nullptr) return;
-  seg->completed.store(completed_, std::memory_order_release);
-  if (host_writes_device_word) seg->device_completed.store(completed_, std::memory_order_release);
-  // A sleeper raises `sleepers` before it looks at the words: it sees them,
-  // or this sees it and wakes it (the fence orders our stores before the load).
-  // Only once `completed` reached what one of them waits for (wake_at).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (seg->sleepers.load(std::memory_order_relaxed) != 0 &&
-      completed_ >= seg->wake_at.load(std::memory_order_relaxed)) {
-    seg->wake_at.store(UINT64_MAX, std::memory_order_relaxed);
-    seg->wake.fetch_add(1, std::memory_order_seq_cst);
-    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seg->wake), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-  }
-}
-
-bool ClientState::advance_frontier(uint64_t* value) {
-  if (entries_ == 0) return false;
-  uint64_t f = std::max(frontier_, completed_);
-  // Ticket f + 1 sits at f % entries; the window ends `entries` past completed.
-  while (f - completed_ < entries_) {
-    const uint8_t st = slot_state_[f % entries_];
-    if (st != kBusy && st != kDone) break;
-    ++f;
-  }
-  if (f <= frontier_) return false;
-  frontier_ = f;
-  *value = f;
-  return true;
+  seg->completed.store(window_.completed(), std::memory_order_release);
+  if (host_writes_device_word) seg->device_completed.store(window_.completed(), std::memory_order_release);
+  wake(true);  // only once `completed` reached what a sleeper waits for (wake_at)
 }
 
 void ClientState::hold(const Held& h) {
-  slot_state_[(h.e.ticket - 1) % entries_] = kHeld;
+  window_.hold(h.e.ticket);
   held_.push_back(h);
 }
 
@@ -259,7 +189,7 @@ void ClientState::add_slot_waits(Histogram& h) const {
   }
   const auto age = std::chrono::steady_clock::now() - steady_since;
   const auto age_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(age).count());
-  if (total != mine.count || mine.count > transfers_ + entries_) return;
+  if (total != mine.count || mine.count > transfers_ + window_.entries()) return;
   if (mine.count != 0 && mine.sum_ns / mine.count > age_ns) return;
   h.count += mine.count;
   h.sum_ns += mine.sum_ns;
@@ -276,7 +206,7 @@ ClientState::Direct ClientState::direct() const {
   d.bytes = w->bytes.load(std::memory_order_relaxed);
   const uint64_t issued = w->issued.load(std::memory_order_relaxed);
   const uint64_t done = w->completed.load(std::memory_order_relaxed);
-  d.in_flight = std::min<uint64_t>(issued > done ? issued - done : 0, uint64_t{entries_} * 8);
+  d.in_flight = std::min<uint64_t>(issued > done ? issued - done : 0, uint64_t{window_.entries()} * 8);
   return d;
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/buffer.hpp"
+#include "engine/window.hpp"
 #include "engine/grants.hpp"
 #include "engine/segment.hpp"
 #include "engine/staging_areas.hpp"
@@ -30,8 +31,6 @@ namespace ferry::ferryd {
 
 class ClientState;
 
-// Failed tickets, in ticket order: {ticket, negative errno}.
-using Failed = std::vector<std::pair<uint64_t, int>>;
 
 // Told when the client broke its submission ring: its session ends with
 // `why`. The session implements it.
@@ -83,10 +82,13 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   const StagingSegment& segment() const { return segment_; }
   uint32_t slot_count() const { return slot_count_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
-  uint32_t ring_entries() const { return entries_; }
-  uint64_t completed() const { return completed_; }
-  uint32_t in_flight() const { return in_flight_; }
-  uint64_t in_flight_bytes() const { return in_flight_bytes_; }
+  // Its ticket window: the engine's to change (engine/window.hpp).
+  Window& window() { return window_; }
+  const Window& window() const { return window_; }
+  uint32_t ring_entries() const { return window_.entries(); }
+  uint64_t completed() const { return window_.completed(); }
+  uint32_t in_flight() const { return window_.in_flight(); }
+  uint64_t in_flight_bytes() const { return window_.in_flight_bytes(); }
   uint64_t device_bytes() const { return device_bytes_; }
   size_t buffer_count() const { return buffers_.size(); }
   uint32_t opened() const { return opened_; }
@@ -120,20 +122,11 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   StagingAreas& areas() { return areas_; }
   const StagingAreas& areas() const { return areas_; }
 
-  // ---- the ticket window
+  // ---- the ticket window (window(): states, `completed`, the frontier)
   // Checks a transfer's ticket against this client's window, and its
   // staging range (Entry::staging, length) against the staging area.
   // Returns nullptr or the reason it is refused.
   const char* check_transfer(uint64_t ticket, uint32_t staging, uint64_t length) const;
-  // A transfer of a quarter slot or more counts as large: at most
-  // slot_count of them are in flight at once (the ring waits for the next).
-  bool large(uint64_t length) const { return length * 4 >= slot_bytes_; }
-  bool large_room() const { return large_in_flight_ < slot_count_; }
-  void mark_in_flight(uint64_t ticket, uint64_t bytes);
-  void unmark_in_flight(uint64_t ticket, uint64_t bytes);  // the device refused it after all
-  // Records the outcome of one ticket; returns true when `completed` moved.
-  // Failed tickets that became contiguous are appended to `failed`.
-  bool finish(uint64_t ticket, uint64_t bytes, int status, Failed& failed);
   // Writes a failed ticket's Result record and counts it in the segment
   // (proto::Result), before anything (the device's write included) can
   // pass the ticket.
@@ -142,12 +135,6 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // too when the device does not write it (failures are recorded before).
   // Wakes the client's sleepers.
   void publish(bool host_writes_device_word);
-  // The highest ticket T such that every ticket <= T was queued on the device
-  // (or refused): returns true and T when it moved. The engine then has the
-  // device write T into `device_completed` after those copies.
-  bool advance_frontier(uint64_t* value);
-  uint64_t frontier() const { return frontier_; }
-  void reset_frontier(uint64_t v) { frontier_ = v; }
 
   // ---- fences (proto::Fence): one per allocation, in this client's segment
   // A free fence, its words zeroed: index + 1, or 0 when all are taken.
@@ -156,7 +143,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   proto::Fence* fence_words(uint32_t fence) const { return segment_.fence(fence - 1); }
   // Wakes the client's threads asleep on the segment's futex word, whatever
   // they wait for (a fence's word, written by the device, say).
-  void wake_sleepers();
+  void wake_sleepers() { wake(false); }
 
   // ---- holds (UploadAfter, UploadFenced): transfers waiting for a value
   struct Held {
@@ -247,38 +234,29 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   std::chrono::system_clock::time_point since = std::chrono::system_clock::now();
   std::chrono::steady_clock::time_point steady_since = std::chrono::steady_clock::now();
   std::weak_ptr<ProgressSink> sink;
+  // The engine's marks on this client (engine/ alone writes them).
+  struct Marks {
+    bool holder = false;      // in Holds' list of clients with held transfers
+    bool lone_write = false;  // a timeline write without a copy is queued on the device (one at a time)
+  } marks;
 
  private:
-  // The engine's own marks on this client, written by it and its Holds alone (io thread).
-  friend class TransferEngine;
-  friend class Holds;
-  bool holder_ = false;      // in Holds' list of clients with held transfers
-  bool lone_write_ = false;  // a timeline write without a copy is queued on the device (one at a time)
-  bool ring_waits_ = false;  // the ring's next entry waits for a large transfer to retire
-  bool draining_ = false;    // drain_ring is on the stack (a settle inside it drains no further)
-  uint64_t ring_next_ = 1;   // the ticket the ring must show next
+  // Wakes the segment's sleepers: all of them, or (only_due) only once
+  // `completed` reached what one of them waits for (Segment::wake_at).
+  void wake(bool only_due);
 
   bool connected_ = true;
   bool ring_broken_ = false;
   bool registered_ = false;
   bool host_timeline_ = false;
-  enum SlotState : uint8_t { kFree, kHeld, kBusy, kDone };
   uint64_t id_;
   StagingSegment segment_;
   uint32_t slot_count_ = 0;
   uint64_t slot_bytes_ = 0;
-  uint32_t entries_ = 0;             // tickets in flight at once (proto::ring_entries)
-  std::vector<uint8_t> slot_state_;  // per ticket in the window, at (ticket - 1) % entries_
-  std::vector<int> slot_status_;
-  uint64_t completed_ = 0;
+  Window window_;
   uint64_t failures_ = 0;  // Result records written so far
-  uint64_t frontier_ = 0;  // see advance_frontier
   std::deque<Held> held_;
   std::vector<uint32_t> free_fences_;  // fence indexes + 1, the lowest last
-  uint32_t in_flight_ = 0;
-  uint32_t large_in_flight_ = 0;
-  std::vector<uint8_t> slot_large_;  // per ticket in the window: counted in large_in_flight_
-  uint64_t in_flight_bytes_ = 0;
   uint64_t device_bytes_ = 0;
   uint64_t next_buffer_ = 0;
   uint32_t opened_ = 0;    // table entries opened through grants

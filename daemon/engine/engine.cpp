@@ -132,8 +132,9 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
   records_.push_back({cookie, client, std::move(buffer), ticket, bytes, download, last_piece, now_ns()});
   Record& rec = records_.back();
   if (fence != nullptr) rec.fence = *fence;
-  client->mark_in_flight(ticket, bytes);
-  const uint64_t before = client->frontier();
+  Window& win = client->window();
+  win.start(ticket, bytes);
+  const uint64_t before = win.frontier();
   DeviceWrites w;
   const bool own = timeline_write(*client, &w);
   rec.fence_on_device = fence != nullptr && device_can_write(*fence->owner);
@@ -144,15 +145,15 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
     // retire path keeps them (this client's timeline from now on).
     if (own) {
       client->keep_timeline_on_host();
-      client->reset_frontier(before);
+      win.reset_frontier(before);
     }
     rec.fence_on_device = false;
     r = backend_->submit(dst, src, bytes, cookie, signal, nullptr);
   }
   if (r != 0) {
     records_.pop_back();
-    client->unmark_in_flight(ticket, bytes);
-    client->reset_frontier(before);
+    win.unstart(ticket, bytes);
+    win.reset_frontier(before);
     return r;
   }
   ++stats_.in_flight;
@@ -165,12 +166,12 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
 // device (or the retire path) can pass it. status 0: a ticket with nothing
 // to copy, done as it is.
 void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status, const FenceWrite* fence) {
-  client->mark_in_flight(ticket, 0);
+  client->window().start(ticket, 0);
   if (status != 0) {
     client->record_failure(ticket, status);
     ++stats_.failed;
   }
-  settle(client, ticket, 0, 0);
+  settle(client, ticket, 0, 0);  // no copy left the device: no room for a waiting ring
   // The fence's owner reads of the failure first, then (like the frontier,
   // if it moved) the fence's value comes after the copies before it.
   if (fence != nullptr) mark_failed(*fence);
@@ -179,7 +180,7 @@ void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status, 
   // the next copy's write, or one write of its own. One such write per
   // client at a time (a stream of cancelled tickets queues one, not one
   // each); the retire path sends the next if the frontier moved meanwhile.
-  if (on_device == nullptr && client->lone_write_) {
+  if (on_device == nullptr && client->marks.lone_write) {
     if (fence != nullptr) write_fence(*fence, false);
     return;
   }
@@ -199,7 +200,7 @@ bool TransferEngine::queue_lone_write(const ClientRef& c, const FenceWrite* fenc
   }
   if (backend_->submit(nullptr, nullptr, 0, cookie, nullptr, &w) == 0) {
     ++stats_.in_flight;
-    c->lone_write_ = true;
+    c->marks.lone_write = true;
     rest();
     return true;
   }
@@ -225,24 +226,25 @@ void TransferEngine::mark_failed(const FenceWrite& f) {
 
 bool TransferEngine::timeline_write(ClientState& c, DeviceWrites* w) {
   uint64_t v = 0;
-  if (!device_writes_ || !c.registered() || c.host_timeline() || !c.advance_frontier(&v)) return false;
+  if (!device_writes_ || !c.registered() || c.host_timeline() || !c.window().advance_frontier(&v)) return false;
   w->add(reinterpret_cast<uint64_t*>(&c.segment().header()->device_completed), v);
   return true;
 }
 
-// The one place a ticket's outcome goes out: the client's state, the
+// The one place a ticket's outcome goes out: the client's window, the
 // Result records of failed copies, then the segment's timeline words.
-void TransferEngine::settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status) {
+// Whether a large transfer left while the client's ring waits for one.
+bool TransferEngine::settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status) {
   Failed failed;
-  const bool moved = client->finish(ticket, bytes, status, failed);
+  const Window::Retired r = client->window().finish(ticket, bytes, status, failed);
   for (const auto& [t, error] : failed) client->record_failure(t, error);
   stats_.failed += failed.size();
-  if (moved) client->publish(!device_writes_ || !client->registered() || client->host_timeline());
-  // A ring that waits for a large transfer to retire (ClientState::large_room).
-  if (client->ring_waits_) drain_ring(client);
+  if (r.moved) client->publish(!device_writes_ || !client->registered() || client->host_timeline());
+  return r.room;
 }
 
 void TransferEngine::retire(const std::vector<Done>& batch) {
+  std::vector<ClientRef> room;  // rings waiting for a large transfer to retire, now with room
   for (const Done& d : batch) {
     if (records_.empty() || records_.front().cookie != d.cookie) {
       FERRY_LOG(error, "retire: completion %llu out of order", static_cast<unsigned long long>(d.cookie));
@@ -263,7 +265,7 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
     }
     if (r.ticket == 0) {  // timeline writes alone
       if (d.status != 0) device_writes_ = false;
-      r.client->lone_write_ = false;
+      r.client->marks.lone_write = false;
       // Tickets that completed without a copy while it was queued.
       if (d.status == 0) queue_lone_write(r.client, nullptr);
       continue;
@@ -288,7 +290,7 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
     // A queue that failed a copy writes no more: the retire path keeps every
     // client's device word from now on, so waits on it still end.
     if (d.status != 0) device_writes_ = false;
-    settle(r.client, r.ticket, r.bytes, d.status);
+    if (settle(r.client, r.ticket, r.bytes, d.status)) room.push_back(r.client);
     if (d.status != 0 && !device_lost_ && backend_->lost()) {
       device_lost_ = true;
       resources_.device_lost();
@@ -296,6 +298,8 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
                        "restart ferryd once the device is back");
     }
   }
+  // Their next entries went untaken for want of room: taken now.
+  for (const ClientRef& c : room) drain_ring(c);
 }
 
 }  // namespace ferry::ferryd

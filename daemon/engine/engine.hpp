@@ -168,7 +168,7 @@ class TransferEngine {
   // device writes timelines; nullptr otherwise.
   bool timeline_write(ClientState& c, DeviceWrites* w);
   void retire(const std::vector<Done>& batch);
-  void settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
+  bool settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
   // Asleep and not polled after this wake-up (no poller, or one that never
   // polls): the device's eventfd must say when the oldest copy ends.
   void rest();

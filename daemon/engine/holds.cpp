@@ -21,8 +21,8 @@ constexpr auto kHoldPollMax = std::chrono::milliseconds(32);
 }  // namespace
 
 void Holds::add(const ClientRef& c, const ClientState::Held& h) {
-  if (!c->holder_) {
-    c->holder_ = true;
+  if (!c->marks.holder) {
+    c->marks.holder = true;
     holders_.push_back(c);  // kept until its holds are gone, connected or not
   }
   since_ = std::chrono::steady_clock::now();  // a hold came
@@ -65,7 +65,7 @@ size_t Holds::drop_departed(std::optional<uid_t> uid) {
     }
     for (const ClientState::Held& h : c->held()) drop(c, h);
     c->held().clear();
-    c->holder_ = false;
+    c->marks.holder = false;
     holders_[i] = std::move(holders_.back());
     holders_.pop_back();
     ++gone;
@@ -95,7 +95,7 @@ size_t Holds::poll() {
       }
       if (!c->hold_over(h)) break;
       // Held or not, large transfers stay slot_count in flight.
-      if (c->large(h.e.length) && !c->large_room()) break;
+      if (!c->window().room_for(h.e.length)) break;
       const Entry go = h.e;
       waited_.add(static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - h.since).count()));
@@ -105,7 +105,7 @@ size_t Holds::poll() {
     }
     if (released != 0) since_ = std::chrono::steady_clock::now();
     if (held.empty()) {
-      c->holder_ = false;
+      c->marks.holder = false;
       holders_[i] = std::move(holders_.back());  // no hold keeps it any more
       holders_.pop_back();
     } else {

@@ -27,7 +27,7 @@ int TransferEngine::use_ring(const ClientRef& c) {
   const int small = 1;
   ::setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
   ::setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
-  c->ring_next_ = 1;
+  c->window().took(0);  // the ring starts at ticket 1
   // A client that joins while the poller sleeps must ring its first entry in.
   c->segment().header()->doorbell.store(asleep_ ? 1 : 0, std::memory_order_seq_cst);
   rings_.push_back({c, std::make_shared<Bell>(io_, sv[0])});
@@ -85,11 +85,9 @@ void TransferEngine::listen(std::shared_ptr<Bell> bell, std::weak_ptr<ClientStat
     ++stats_.doorbells;
     ClientRef c = client.lock();
     if (!c || !c->connected()) return;
-    const uint64_t before = c->ring_next_;
-    drain_ring(c);
     // A ring that brought no entry: the next few are heard at once, then
     // the listening pauses, longer each time, until a ring brings one.
-    bell->idle_rings = c->ring_next_ != before ? 0 : bell->idle_rings + 1;
+    bell->idle_rings = drain_ring(c) != 0 ? 0 : bell->idle_rings + 1;
     if (bell->idle_rings <= kIdleRings) return listen(std::move(bell), std::move(client));
     const auto pause = std::min<std::chrono::milliseconds>(
         kLongestPause, std::chrono::milliseconds(1L << std::min<uint32_t>(bell->idle_rings - kIdleRings - 1, 6)));
@@ -147,38 +145,36 @@ const char* take_entry(const proto::SubmitEntry& e, uint64_t ticket, Entry* out)
 }  // namespace
 
 size_t TransferEngine::drain_ring(const ClientRef& c) {
-  if (c->ring_broken() || !c->connected() || c->draining_ || c->segment().header() == nullptr) return 0;
-  c->draining_ = true;
-  c->ring_waits_ = false;
+  if (c->ring_broken() || !c->connected() || c->segment().header() == nullptr) return 0;
+  Window& w = c->window();
+  w.set_waiting(false);
   proto::SubmitEntry* ring = c->segment().ring();
   const uint32_t count = c->ring_entries();
   size_t n = 0;
   // At most one round of the ring per call: past it the window check refuses anyway.
   for (uint32_t i = 0; i < count; ++i) {
-    const uint64_t t = c->ring_next_;
+    const uint64_t t = w.next();
     proto::SubmitEntry& slot = ring[(t - 1) % count];
     if (slot.ticket.load(std::memory_order_acquire) != t) break;  // not published yet
     Entry e;
     const char* why = take_entry(slot, t, &e);
-    // Large transfers stay slot_count in flight: this one waits in the ring
-    // (untaken, read again) until one retires.
-    if (why == nullptr && c->large(e.length) && e.length <= c->slot_bytes() && !c->large_room()) {
-      c->ring_waits_ = true;
+    // Past the large transfers' bound the entry waits in the ring (untaken,
+    // read again once one retires: retire()).
+    if (why == nullptr && !w.room_for(e.length)) {
+      w.set_waiting(true);
       break;
     }
-    c->ring_next_ = t + 1;
+    w.took(t);
     ++stats_.ring_entries;
     if (why == nullptr) why = transfer(c, e);
     if (why != nullptr) {
       // The ring is the client's to break, and only its own session ends.
       c->break_ring();
-      c->draining_ = false;
       if (auto sink = c->sink.lock()) sink->broken(why);
       return n;
     }
     ++n;
   }
-  c->draining_ = false;
   return n;
 }
 

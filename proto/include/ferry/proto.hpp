@@ -537,6 +537,10 @@ static_assert(offsetof(Segment, wake_at) == 392);
 static_assert(offsetof(Segment, doorbell) == 448);
 static_assert(offsetof(Segment, staging_threads) == 452);
 static_assert(sizeof(Segment) == 512);
+// Wakes every thread asleep on seg.wake, if any sleeps, once the words they
+// wait on were written: the one wake both sides use (libferry's own threads,
+// ferryd after moving `completed` or a fence's word). proto/src/wake.cpp.
+void wake_sleepers(Segment& seg);
 inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // the ring starts on the next page
 
 // Tickets a client may have in flight: four per slot's worth of staging, so
@@ -544,6 +548,13 @@ inline constexpr uint64_t kSegmentHeaderBytes = 4096;  // the ring starts on the
 // to one per slot (a stream of 1 KiB uploads then sleeps once per ~48 of
 // them rather than once per 12).
 inline constexpr uint32_t ring_entries(uint32_t slot_count) { return slot_count * 4; }
+// The window's other rule: a transfer of a quarter slot or more is large, and
+// at most large_bound(slot_count) large transfers of a client are in flight
+// at once (a deeper queue of large copies only adds to every client's wait
+// on a shared device). libferry waits for room before it writes such an
+// entry; ferryd leaves an entry past the bound in the ring until one retires.
+inline constexpr bool is_large(uint64_t length, uint64_t slot_bytes) { return length * 4 >= slot_bytes; }
+inline constexpr uint32_t large_bound(uint32_t slot_count) { return slot_count; }
 // Where the ring and the staging area lie in a segment of `slot_count` slots:
 // the ring right after the header page, then the results, each on pages of
 // its own.
