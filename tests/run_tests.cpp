@@ -308,11 +308,11 @@ TEST_CASE("ferry-run: threads, two devices, programs it starts", "[run][interpos
     const Outcome o = upload(d.socket, "--mode hazard --threads 4 65536 4194304", &opts);
     INFO(o.out);
     REQUIRE(o.rc == 0);
-    // Each thread's lane connects in the background; a copy that finds its
-    // lane still connecting past the wait goes to the driver, counted as
-    // no_daemon (seen on the 2-core CI machine under load: 1 of 8; the
-    // lanes' connect wait is in the session note). Every staged copy is
-    // original and every other one counted.
+    // Each thread's lane connects in the background; a copy that finds the
+    // oldest connect under way past the copy's wait goes to the driver,
+    // counted as no_daemon (seen on the 2-core CI machine under load: 1 of
+    // 8: a connect there can take longer than a copy waits). Every staged
+    // copy is original and every other one counted.
     const auto rep = r.only();
     const uint64_t staged = rep.get<uint64_t>("staged");
     CHECK(staged + rep.get<uint64_t>("passed.no_daemon") + rep.get<uint64_t>("passed.busy") == 8);

@@ -62,7 +62,7 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
   bool started = false;
   // A connect under way for longer than a copy waits (a daemon stopped, or
   // slow to answer) is not waited for again by every copy after it.
-  if (lane == nullptr && connecting_ != 0 && Clock::now() - connect_since_ > connect_wait) {
+  if (lane == nullptr && connecting_ != 0 && Clock::now() - *connect_started_.begin() > connect_wait) {
     *why = FERRY_PASS_NO_DAEMON;
     return nullptr;
   }
@@ -108,12 +108,14 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
 }
 
 void Lanes::connect_async() {
-  if (connecting_++ == 0) connect_since_ = Clock::now();
-  std::thread([this] {
+  ++connecting_;
+  const auto started = connect_started_.insert(Clock::now());
+  std::thread([this, started] {
     ferry_client* c = nullptr;
     const int r = ferry_connect(settings_.socket.empty() ? nullptr : settings_.socket.c_str(), &c);
     std::lock_guard lock(mu_);
     --connecting_;
+    connect_started_.erase(started);
     ++connects_;
     if (r != 0) {
       retry_at_ = Clock::now() + kRetry;
@@ -220,6 +222,7 @@ void Lanes::after_fork_child() {
   lanes_.clear();
   dead_ = 0;
   connecting_ = 0;
+  connect_started_.clear();  // the parent's connect threads are not this process's
   retry_at_ = {};
   lead_.store(nullptr);
   staged_.store(0);

@@ -86,7 +86,9 @@ class Lanes {
   std::vector<std::unique_ptr<Lane>> lanes_;
   uint32_t dead_ = 0;
   uint32_t connecting_ = 0;  // connects under way
-  Clock::time_point connect_since_{};  // when the oldest of them started
+  // When each of them started (the oldest first): a copy asks how long the
+  // oldest still under way has taken, not how long connects have overlapped.
+  std::multiset<Clock::time_point> connect_started_;
   uint64_t connects_ = 0;  // connects finished (either way)
   Clock::time_point retry_at_{};
   std::atomic<ferry_client*> lead_{nullptr};
