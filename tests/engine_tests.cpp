@@ -194,6 +194,37 @@ TEST_CASE("large transfers: at most slot_count in flight, small ones not counted
   CHECK_FALSE(c.window().finish(2, 64, 0, f).room);  // a small one frees no room
 }
 
+TEST_CASE("an export charges once, and an export whose handle could not be sent charges nothing", "[engine][quota]") {
+  boost::asio::io_context io;
+  TransferEngine eng(io, backend());
+  Limits limits;
+  limits.user_memory = 1 << 20;
+  eng.resources().set_limits(limits);
+  ClientRef c;
+  REQUIRE(eng.clients().add_client(4, 4096, &c) == 0);
+  c->uid = 4242;
+  uint64_t id = 0;
+  REQUIRE(eng.resources().alloc(*c, 65536, &id) == 0);
+  IpcHandle h;
+  uint64_t bytes = 0;
+  bool first = false;
+  REQUIRE(eng.resources().export_buffer(*c, id, &h, &bytes, &first) == 0);
+  CHECK(first);
+  CHECK(bytes == 65536);
+  CHECK(eng.resources().usage(4242).exported_bytes == 65536);
+  // ferryd had no descriptor left for the reply: the handle never left, nor does the charge stay.
+  eng.resources().export_unsent(*c, id);
+  CHECK(eng.resources().usage(4242).exported_bytes == 0);
+  REQUIRE(eng.resources().export_buffer(*c, id, &h, &bytes, &first) == 0);
+  CHECK(first);  // sent this time: charged
+  REQUIRE(eng.resources().export_buffer(*c, id, &h, &bytes, &first) == 0);
+  CHECK_FALSE(first);  // again: charged once
+  CHECK(eng.resources().usage(4242).exported_bytes == 65536);
+  REQUIRE(eng.resources().free(*c, id) == 0);
+  CHECK(eng.resources().usage(4242).exported_bytes == 65536);  // kept until ferryd restarts
+  CHECK(eng.resources().usage(4242).exports_kept_bytes == 65536);
+}
+
 TEST_CASE("the engine copies a slot to a buffer and back, and frees memory with the last reference", "[engine]") {
   boost::asio::io_context io;
   auto guard = boost::asio::make_work_guard(io);  // run_one() waits for the device's eventfd

@@ -80,16 +80,25 @@ int Resources::import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes,
   return 0;
 }
 
-int Resources::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes) {
+int Resources::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes, bool* first) {
   auto b = c.owned(id);
+  *first = false;
   if (!b || b->imported) return -ENOENT;
   if (!b->exported)
     if (int r = within(c, Quota::exports, b->charged); r != 0) return r;
   if (int r = backend_.export_buffer(b->ptr, h); r != 0) return r;
   if (!b->exported) exports_[b->uid].bytes += b->charged;
+  *first = !b->exported;
   b->exported = true;
   *bytes = b->bytes;
   return 0;
+}
+
+void Resources::export_unsent(ClientState& c, uint64_t id) {
+  auto b = c.owned(id);
+  if (!b || !b->exported) return;
+  exports_[b->uid].bytes -= b->charged;
+  b->exported = false;
 }
 
 int Resources::open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id) {

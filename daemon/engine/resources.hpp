@@ -75,7 +75,11 @@ class Resources {
   // An IPC handle of the client's own allocation `id`; h->fd belongs to the driver.
   // Its first export charges its bytes to the user's export allowance, for
   // good (until ferryd restarts): -EDQUOT past it.
-  int export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes);
+  // *first: this was its first export (the one that charged it).
+  int export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes, bool* first);
+  // The handle of a first export could not be sent after all (ferryd had no
+  // descriptor left for the reply): nothing left ferryd, so its charge goes.
+  void export_unsent(ClientState& c, uint64_t id);
   int open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id);
   int grant(ClientState& c, uint64_t buffer, uint32_t rights, Token* token);
   // One grant (token) or, with token == nullptr, every grant of the buffer. *n: how many.

@@ -235,7 +235,8 @@ void Requests::on_export(const proto::Export& m) {
   }
   IpcHandle h;
   uint64_t bytes = 0;
-  r.status = ctx_.engine.resources().export_buffer(*client_, m.buffer, &h, &bytes);
+  bool first = false;
+  r.status = ctx_.engine.resources().export_buffer(*client_, m.buffer, &h, &bytes, &first);
   FERRY_LOG(debug, "client %llu: export buffer %llu -> %s", ull(client_->id()), ull(m.buffer),
             r.status == 0 ? "ok" : std::strerror(-r.status));
   if (refused_past_bound(m.request, r.status)) return;
@@ -243,7 +244,10 @@ void Requests::on_export(const proto::Export& m) {
   int fd = -1;
   if (r.status == 0 && h.fd >= 0) {
     fd = ::fcntl(h.fd, F_DUPFD_CLOEXEC, 3);
-    if (fd < 0) r.status = -errno;  // out of descriptors: no success without the handle's fd
+    if (fd < 0) {
+      r.status = -errno;  // out of descriptors: no success without the handle's fd
+      if (first) ctx_.engine.resources().export_unsent(*client_, m.buffer);  // nor a charge
+    }
   }
   if (r.status == 0) {
     r.kind = h.kind;
