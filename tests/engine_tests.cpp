@@ -44,7 +44,10 @@ class FakeDevice final : public Backend {
   const DeviceInfo& info() const override { return info_; }
   int alloc(uint64_t bytes, void** out) override { return (*out = std::calloc(1, bytes)) != nullptr ? 0 : -ENOMEM; }
   void free(void* p) override { std::free(p); }
-  int register_host(void*, uint64_t) override { return 0; }
+  int register_host(void*, uint64_t, uint64_t* device) override {
+    *device = 0;
+    return 0;
+  }
   void unregister_host(void*) override {}
   int submit(void* dst, const void* src, uint64_t bytes, uint64_t cookie, const Signal*,
              const DeviceWrites* w) override {

@@ -57,6 +57,7 @@ struct Signal {
 // registered staging segment): a client's timeline, in queue order.
 struct TimelineWrite {
   uint64_t* word = nullptr;
+  uint64_t device = 0;  // the word's address on the device, where it has its own (CUDA); 0: none
   uint64_t value = 0;
 };
 
@@ -65,7 +66,7 @@ struct TimelineWrite {
 struct DeviceWrites {
   TimelineWrite w[2];
   size_t n = 0;
-  void add(uint64_t* word, uint64_t value) { w[n++] = {word, value}; }
+  void add(uint64_t* word, uint64_t device, uint64_t value) { w[n++] = {word, device, value}; }
 };
 
 struct Done {
@@ -86,9 +87,12 @@ class Backend {
 
   // Registers a host range (a staging segment) so copies from it run at
   // pinned speed. -ENOTSUP: the driver cannot; copies still work, slower.
-  // Both are called from the segment pool's thread as well as the io
-  // thread's: they must be safe beside every other call.
-  virtual int register_host(void* ptr, uint64_t bytes) = 0;
+  // *device: where the device sees the range, where that is an address of
+  // its own that its writes need (CUDA, with device writes), else 0; the
+  // caller keeps it with the range (StagingSegment), so that nothing is
+  // looked up, or locked, per copy. Both are called from the segment pool's
+  // thread as well as the io thread's: they must be safe beside every other call.
+  virtual int register_host(void* ptr, uint64_t bytes, uint64_t* device) = 0;
   virtual void unregister_host(void* ptr) = 0;
 
   // Queues a copy (either direction); with `writes`, the device then writes

@@ -201,24 +201,18 @@ class Cuda final : public Backend {
     cu_.cuMemFree(reinterpret_cast<CUdeviceptr>(ptr));
   }
 
-  int register_host(void* ptr, uint64_t bytes) override {
+  int register_host(void* ptr, uint64_t bytes, uint64_t* device) override {
     current();
+    *device = 0;
     if (cu_.cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
       return -ENOTSUP;
     CUdeviceptr dev = 0;
-    if (info_.device_writes && cu_.cuMemHostGetDevicePointer(&dev, ptr, 0) == CUDA_SUCCESS) {
-      std::lock_guard lock(mapped_mu_);
-      mapped_[reinterpret_cast<uintptr_t>(ptr)] = {bytes, dev};
-    }
+    if (info_.device_writes && cu_.cuMemHostGetDevicePointer(&dev, ptr, 0) == CUDA_SUCCESS) *device = dev;
     return 0;
   }
 
   void unregister_host(void* ptr) override {
     current();
-    {
-      std::lock_guard lock(mapped_mu_);
-      mapped_.erase(reinterpret_cast<uintptr_t>(ptr));
-    }
     cu_.cuMemHostUnregister(ptr);
   }
 
@@ -227,8 +221,9 @@ class Cuda final : public Backend {
     if (signal != nullptr) return -ENOTSUP;  // no IPC event pools on this backend
     CUdeviceptr words[2] = {};
     const size_t n = writes != nullptr ? writes->n : 0;
+    // Each word's device address came with its segment (register_host).
     for (size_t i = 0; i < n; ++i)
-      if (!device_address(writes->w[i].word, &words[i])) return -ENOTSUP;
+      if (!info_.device_writes || (words[i] = writes->w[i].device) == 0) return -ENOTSUP;
     current();
     CUevent ev = take_event();
     if (ev == nullptr) return -ENOMEM;
@@ -245,19 +240,6 @@ class Cuda final : public Backend {
     }
     inflight_.push(ev, cookie);
     return 0;
-  }
-
-  // The device address of a word inside a registered segment.
-  bool device_address(const uint64_t* word, CUdeviceptr* out) const {
-    if (!info_.device_writes) return false;
-    const auto w = reinterpret_cast<uintptr_t>(word);
-    std::lock_guard lock(mapped_mu_);
-    auto it = mapped_.upper_bound(w);
-    if (it == mapped_.begin()) return false;
-    --it;
-    if (w - it->first + sizeof *word > it->second.first) return false;
-    *out = it->second.second + (w - it->first);
-    return true;
   }
 
   // A consumer process opens it with cuIpcOpenMemHandle in its own context.
@@ -364,8 +346,6 @@ class Cuda final : public Backend {
   CUstream stream_ = nullptr;
   // Registered host ranges: bytes, device address. The segment pool's thread
   // registers and unregisters; the io thread looks words up.
-  mutable std::mutex mapped_mu_;
-  std::map<uintptr_t, std::pair<uint64_t, CUdeviceptr>> mapped_;
   std::atomic<bool> sticky_{false};
   std::vector<CUevent> free_events_;
   std::vector<CUevent> all_events_;

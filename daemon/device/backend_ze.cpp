@@ -99,7 +99,8 @@ class LevelZero final : public Backend {
 
   void free(void* ptr) override { ze_.zeMemFree(ctx_, ptr); }
 
-  int register_host(void* ptr, uint64_t bytes) override {
+  int register_host(void* ptr, uint64_t bytes, uint64_t* device) override {
+    *device = 0;  // its writes take the host address (USM host memory)
     if (import_ == nullptr) return -ENOTSUP;
     return import_(native_driver_, ptr, bytes) == ZE_RESULT_SUCCESS ? 0 : -ENOTSUP;
   }

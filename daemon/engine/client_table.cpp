@@ -39,7 +39,9 @@ int Clients::add_client(uint32_t slots, uint64_t slot_bytes, ClientRef* out) {
   } else {
     ++stats_.segments_made;
     // The whole segment, header included: the device writes the timeline there.
-    registered = backend_.register_host(seg.header(), seg.bytes()) == 0;
+    uint64_t device = 0;
+    registered = backend_.register_host(seg.header(), seg.bytes(), &device) == 0;
+    seg.set_device_base(registered ? device : 0);
   }
   *out = adopt(std::move(seg), registered);
   return 0;

@@ -138,7 +138,7 @@ int TransferEngine::submit(const ClientRef& client, uint64_t ticket, bool downlo
   DeviceWrites w;
   const bool own = timeline_write(*client, &w);
   rec.fence_on_device = fence != nullptr && device_can_write(*fence->owner);
-  if (rec.fence_on_device) w.add(reinterpret_cast<uint64_t*>(&fence->owner->fence_words(fence->fence)->ready), fence->value);
+  if (rec.fence_on_device) add_fence_write(*fence, &w);
   int r = backend_->submit(dst, src, bytes, cookie, signal, w.n != 0 ? &w : nullptr);
   if (r == -ENOTSUP && w.n != 0) {
     // The device cannot write these words: the copy goes alone, and the
@@ -190,7 +190,7 @@ void TransferEngine::fail(const ClientRef& client, uint64_t ticket, int status, 
 bool TransferEngine::queue_lone_write(const ClientRef& c, const FenceWrite* fence) {
   DeviceWrites w;
   const bool own = timeline_write(*c, &w);
-  if (fence != nullptr) w.add(reinterpret_cast<uint64_t*>(&fence->owner->fence_words(fence->fence)->ready), fence->value);
+  if (fence != nullptr) add_fence_write(*fence, &w);
   if (w.n == 0) return false;
   const uint64_t cookie = next_cookie_++;
   records_.push_back({cookie, c, nullptr, 0, 0, false, false, now_ns()});  // ticket 0: the writes alone
@@ -227,8 +227,14 @@ void TransferEngine::mark_failed(const FenceWrite& f) {
 bool TransferEngine::timeline_write(ClientState& c, DeviceWrites* w) {
   uint64_t v = 0;
   if (!device_writes_ || !c.registered() || c.host_timeline() || !c.window().advance_frontier(&v)) return false;
-  w->add(reinterpret_cast<uint64_t*>(&c.segment().header()->device_completed), v);
+  auto* word = reinterpret_cast<uint64_t*>(&c.segment().header()->device_completed);
+  w->add(word, c.segment().device_address(word), v);
   return true;
+}
+
+void TransferEngine::add_fence_write(const FenceWrite& f, DeviceWrites* w) {
+  auto* word = reinterpret_cast<uint64_t*>(&f.owner->fence_words(f.fence)->ready);
+  w->add(word, f.owner->segment().device_address(word), f.value);
 }
 
 // The one place a ticket's outcome goes out: the client's window, the

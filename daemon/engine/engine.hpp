@@ -167,6 +167,8 @@ class TransferEngine {
   // The device write of the client's new frontier, if it moved and the
   // device writes timelines; nullptr otherwise.
   bool timeline_write(ClientState& c, DeviceWrites* w);
+  // The write of f's value into its fence's ready word, after the copy.
+  static void add_fence_write(const FenceWrite& f, DeviceWrites* w);
   void retire(const std::vector<Done>& batch);
   bool settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
   // Asleep and not polled after this wake-up (no poller, or one that never

@@ -47,6 +47,15 @@ class StagingSegment {
   // Fence i (0 <= i < proto::kFences), in the client's own memory.
   proto::Fence* fence(uint32_t i) const;
   uint64_t fences_offset() const { return proto::fences_offset(slot_count_); }
+  // Where the device sees the segment (Backend::register_host; 0: it does
+  // not, or not in an address of its own), and a word of it there: 0 for a
+  // word outside the segment or a segment the device does not map.
+  void set_device_base(uint64_t base) { device_base_ = base; }
+  uint64_t device_address(const void* word) const {
+    const auto at = reinterpret_cast<uintptr_t>(word), start = reinterpret_cast<uintptr_t>(map_.data());
+    if (device_base_ == 0 || at < start || at - start + sizeof(uint64_t) > bytes_) return 0;
+    return device_base_ + (at - start);
+  }
 
  private:
   int fd_ = -1;
@@ -55,6 +64,7 @@ class StagingSegment {
   uint64_t slot_bytes_ = 0;
   uint64_t slots_offset_ = 0;
   uint32_t slot_count_ = 0;
+  uint64_t device_base_ = 0;
 };
 
 }  // namespace ferry::ferryd

@@ -50,7 +50,9 @@ SegmentPool::Entry SegmentPool::make(uint32_t slots, uint64_t slot_bytes, int* r
   Entry e;
   *r = e.seg.create(slots, slot_bytes);
   // The whole segment, header included: the device writes the timeline there.
-  if (*r == 0 && backend_ != nullptr) e.registered = backend_->register_host(e.seg.header(), e.seg.bytes()) == 0;
+  uint64_t device = 0;
+  if (*r == 0 && backend_ != nullptr) e.registered = backend_->register_host(e.seg.header(), e.seg.bytes(), &device) == 0;
+  e.seg.set_device_base(e.registered ? device : 0);
   return e;
 }
 
