@@ -176,6 +176,23 @@ TEST_CASE("completion moves only over a contiguous run; failures come in ticket 
   CHECK(c.in_flight() == 0);
 }
 
+TEST_CASE("a segment keeps where the device sees it when it moves (pool -> client)", "[engine]") {
+  StagingSegment a;
+  REQUIRE(a.create(2, 4096) == 0);
+  a.set_device_base(0x7000000);
+  const auto* word = &a.header()->device_completed;
+  const uint64_t at = reinterpret_cast<uintptr_t>(word) - reinterpret_cast<uintptr_t>(a.header());
+  CHECK(a.device_address(word) == 0x7000000 + at);
+  StagingSegment b(std::move(a));
+  CHECK(b.device_address(word) == 0x7000000 + at);
+  StagingSegment c;
+  c = std::move(b);
+  CHECK(c.device_address(word) == 0x7000000 + at);
+  CHECK(c.device_address(reinterpret_cast<const char*>(c.header()) + c.bytes()) == 0);  // outside
+  c.set_device_base(0);
+  CHECK(c.device_address(word) == 0);  // the device has no address of its own for it
+}
+
 TEST_CASE("large transfers: at most slot_count in flight, small ones not counted", "[engine][slots]") {
   ClientState c(1);
   REQUIRE(c.create_segment(2, 4096) == 0);

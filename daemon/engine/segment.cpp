@@ -23,6 +23,7 @@ void StagingSegment::swap(StagingSegment& o) noexcept {
   std::swap(slot_bytes_, o.slot_bytes_);
   std::swap(slots_offset_, o.slots_offset_);
   std::swap(slot_count_, o.slot_count_);
+  std::swap(device_base_, o.device_base_);
 }
 
 int StagingSegment::create(uint32_t slot_count, uint64_t slot_bytes) {
