@@ -22,6 +22,7 @@
 
 #include "device/backend.hpp"
 #include "engine/engine.hpp"
+#include "engine/idle.hpp"
 #include "device/mps.hpp"
 #include "engine/segment_pool.hpp"
 
@@ -174,6 +175,28 @@ TEST_CASE("completion moves only over a contiguous run; failures come in ticket 
   CHECK(c.completed() == 4);
   CHECK(f.empty());
   CHECK(c.in_flight() == 0);
+}
+
+TEST_CASE("the idle policy: the poller's ladder, the holds' timer, a doorbell rung in vain", "[engine][idle]") {
+  using P = IdlePolicy;
+  using std::chrono::microseconds, std::chrono::milliseconds;
+  int asked = 0;
+  auto near = [&] { return ++asked, true; };
+  auto far = [] { return false; };
+  CHECK(P::rest(microseconds(1), 0, near, 4) == P::Rest::relax);
+  CHECK(asked == 0);  // not asked before it decides
+  CHECK(P::rest(microseconds(6), 0, far, 4) == P::Rest::yield);
+  CHECK(P::rest(microseconds(6), 0, near, 4) == P::Rest::hold_nap);
+  CHECK(P::rest(microseconds(1), 4, far, 4) == P::Rest::nap);  // copies queued: nap at once
+  CHECK(P::rest(microseconds(6), 4, far, 0) == P::Rest::yield);  // --poll-nap-us 0: never
+  CHECK(P::nap(4, 4) == microseconds(16));
+  CHECK(P::nap(1000, 4) == P::kMaxNap);
+  CHECK(P::hold_poll(microseconds(0)) == P::kHoldPollMin);
+  CHECK(P::hold_poll(milliseconds(160)) == milliseconds(10));
+  CHECK(P::hold_poll(std::chrono::seconds(10)) == P::kHoldPollMax);
+  std::vector<int64_t> pauses;
+  for (uint32_t rings = 0; rings <= 12; ++rings) pauses.push_back(P::doorbell_pause(rings).count());
+  CHECK(pauses == std::vector<int64_t>{0, 0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, 64});
 }
 
 TEST_CASE("a segment keeps where the device sees it when it moves (pool -> client)", "[engine]") {

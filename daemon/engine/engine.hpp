@@ -121,13 +121,13 @@ class TransferEngine {
   // The holds of uid's departed clients given up (Holds::drop_departed).
   // std::nullopt: every user's (the daemon-wide bound).
   size_t drop_departed_holds(std::optional<uid_t> uid) { return holds_.drop_departed(uid); }
-  // A hold came or moved within Holds::kAwake: the value it waits for is likely near.
+  // A hold came or moved within IdlePolicy::kHoldAwake: the value it waits for is likely near.
   bool hold_near() const { return holds_.near(); }
   // How long released holds waited (Holds::waited).
   const Histogram& hold_waits() const { return holds_.waited(); }
   // The poller goes to sleep: every ring asks for its doorbell, the rings
   // are looked at once more (false, and still awake, if that found work, or
-  // a hold came or moved within Holds::kAwake), and the backend's waiter is
+  // a hold came or moved within IdlePolicy::kHoldAwake), and the backend's waiter is
   // lent the oldest copy, to write the device's eventfd when it ends.
   bool sleep_begin();
   // The poller woke up: no more doorbells.
@@ -185,11 +185,6 @@ class TransferEngine {
     boost::asio::steady_timer pause;
     uint32_t idle_rings = 0;  // rings in a row that found no new entry
   };
-  // Rings in a row that bring nothing before the listening pauses, and the
-  // longest pause (it doubles from 1 ms): a client that rang in vain waits
-  // that long at most for its next ring to be heard while the poller sleeps.
-  static constexpr uint32_t kIdleRings = 4;
-  static constexpr auto kLongestPause = std::chrono::milliseconds(64);
   // Waits for the next write to a doorbell or the device's eventfd.
   void listen(std::shared_ptr<Bell> bell, std::weak_ptr<ClientState> c);
   // Counts a departed client's staging areas against its user until its

@@ -7,18 +7,6 @@
 
 namespace ferry::ferryd {
 
-namespace {
-// Held transfers wait for a value the application's queue writes, and
-// nothing tells ferryd: the poller looks at them on every round while it is
-// awake. Asleep, a timer looks, every sixteenth of the time since a hold
-// last moved (at least kHoldPollMin, at most kHoldPollMax): a hold released
-// within half a second is seen within 1/16 of its wait, and one that is
-// never answered costs ferryd a wake-up per kHoldPollMax, not a core (at 8
-// ms, 1.1-1.3% of one on the 2-core machine: over the 1% an idle hold may
-// cost).
-constexpr auto kHoldPollMin = std::chrono::microseconds(20);
-constexpr auto kHoldPollMax = std::chrono::milliseconds(32);
-}  // namespace
 
 void Holds::add(const ClientRef& c, const ClientState::Held& h) {
   if (!c->marks.holder) {
@@ -36,7 +24,7 @@ void Holds::arm() {
   if (timer_armed_ || holders_.empty()) return;
   timer_armed_ = true;
   const auto age = std::chrono::steady_clock::now() - since_;
-  timer_.expires_after(std::clamp<std::chrono::steady_clock::duration>(age / 16, kHoldPollMin, kHoldPollMax));
+  timer_.expires_after(IdlePolicy::hold_poll(age));  // awake, the poller looks on every round
   timer_.async_wait([this](const boost::system::error_code& ec) {
     timer_armed_ = false;
     if (ec) return;

@@ -11,7 +11,7 @@
 // never settled, as no one waits for them) and has the fence they would
 // have published into marked failed (`fail_fence`), so the owner's queue
 // goes on. The poller looks on every round while awake; while
-// it sleeps, a timer looks, backing off from 20 µs to 32 ms.
+// it sleeps, a timer looks (IdlePolicy::hold_poll).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/client.hpp"
+#include "engine/idle.hpp"
 #include "engine/stats.hpp"
 
 namespace ferry::ferryd {
@@ -50,10 +51,10 @@ class Holds {
   void arm();
   void stop() { timer_.cancel(); }
   bool empty() const { return holders_.empty(); }
-  // A hold is usually answered within the kernels its application queued:
-  // for this long after one came or moved the poller does not sleep.
-  static constexpr auto kAwake = std::chrono::milliseconds(1);
-  bool near() const { return !holders_.empty() && std::chrono::steady_clock::now() - since_ < kAwake; }
+  // A hold came or moved within IdlePolicy::kHoldAwake: the poller stays awake for it.
+  bool near() const {
+    return !holders_.empty() && std::chrono::steady_clock::now() - since_ < IdlePolicy::kHoldAwake;
+  }
   // Whether the timer's last look released nothing (the poller then goes
   // back to sleep at once); clears it.
   bool take_idle_wake() { return std::exchange(idle_wake_, false); }

@@ -12,6 +12,7 @@
 #include <cerrno>
 
 #include "engine/engine.hpp"
+#include "engine/idle.hpp"
 
 namespace ferry::ferryd {
 
@@ -88,9 +89,8 @@ void TransferEngine::listen(std::shared_ptr<Bell> bell, std::weak_ptr<ClientStat
     // A ring that brought no entry: the next few are heard at once, then
     // the listening pauses, longer each time, until a ring brings one.
     bell->idle_rings = drain_ring(c) != 0 ? 0 : bell->idle_rings + 1;
-    if (bell->idle_rings <= kIdleRings) return listen(std::move(bell), std::move(client));
-    const auto pause = std::min<std::chrono::milliseconds>(
-        kLongestPause, std::chrono::milliseconds(1L << std::min<uint32_t>(bell->idle_rings - kIdleRings - 1, 6)));
+    const auto pause = IdlePolicy::doorbell_pause(bell->idle_rings);
+    if (pause.count() == 0) return listen(std::move(bell), std::move(client));
     Bell& again = *bell;
     again.pause.expires_after(pause);
     again.pause.async_wait([this, bell = std::move(bell), client = std::move(client)](

@@ -25,7 +25,7 @@ class Poller {
 
  private:
   using Clock = std::chrono::steady_clock;
-  // Ready socket handlers, a bounded number (kIoBatch, kIoBudget): how many ran.
+  // Ready socket handlers, a bounded number (IdlePolicy::kIoBatch, kIoBudget): how many ran.
   size_t run_io(Clock::time_point start);
   boost::asio::io_context& io_;
   TransferEngine& engine_;
