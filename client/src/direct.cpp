@@ -15,6 +15,7 @@
 
 #include "client.hpp"
 #include "gather.hpp"
+#include "pieces.hpp"
 #include "staging_plan.hpp"
 #include "tsan.hpp"
 
@@ -156,26 +157,9 @@ int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_
   // but appended in order: each number the queue writes says every one
   // before it is done too.
   Appender appender(c, ops, plan, bytes, turn.ticket, area != nullptr);
-  auto one = [&](uint64_t i) {
-    const uint64_t n = plan.length(i, bytes);
-    char* to = nullptr;
-    if (area != nullptr) {
-      to = area->base + plan.offset(i);
-    } else {
-      uint64_t where = 0;
-      if (int r = tl.place(turn.next(i), n, c->conn.timeout_ms(), &where); r != 0) return r;
-      to = tl.staging() + where;
-    }
-    from.copy(to, plan.offset(i), n, plan.stream);
-    FERRY_SLOT_HANDED_ON(tl.staging());
-    return appender.staged(i, to);
-  };
-  int r = 0;
-  if (plan.pieces >= 4 && plan.threads > 1 && (ops->flags & FERRY_DIRECT_CALLER_THREAD) == 0) {
-    r = c->stager.run(plan.pieces, one, plan.threads - 1);
-  } else {
-    for (uint64_t i = 0; i < plan.pieces && r == 0; ++i) r = one(i);
-  }
+  const bool threads = (ops->flags & FERRY_DIRECT_CALLER_THREAD) == 0;
+  const int r = stage_pieces(c, plan, bytes, turn, from, area != nullptr ? area->base : nullptr, threads, false,
+                             [&](const Piece& p) { return appender.staged(p.index, p.at); });
   if (area != nullptr) {
     // Free again once the queue wrote the number (whatever came of the copies).
     area->busy_until = appender.last();

@@ -8,6 +8,7 @@
 
 #include "client.hpp"
 #include "gather.hpp"
+#include "pieces.hpp"
 #include "stage_copy.hpp"
 #include "staging_plan.hpp"
 #include "tsan.hpp"
@@ -108,23 +109,16 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
   if (int r = check_range(c, dst, dst_offset, bytes, fn); r != 0) return r;
   Timeline& tl = c->timeline;
   const StagingPlan plan = plan_for(c, bytes);
-  const uint64_t pieces = plan.pieces, threads = plan.threads;
+  const uint64_t pieces = plan.pieces;
   // Every piece's ticket is taken now, in one run, so the last one is known
   // before any is sent: the upload's outcome is that of all its pieces.
   Turn turn;
   if (int r = tl.take(pieces, false, &turn); r != 0) return r;
   const uint64_t first = turn.ticket;
-  // Piece i: wait for its slot, stage it, send it. While one piece is staged
-  // the device copies earlier ones; large uploads stage several at once.
-  auto one = [&](uint64_t i) {
-    const uint64_t t = first + i;
-    const uint64_t off = plan.offset(i);
-    const uint64_t n = plan.length(i, bytes);
-    uint64_t at = 0;
-    if (int r = tl.place(turn.next(i), n, c->conn.timeout_ms(), &at); r != 0) return r;
-    from.copy(tl.staging() + at, off, n, plan.stream);
-    FERRY_SLOT_HANDED_ON(tl.staging());
-    Submit s{proto::Type::upload, at, t, n, dst, dst_offset + off};
+  // Each piece, staged, becomes a ring entry.
+  auto entry = [&](const Piece& p) {
+    const uint64_t i = p.index;
+    Submit s{proto::Type::upload, p.staging, first + i, p.length, dst, dst_offset + p.offset};
     if (i + 1 == pieces) s.flags = proto::kTransferLastPiece;  // the call is counted by it
     if (signal && i + 1 == pieces) {
       // The last piece carries the event: the in-order queue signals it
@@ -146,16 +140,8 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
     }
     return submit(c, s);
   };
-  int r = 0;
   // With a signal, the last piece goes last, after the others were sent.
-  const uint64_t parallel = signal ? pieces - 1 : pieces;
-  if (parallel >= 4 && threads > 1) {
-    r = c->stager.run(parallel, one, threads - 1);
-  } else {
-    for (uint64_t i = 0; i < parallel && r == 0; ++i) r = one(i);
-  }
-  if (r == 0 && signal) r = one(pieces - 1);
-  if (r != 0) return r;
+  if (int r = stage_pieces(c, plan, bytes, turn, from, nullptr, true, signal, entry); r != 0) return r;
   if (out != nullptr) *out = first + pieces - 1;
   return 0;
 }

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: MIT
+// The one piece loop of an upload, ring or direct: each piece of the plan
+// placed (in the staging area, at its turn; or in an area of the upload's
+// own), its bytes copied there from the source, then handed to a sink: a
+// ring entry for ferryd (upload), or the caller's queue ops (upload_direct).
+// While one piece is staged the device copies earlier ones; a large upload
+// stages several at once on the stager's threads.
+#pragma once
+
+#include <cstdint>
+
+#include "client.hpp"
+#include "gather.hpp"
+#include "staging_plan.hpp"
+#include "tsan.hpp"
+
+namespace ferry::client {
+
+struct Piece {
+  uint64_t index = 0;    // in the plan
+  uint64_t offset = 0;   // in the upload
+  uint64_t length = 0;
+  uint64_t staging = 0;  // where it lies from the staging area's start (an own area: its offset there)
+  char* at = nullptr;    // its bytes, staged
+};
+
+// Runs every piece of `plan` (`bytes` in all, from `from`) through `sink`
+// (int(const Piece&): 0, or why the upload stops). `turn`: the first piece's
+// ticket and placement; `area`: an area of the upload's own, or nullptr for
+// the staging area. `threads`: whether the stager's threads may stage
+// pieces; `last_alone`: the last piece goes after every other one was sent,
+// on this thread (it carries the upload's signal). 0, or the first error.
+template <class Sink>
+int stage_pieces(ferry_client* c, const StagingPlan& plan, uint64_t bytes, const Turn& turn, const Gather& from,
+                 char* area, bool threads, bool last_alone, Sink&& sink) {
+  Timeline& tl = c->timeline;
+  auto one = [&](uint64_t i) {
+    Piece p{i, plan.offset(i), plan.length(i, bytes), plan.offset(i), nullptr};
+    if (area != nullptr) {
+      p.at = area + p.offset;
+    } else {
+      if (int r = tl.place(turn.next(i), p.length, c->conn.timeout_ms(), &p.staging); r != 0) return r;
+      p.at = tl.staging() + p.staging;
+    }
+    from.copy(p.at, p.offset, p.length, plan.stream);
+    FERRY_SLOT_HANDED_ON(tl.staging());
+    return sink(p);
+  };
+  const uint64_t together = last_alone ? plan.pieces - 1 : plan.pieces;
+  int r = 0;
+  if (threads && together >= 4 && plan.threads > 1) {
+    r = c->stager.run(together, one, plan.threads - 1);
+  } else {
+    for (uint64_t i = 0; i < together && r == 0; ++i) r = one(i);
+  }
+  if (r == 0 && last_alone) r = one(plan.pieces - 1);
+  return r;
+}
+
+}  // namespace ferry::client
