@@ -156,19 +156,37 @@ int Timeline::wait_for(Clock::time_point deadline, bool forever, Ready ready, Cl
 
 int Timeline::place(const Turn& turn, uint64_t length, int stall_ms, uint64_t* offset) {
   const auto t0 = Clock::now();
-  const uint64_t t = turn.ticket, q = turn.place;
-  uint64_t window = 0;  // a ring ticket: the daemon's window, the one `entries` before it
-  uint64_t large = 0;   // a large ring transfer: the one slot_count before it
-  if (!turn.direct) {
-    window = t > entries_ ? t - entries_ : 0;
-    // Large transfers stay proto::large_bound in flight (ferryd leaves any
-    // more in the ring until one retires).
-    if (const uint64_t bound = proto::large_bound(slots_); proto::is_large(length, slot_bytes_) && t > bound)
-      large = t - bound;
+  const uint64_t daemon_bound = daemon_bound_of(turn, length);
+  Room room;
+  if (int d = claim(turn, length, offset, &room); d != 0) return d;
+  room.daemon = daemon_bound;
+  const int r = await(room, stall_ms);
+  // Before ticket t's entry overwrites ticket t - entries', the outcomes of
+  // the tickets done are read (proto::Result): only if one failed meanwhile.
+  if (r == 0 && seg_->failures.load(std::memory_order_acquire) != failures_seen_.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(mu_);
+    harvest();
   }
+  note_slot_wait(Clock::now() - t0);
+  FERRY_SLOT_TAKEN(staging_);
+  return r;
+}
+
+uint64_t Timeline::daemon_bound_of(const Turn& turn, uint64_t length) const {
+  if (turn.direct) return 0;  // the application's queue copies it: ferryd's window has no say
+  const uint64_t t = turn.ticket;
+  // ferryd's window: the ticket `entries` before this one is done.
+  const uint64_t window = t > entries_ ? t - entries_ : 0;
+  // Large transfers stay proto::large_bound in flight (ferryd leaves any
+  // more in the ring until one retires).
+  const uint64_t bound = proto::large_bound(slots_);
+  const uint64_t large = proto::is_large(length, slot_bytes_) && t > bound ? t - bound : 0;
+  return std::max(window, large);
+}
+
+int Timeline::claim(const Turn& turn, uint64_t length, uint64_t* offset, Room* room) {
+  const uint64_t q = turn.place;
   uint64_t need = q > placements_ ? q - placements_ : 0;  // the placement that last used these bytes
-  Placed want{};         // its record: the tickets of each kind that must be done
-  uint64_t ring_before;  // the newest ring ticket placed before this one
   {
     std::unique_lock lock(place_mu_);
     // Bytes are handed out in placement order; the thread placing q - 1 (a
@@ -184,27 +202,21 @@ int Timeline::place(const Turn& turn, uint64_t length, int stall_ms, uint64_t* o
     if (const uint64_t r = overwritten(reuse_, q, end); r != 0) reuse_ = r + 1;
     need = std::max(need, reuse_ - 1);
     // Read before this placement's record takes the place of q - placements_'s.
-    if (need != 0) want = placed_at_[(need - 1) % placements_];
-    ring_before = last_.ring;
+    if (need != 0) room->want = placed_at_[(need - 1) % placements_];
+    room->ring_before = last_.ring;
     last_.start = p;
-    (turn.direct ? last_.direct : last_.ring) = t;
+    (turn.direct ? last_.direct : last_.ring) = turn.ticket;
     placed_at_[(q - 1) % placements_] = last_;
     head_ = end;
     placed_ = q;
     *offset = p % S;
   }
+  room->need = need;
   place_cv_.notify_all();
-  // The window by the daemon's own word, not the device's: ferryd refuses a
-  // ticket beyond it until the copies before it retired. The bytes by
-  // either word: the device has read them once it ran the copy. A download
-  // that still reads bytes of a placement <= need holds them.
-  // The large transfers' bound by the daemon's word as well: ferryd
-  // counts them in flight until it retires them.
-  const uint64_t daemon_bound = std::max(window, large);
-  auto ready = [&] {
-    return seg_->completed.load(std::memory_order_acquire) >= daemon_bound && completed() >= want.ring &&
-           direct_completed() >= want.direct && oldest_hold_.load(std::memory_order_acquire) > need;
-  };
+  return 0;
+}
+
+uint64_t Timeline::sleep_target(const Room& room) {
   // Asleep, it waits for three quarters of the ring's transfers in flight
   // before it, not for `need` alone: the device still has the last quarter
   // to copy, and the bytes after these are then free too, so a stream of
@@ -212,39 +224,47 @@ int Timeline::place(const Turn& turn, uint64_t length, int stall_ms, uint64_t* o
   // Measured on the 2-core machine with 16 tickets in flight, 200,000
   // uploads of 1 KiB: one ticket 0.14 sleeps per upload, 1/2 0.078, 3/4
   // 0.063; at 7/8 the device ran dry and ferryd's CPU rose.
-  const uint64_t ring_need = std::max(want.ring, daemon_bound);
-  const uint64_t target = ring_need == 0 ? UINT64_MAX : ring_need + (std::max(ring_before, ring_need) - ring_need) * 3 / 4;
+  const uint64_t ring_need = std::max(room.want.ring, room.daemon);
+  if (ring_need == 0) return UINT64_MAX;
+  return ring_need + (std::max(room.ring_before, ring_need) - ring_need) * 3 / 4;
+}
+
+int Timeline::await(const Room& room, int stall_ms) {
+  // The window by the daemon's own word, not the device's: ferryd refuses a
+  // ticket beyond it until the copies before it retired (so too the large
+  // transfers' bound: ferryd counts them in flight until it retires them).
+  // The bytes by either word: the device has read them once it ran the
+  // copy. A download that still reads bytes of a placement <= need holds them.
+  auto ready = [&] {
+    return seg_->completed.load(std::memory_order_acquire) >= room.daemon && completed() >= room.want.ring &&
+           direct_completed() >= room.want.direct && oldest_hold_.load(std::memory_order_acquire) > room.need;
+  };
   // Bytes a direct transfer used come free when the application's queue
   // gets there, which wakes no one: those waits look again now and then.
-  const bool poll = want.direct > direct_completed();
+  const bool poll = room.want.direct > direct_completed();
   auto progress = [&] {
     return seg_->completed.load(std::memory_order_acquire) + direct_->completed.load(std::memory_order_acquire);
   };
-  int r;
+  const uint64_t target = sleep_target(room);
   for (uint64_t seen = progress();;) {
-    r = wait_for(Clock::now() + std::chrono::milliseconds(stall_ms), false, ready, kSlotSpin, target, poll);
-    if (r != -ETIMEDOUT) break;
+    const int r = wait_for(Clock::now() + std::chrono::milliseconds(stall_ms), false, ready, kSlotSpin, target, poll);
+    if (r != -ETIMEDOUT) return r;
     const uint64_t now = progress();
     if (now == seen) {
       ended(-ETIMEDOUT);  // no progress at all: the daemon, or the application's queue, stalled
-      break;
+      return r;
     }
     seen = now;  // slow, but moving: wait on
   }
-  // Before ticket t's entry overwrites ticket t - entries', the outcomes of
-  // the tickets done are read (proto::Result): only if one failed meanwhile.
-  if (r == 0 && seg_->failures.load(std::memory_order_acquire) != failures_seen_.load(std::memory_order_relaxed)) {
-    std::lock_guard lock(mu_);
-    harvest();
-  }
+}
+
+void Timeline::note_slot_wait(Clock::duration waited) {
   // Published for the daemon's metrics (histogram of slot wait time).
-  const auto ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  const auto ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count());
   auto* m = reinterpret_cast<proto::ClientMetrics*>(reinterpret_cast<char*>(seg_) + proto::kClientMetricsOffset);
   m->slot_waits.fetch_add(1, std::memory_order_relaxed);
   m->slot_wait_ns.fetch_add(ns, std::memory_order_relaxed);
   m->buckets[proto::latency_bucket(ns)].fetch_add(1, std::memory_order_relaxed);
-  FERRY_SLOT_TAKEN(staging_);
-  return r;
 }
 
 int Timeline::wait(uint64_t t, int64_t timeout_ns) {

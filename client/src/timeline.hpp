@@ -144,6 +144,31 @@ class Timeline {
   int wait_for(Clock::time_point deadline, bool forever, Ready ready, Clock::duration spin, uint64_t target,
                bool poll = false);
   void settle_groups(uint64_t completed);  // mu_ held
+  // ---- place(), one job each
+  // What one placement must wait for: the placement that last used its
+  // bytes (need) and that one's record (want), the newest ring ticket placed
+  // before it (ring_before), and ferryd's bound on its ticket (daemon).
+  struct Room {
+    uint64_t need = 0;
+    Placed want{};
+    uint64_t ring_before = 0;
+    uint64_t daemon = 0;
+  };
+  // ferryd's bound on a ring ticket: its window and the large transfers'
+  // (proto::large_bound): the ring ticket that must be done first (0: none).
+  uint64_t daemon_bound_of(const Turn& turn, uint64_t length) const;
+  // Takes the next `length` bytes in placement order (after placement
+  // turn.place - 1's); *offset: where, from staging(). 0, or why the
+  // connection ended.
+  int claim(const Turn& turn, uint64_t length, uint64_t* offset, Room* room);
+  // The `completed` a sleeping waiter is woken at (three quarters of the
+  // ring's transfers before it: place's measurement).
+  static uint64_t sleep_target(const Room& room);
+  // Until the bytes are free; -ETIMEDOUT (and the connection ended) when
+  // neither ferryd nor the application's queue moved for stall_ms.
+  int await(const Room& room, int stall_ms);
+  // The slot wait, published in the segment for ferryd's metrics.
+  void note_slot_wait(Clock::duration waited);
   // Where a transfer of `length` that would start at `head` (counted
   // without wrapping) starts: aligned, never across the area's end, and,
   // with may_restart, back at the start when nothing is in flight
