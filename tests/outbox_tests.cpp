@@ -152,24 +152,27 @@ TEST_CASE("outbox: one user's outboxes share its bound; the one that goes past i
   std::vector<uint8_t> m(1000);
   proto::Header h{static_cast<uint16_t>(proto::Type::reply), 0, 1000};
   std::memcpy(m.data(), &h, sizeof h);
-  a.box->queue(m.data(), m.size());
-  b.box->queue(m.data(), m.size());
+  CHECK(a.box->queue(m.data(), m.size()));
+  CHECK(b.box->queue(m.data(), m.size()));
   CHECK(u.bytes == 2000);
   CHECK(a.failures + b.failures == 0);
-  b.box->queue(m.data(), m.size());
+  CHECK(b.box->queue(m.data(), m.size()));
   CHECK(b.failures == 0);  // 3000: at the bound, not past it
-  a.box->queue(m.data(), m.size());
-  CHECK(a.failures == 1);  // past it: the session that pushed it over goes
+  // Past it: the session that pushed it over goes, and its caller hears the
+  // message will never be written (an Export then takes back its charge).
+  CHECK_FALSE(a.box->queue(m.data(), m.size()));
+  CHECK(a.failures == 1);
   CHECK(a.why.find("unread replies") != std::string::npos);
   a.box->drop();
   CHECK(u.bytes == 2000);  // what a held is given back
   // Descriptors in flight count too.
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
-  b.box->queue(m.data(), m.size(), fds[0]);
+  CHECK(b.box->queue(m.data(), m.size(), fds[0]));
   CHECK(u.fds == 1);
-  b.box->queue(m.data(), m.size(), fds[1]);
+  CHECK_FALSE(b.box->queue(m.data(), m.size(), fds[1]));
   CHECK(b.failures == 1);
+  CHECK_FALSE(b.box->queue(m.data(), m.size()));  // a failed session's outbox takes nothing more
   b.box->drop();
   CHECK(u.bytes == 0);
   CHECK(u.fds == 0);

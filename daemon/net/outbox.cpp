@@ -41,14 +41,14 @@ bool Outbox::settle() {
   return hooks_.held(db, df);
 }
 
-void Outbox::queue(const void* data, size_t bytes, int fd, int fd2) {
+bool Outbox::queue(const void* data, size_t bytes, int fd, int fd2) {
   touched_ = true;
   const bool refused = dropped_ || pending_.size() + bytes > limit_;
   if (refused) {
     for (int f : {fd, fd2})
       if (f >= 0) ::close(f);
     if (!dropped_) hooks_.failed("it does not read its socket");
-    return;
+    return false;
   }
   for (int f : {fd, fd2})
     if (f >= 0) fd_marks_.emplace_back(pending_.size(), f);
@@ -56,7 +56,9 @@ void Outbox::queue(const void* data, size_t bytes, int fd, int fd2) {
   pending_.insert(pending_.end(), p, p + bytes);
   // Over the user's bound (all its sessions' unread replies together): this
   // session, the one that pushed it over, goes.
-  if (!settle()) hooks_.failed("its user's sessions hold the most unread replies or descriptors a user may");
+  if (settle()) return true;
+  hooks_.failed("its user's sessions hold the most unread replies or descriptors a user may");
+  return false;
 }
 
 void Outbox::close_after_write() {

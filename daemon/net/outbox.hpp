@@ -37,8 +37,10 @@ class Outbox {
   Outbox& operator=(const Outbox&) = delete;
 
   // Appends a message; `fd` and `fd2` (>= 0) go with it and are the
-  // outbox's to close. Over the limit nothing is queued and `failed` is called.
-  void queue(const void* data, size_t bytes, int fd = -1, int fd2 = -1);
+  // outbox's to close. Over the limit nothing is queued and `failed` is
+  // called. False when the message will never be written: refused, or its
+  // session failed for it (its user past the unread bound).
+  bool queue(const void* data, size_t bytes, int fd = -1, int fd2 = -1);
   // Starts writing, if not already.
   void flush();
   // Calls `drained` once everything queued so far is written.

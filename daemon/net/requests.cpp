@@ -231,7 +231,8 @@ void Requests::on_export(const proto::Export& m) {
   // exports without reading would park them in the daemon's table.
   if (peer_.queued_fds() >= kMaxQueuedFds || peer_.unread_bytes() > kMaxUnreadBytes) {
     r.status = -EAGAIN;
-    return peer_.send(&r, sizeof r);
+    peer_.send(&r, sizeof r);
+    return;
   }
   IpcHandle h;
   uint64_t bytes = 0;
@@ -254,7 +255,9 @@ void Requests::on_export(const proto::Export& m) {
     r.bytes = bytes;
     std::memcpy(r.handle, h.data, sizeof r.handle);
   }
-  peer_.send(&r, sizeof r, fd);
+  // A reply its session drops (its user past the bound of unread
+  // descriptors) takes its descriptor along, never sent: nor is it charged.
+  if (!peer_.send(&r, sizeof r, fd) && first && r.status == 0) ctx_.engine.resources().export_unsent(*client_, m.buffer);
 }
 
 IpcHandle Requests::ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcBytes]) {
@@ -290,7 +293,8 @@ void Requests::on_staging_grow(const proto::StagingGrow& m) {
   // Its descriptor waits in ferryd until the client reads it, as an Export's.
   if (peer_.queued_fds() >= kMaxQueuedFds || peer_.unread_bytes() > kMaxUnreadBytes) {
     r.status = -EAGAIN;
-    return peer_.send(&r, sizeof r);
+    peer_.send(&r, sizeof r);
+    return;
   }
   int fd = -1;
   r.status = ctx_.engine.resources().grow_staging(*client_, m.bytes, &r.area, &r.bytes, &fd);

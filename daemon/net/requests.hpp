@@ -20,8 +20,11 @@ namespace ferry::ferryd {
 class Peer {
  public:
   virtual ~Peer() = default;
-  // Queues a message (with `fd` and `fd2`, >= 0, which the peer then owns) and starts writing.
-  virtual void send(const void* data, size_t bytes, int fd = -1, int fd2 = -1) = 0;
+  // Queues a message (with `fd` and `fd2`, >= 0, which the peer then owns)
+  // and starts writing. False when it will never be written (the session
+  // failed for it: its peer does not read, or its user is past the bound of
+  // unread replies); the descriptors are closed then.
+  virtual bool send(const void* data, size_t bytes, int fd = -1, int fd2 = -1) = 0;
   // Refuses the session: an Error marked fatal, then the connection closes.
   virtual void fatal(int code, const char* why) = 0;
   // The peer shut its end already (a connect, Hello and close): nothing it

@@ -191,9 +191,10 @@ void Session::close_fds() {
   fds_in_.clear();
 }
 
-void Session::send(const void* data, size_t bytes, int fd, int fd2) {
-  outbox_.queue(data, bytes, fd, fd2);
+bool Session::send(const void* data, size_t bytes, int fd, int fd2) {
+  const bool queued = outbox_.queue(data, bytes, fd, fd2);
   outbox_.flush();
+  return queued;
 }
 
 void Session::fatal(int code, const char* why) {

@@ -41,7 +41,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   const ClientRef& client() const { return requests_.client(); }
 
   // Peer
-  void send(const void* data, size_t bytes, int fd = -1, int fd2 = -1) override;
+  bool send(const void* data, size_t bytes, int fd = -1, int fd2 = -1) override;
   void fatal(int code, const char* why) override;
   bool hung_up() const override;
   int take_fd() override;
