@@ -30,7 +30,7 @@ const char* Window::check(uint64_t ticket, uint64_t length) const {
 void Window::start(uint64_t ticket, uint64_t bytes) {
   const uint32_t s = slot(ticket);
   state_[s] = kBusy;
-  large_[s] = bytes != 0 && proto::is_large(bytes, slot_bytes_) ? 1 : 0;
+  large_[s] = proto::is_large(bytes, slot_bytes_) ? 1 : 0;
   large_in_flight_ += large_[s];
   ++in_flight_;
   in_flight_bytes_ += bytes;

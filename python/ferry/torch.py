@@ -295,6 +295,7 @@ class _Batch:
     def __init__(self, template, nbytes, slot, value, times=None):
         self.template, self.nbytes, self.slot, self.value = template, nbytes, slot, value
         self.times = times
+        self.arrived = 0  # when the trainer received it (the account; set there)
 
 
 class _Spill:
@@ -540,22 +541,25 @@ class _Pool:
             out = self.collated(data.structure)
         elif isinstance(data, _Batch):
             s = self.slots[data.slot]
-            if self.account is not None and data.times is not None:
-                start = time.monotonic_ns()
-                landed = s.fence.ready >= data.value
-                out = self._tensors(data, s)
-                pid, got, collate, laid, staged = data.times
-                self.account.append(dict(worker=pid, got=got, collate=collate, laid=laid, staged=staged,
-                                         arrived=getattr(data, "arrived", 0), deliver=start,
-                                         delivered=time.monotonic_ns(), blocked=self.blocked_ns, landed=landed,
-                                         nbytes=data.nbytes))
-                self.blocked_ns = 0
-            else:
-                out = self._tensors(data, s)
+            kept = self.account is not None and data.times is not None
+            if kept:
+                start, landed = time.monotonic_ns(), s.fence.ready >= data.value
+            out = self._tensors(data, s)
+            if kept:
+                self._account(data, start, landed)
         else:
             out = data
         self._check_failures()
         return out
+
+    def _account(self, batch, start, landed):
+        """The delivered batch's row of the account: its worker's times, the
+        trainer's (delivery from `start`), and whether its copy had landed."""
+        pid, got, collate, laid, staged = batch.times
+        self.account.append(dict(worker=pid, got=got, collate=collate, laid=laid, staged=staged,
+                                 arrived=batch.arrived, deliver=start, delivered=time.monotonic_ns(),
+                                 blocked=self.blocked_ns, landed=landed, nbytes=batch.nbytes))
+        self.blocked_ns = 0
 
     def collated(self, structure):
         """A batch collated in this process (num_workers=0, or a spill): uploaded
