@@ -386,3 +386,26 @@ TEST_CASE("ring: a held entry that fails while the ring waits for room, then the
   again.publish(1, proto::Type::upload, 4096, again.buffer, 0);
   CHECK(again.outcome(1) == 0);
 }
+
+TEST_CASE("ring: an entry waiting for room when its client leaves is still sent; what it publishes later is not",
+          "[ring][disconnect]") {
+  // Copies take 0.3 s: two large uploads fill both slots' worth of large
+  // transfers, and the third waits in the ring when the session closes. It
+  // goes once one of them retires (a producer's last upload, which a
+  // consumer may wait for); an entry published after the close never does.
+  Daemon d({"--slots", "2", "--slot-size", "65536", "--poll-idle-us", "0"}, {{"FERRY_SIM_LATENCY_US", "300000"}});
+  RingClient r(d.socket);
+  const uint64_t large = r.welcome.slot_bytes;
+  for (uint64_t t = 1; t <= 3; ++t) r.publish(t, proto::Type::upload, large, r.buffer, 0);
+  r.alloc(64);  // the ring was read before the reply: ticket 3 waits for room
+  REQUIRE(r.completed() < 3);
+  ::shutdown(r.fd, SHUT_RDWR);
+  REQUIRE(eventually([&] {
+    const auto s = status(d.socket);
+    return s.get_child("clients").empty();  // the session is gone; its state lives on
+  }));
+  r.publish(4, proto::Type::upload, 64, r.buffer, 0, 0, false);  // no doorbell: nobody listens
+  REQUIRE(eventually([&] { return status(d.socket).get<uint64_t>("held.clients") == 0; }, std::chrono::seconds(10)));
+  CHECK(r.completed() == 3);
+  CHECK(r.outcome(3) == 0);
+}

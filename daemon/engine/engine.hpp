@@ -112,6 +112,8 @@ class TransferEngine {
   // Takes the client's published ring entries, in ticket order. A broken
   // entry ends its session (ProgressSink::broken).
   size_t drain_ring(const ClientRef& c);
+  // The last ticket c's ring shows now, in order from the next one.
+  uint64_t last_published(const ClientRef& c);
   // One round: every ring, the holds, then the copies the device finished.
   // Returns how much it found to do; never waits.
   size_t poll();

@@ -38,8 +38,11 @@ int TransferEngine::use_ring(const ClientRef& c) {
 
 void TransferEngine::client_gone(const ClientRef& c) {
   // What it published before it went is still its to send (a producer's
-  // last upload, which a consumer's queue may wait for).
+  // last upload, which a consumer's queue may wait for): now, or, for an
+  // entry that waits for room, once a large transfer of its retires. Not
+  // what its process publishes later.
   drain_ring(c);
+  c->window().close_at(last_published(c));
   c->disconnect();
   // Its staging areas served its own queue only; ferryd lets them go, but
   // they count against its user until its process exits (it may map them).
@@ -144,15 +147,25 @@ const char* take_entry(const proto::SubmitEntry& e, uint64_t ticket, Entry* out)
 }
 }  // namespace
 
+uint64_t TransferEngine::last_published(const ClientRef& c) {
+  Window& w = c->window();
+  if (c->ring_broken() || c->segment().header() == nullptr) return w.next() - 1;
+  const proto::SubmitEntry* ring = c->segment().ring();
+  const uint32_t count = c->ring_entries();
+  uint64_t t = w.next();
+  for (uint32_t i = 0; i < count && ring[(t - 1) % count].ticket.load(std::memory_order_acquire) == t; ++i) ++t;
+  return t - 1;
+}
+
 size_t TransferEngine::drain_ring(const ClientRef& c) {
-  if (c->ring_broken() || !c->connected() || c->segment().header() == nullptr) return 0;
+  if (c->ring_broken() || c->segment().header() == nullptr) return 0;
   Window& w = c->window();
   w.set_waiting(false);
   proto::SubmitEntry* ring = c->segment().ring();
   const uint32_t count = c->ring_entries();
   size_t n = 0;
   // At most one round of the ring per call: past it the window check refuses anyway.
-  for (uint32_t i = 0; i < count; ++i) {
+  for (uint32_t i = 0; i < count && w.next() <= w.last(); ++i) {
     const uint64_t t = w.next();
     proto::SubmitEntry& slot = ring[(t - 1) % count];
     if (slot.ticket.load(std::memory_order_acquire) != t) break;  // not published yet

@@ -37,6 +37,10 @@ class Window {
   }
   bool waiting() const { return waiting_; }
   void set_waiting(bool w) { waiting_ = w; }
+  // The last ticket the ring may still bring: none past `ticket` once its
+  // client left (what it published before it went is still sent).
+  uint64_t last() const { return last_; }
+  void close_at(uint64_t ticket) { last_ = ticket; }
 
   // ---- tickets
   // nullptr, or why ticket (of `length` bytes) may not enter the window.
@@ -76,6 +80,7 @@ class Window {
   uint32_t large_bound_ = 0;
   uint64_t slot_bytes_ = 0;
   uint64_t next_ = 1;
+  uint64_t last_ = UINT64_MAX;
   bool waiting_ = false;
   std::vector<uint8_t> state_;   // per ticket in the window, at (ticket - 1) % entries_
   std::vector<int> status_;      // a done ticket's outcome
