@@ -96,9 +96,15 @@ class TransferEngine {
   // still happens after the copies before it, the fence's failed word first.
   void fail(const ClientRef& client, uint64_t ticket, int status, const FenceWrite* fence = nullptr);
 
+  // The data thread's loop (a Poller over the io_context this engine
+  // runs on, poller.cpp), until the io_context stops.
+  void run(uint32_t idle_us, uint32_t nap_us);
   // Stops listening to the device and the doorbells; leaves the copies
   // still recorded to the driver.
   void stop();
+  // A request of c's session is about to be served: the ring entries c
+  // published before it are taken first (a Free after an upload, say).
+  void before_request(const ClientRef& c) { drain_ring(c); }
 
   // ---- polling (intake.cpp), driven by the Poller on the data thread
   // Starts reading the client's submission ring (after its Welcome), and

@@ -33,12 +33,33 @@ std::string printable(std::string s) {
 // Copies a message out of the read buffer (which has no alignment promise)
 // and hands it to its handler.
 template <class Msg>
-void call(Requests* r, const uint8_t* bytes, void (Requests::*handler)(const Msg&)) {
+Answer call(Requests* r, const uint8_t* bytes, Answer (Requests::*handler)(const Msg&)) {
   Msg m;
   std::memcpy(&m, bytes, sizeof m);
-  (r->*handler)(m);
+  return (r->*handler)(m);
 }
 }  // namespace
+
+Answer Answer::message(std::string bytes) {
+  Answer a;
+  a.kind = Kind::message;
+  a.bytes = std::move(bytes);
+  return a;
+}
+
+Answer Answer::error(uint64_t request, int code, const std::string& why, bool fatal) {
+  auto e = proto::make<proto::Error>(proto::Type::error);
+  e.h.flags = fatal ? proto::kErrorFatal : 0;
+  e.request = request;
+  e.code = code;
+  proto::set_text(e.text, why);
+  Answer a = message(e);
+  if (fatal) {
+    a.kind = Kind::end;
+    a.why = why;
+  }
+  return a;
+}
 
 bool Requests::client_may_send(proto::Type type) {
   using T = proto::Type;
@@ -52,17 +73,17 @@ bool Requests::client_may_send(proto::Type type) {
   }
 }
 
-void Requests::handle(proto::Type type, const uint8_t* msg) {
+Answer Requests::handle(proto::Type type, const uint8_t* msg) {
   using T = proto::Type;
-  if (!client_may_send(type)) return peer_.fatal(-EPROTO, "message type a client may not send");
+  if (!client_may_send(type)) return Answer::error(0, -EPROTO, "message type a client may not send", true);
   if (type == T::hello) return call(this, msg, &Requests::on_hello);
   if (type == T::status_request) return call(this, msg, &Requests::on_status);
   if (type == T::admin_request) return call(this, msg, &Requests::on_admin);
   // Everything else works on the client's own resources.
-  if (!client_) return peer_.fatal(-EPROTO, "request before Hello");
+  if (!client_) return Answer::error(0, -EPROTO, "request before Hello", true);
   // Entries published before this message come first (a Free after an
-  // upload, say).
-  ctx_.engine.drain_ring(client_);
+  // upload, say): the engine takes them.
+  ctx_.engine.before_request(client_);
   switch (type) {
     case T::alloc: return call(this, msg, &Requests::on_alloc);
     case T::free: return call(this, msg, &Requests::on_free);
@@ -74,24 +95,25 @@ void Requests::handle(proto::Type type, const uint8_t* msg) {
     case T::event_pool: return call(this, msg, &Requests::on_event_pool);
     case T::staging_grow: return call(this, msg, &Requests::on_staging_grow);
     case T::staging_release: return call(this, msg, &Requests::on_staging_release);
-    default: return;
+    default: return {};
   }
 }
 
-void Requests::on_hello(const proto::Hello& m) {
-  if (client_) return peer_.fatal(-EPROTO, "second Hello");
+Answer Requests::on_hello(const proto::Hello& m) {
+  if (client_) return Answer::error(0, -EPROTO, "second Hello", true);
   if (m.version != proto::kVersion) {
     // The rule (proto.hpp): exactly this version, and a refusal that says so.
     const std::string why = "libferry speaks protocol " + std::to_string(m.version) + ", this ferryd " +
                             std::to_string(proto::kVersion) + ": use the libferry of this ferryd's release";
-    return peer_.fatal(-EPROTONOSUPPORT, why.c_str());
+    return Answer::error(0, -EPROTONOSUPPORT, why, true);
   }
-  if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
+  if (ctx_.stopping) return Answer::error(0, -ESHUTDOWN, "the daemon is stopping", true);
   // Gone already: a segment made for it would cost milliseconds of a core for
   // nothing (made, then unmapped), at whatever rate a flood connects.
-  if (peer_.hung_up()) {
+  const Peer::Flow flow = peer_.flow();
+  if (flow.hung_up) {
     ++ctx_.stats.hellos_gone;
-    return peer_.close();
+    return Answer::close();
   }
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
@@ -104,7 +126,7 @@ void Requests::on_hello(const proto::Hello& m) {
   if (states() >= l.max_clients) {
     const std::string why = "ferryd serves " + std::to_string(l.max_clients) +
                             " clients of all users, those still finishing copies included (--max-clients)";
-    return peer_.fatal(-EUSERS, why.c_str());
+    return Answer::error(0, -EUSERS, why, true);
   }
   // No user but an admin takes more than its share: the rest stays for the others.
   admin_ = is_admin(o, peer_.cred);
@@ -117,24 +139,27 @@ void Requests::on_hello(const proto::Hello& m) {
     const std::string why = "uid " + std::to_string(peer_.uid) + " has " + std::to_string(mine) +
                             " clients, its most of --max-clients " + std::to_string(l.max_clients) + " (--user-share " +
                             std::to_string(l.user_share) + "%)";
-    return peer_.fatal(-EUSERS, why.c_str());
+    return Answer::error(0, -EUSERS, why, true);
   }
   // The Welcome is the first thing this session sends: it carries the segment.
-  if (!peer_.untouched()) return peer_.fatal(-EPROTO, "Hello after other requests");
+  if (!flow.untouched) return Answer::error(0, -EPROTO, "Hello after other requests", true);
   const uint32_t slots = m.slots_wanted == 0 ? o.slots : std::min(m.slots_wanted, o.slots);
   // Nothing else of this session is handled until the Welcome is out; a
   // segment that is not ready is made off the io thread meanwhile.
-  peer_.pause();
+  Peer::Later later = peer_.defer();
   ctx_.hello_started(peer_.uid);
-  engine.clients().add_client(slots, o.slot_bytes, peer_.cancelled(),
-                    [this, keep = peer_.keep_alive(), m](int r, ClientRef c) { welcome(m, r, std::move(c)); });
+  engine.clients().add_client(slots, o.slot_bytes, later.cancelled,
+                              [this, answer = std::move(later.answer), m](int r, ClientRef c) {
+                                answer(welcome(m, r, std::move(c)));
+                              });
+  return {};
 }
 
-void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
+Answer Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
   ctx_.hello_ended(peer_.uid);
-  if (r == -ECANCELED) return;  // the connection went meanwhile
-  if (r != 0) return peer_.fatal(r, "cannot create the staging segment");
-  if (ctx_.stopping) return peer_.fatal(-ESHUTDOWN, "the daemon is stopping");
+  if (r == -ECANCELED) return {};  // the connection went meanwhile
+  if (r != 0) return Answer::error(0, r, "cannot create the staging segment", true);
+  if (ctx_.stopping) return Answer::error(0, -ESHUTDOWN, "the daemon is stopping", true);
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
   c->pid = peer_.pid;
@@ -161,78 +186,81 @@ void Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
   proto::set_text(w.device, info.name);
   proto::set_text(w.backend, info.backend);
   const int fd = ::fcntl(c->segment().fd(), F_DUPFD_CLOEXEC, 3);
-  if (fd < 0) return peer_.fatal(-errno, "cannot pass the staging segment");
+  if (fd < 0) return Answer::error(0, -errno, "cannot pass the staging segment", true);
   const int bell = engine.use_ring(c);
   if (bell < 0) {
     ::close(fd);
     c->disconnect();
-    return peer_.fatal(bell, "cannot make the client's doorbell");
+    return Answer::error(0, bell, "cannot make the client's doorbell", true);
   }
   client_ = std::move(c);
-  peer_.send(&w, sizeof w, fd, bell);
   ++ctx_.stats.clients;
   engine.clients().publish();
   FERRY_LOG(info, "client %llu connected: pid %d uid %u \"%s\", %u slots of %llu bytes",
             static_cast<unsigned long long>(client_->id()), peer_.pid, peer_.uid, client_->name.c_str(),
             client_->slot_count(), static_cast<unsigned long long>(o.slot_bytes));
-  peer_.resume();
+  return Answer::message(w, fd, bell);
 }
 
-void Requests::on_alloc(const proto::Alloc& m) {
+Answer Requests::on_alloc(const proto::Alloc& m) {
   uint64_t id = 0;
   uint32_t fence = 0;
   int r = ctx_.engine.resources().alloc(*client_, m.bytes, &id, &fence);
   FERRY_LOG(debug, "client %llu: alloc %llu bytes -> %s (buffer %llu)", ull(client_->id()), ull(m.bytes),
             r == 0 ? "ok" : std::strerror(-r), ull(id));
-  if (!refused_past_bound(m.request, r)) reply(m.request, r, id, fence);
+  if (auto refused = past_bound(m.request, r)) return std::move(*refused);
+  return reply(m.request, r, id, fence);
 }
 
-void Requests::on_free(const proto::Free& m) {
+Answer Requests::on_free(const proto::Free& m) {
   const int r = ctx_.engine.resources().free(*client_, m.buffer);
   FERRY_LOG(debug, "client %llu: free buffer %llu -> %s", ull(client_->id()), ull(m.buffer), r == 0 ? "ok" : std::strerror(-r));
-  reply(m.request, r, 0);
+  return reply(m.request, r, 0);
 }
 
-void Requests::on_grant(const proto::Grant& m) {
+Answer Requests::on_grant(const proto::Grant& m) {
   auto r = proto::make<proto::TokenReply>(proto::Type::token_reply);
   r.request = m.request;
   Token token{};
   r.status = ctx_.engine.resources().grant(*client_, m.buffer, m.rights, &token);
   FERRY_LOG(debug, "client %llu: grant of buffer %llu (rights %u) -> %s", ull(client_->id()), ull(m.buffer), m.rights,
             r.status == 0 ? "ok" : std::strerror(-r.status));
-  if (refused_past_bound(m.request, r.status)) return;
+  if (auto refused = past_bound(m.request, r.status)) return std::move(*refused);
   std::memcpy(r.token, token.data(), sizeof r.token);
-  peer_.send(&r, sizeof r);
+  return Answer::message(r);
 }
 
-void Requests::on_revoke(const proto::Revoke& m) {
+Answer Requests::on_revoke(const proto::Revoke& m) {
   static const uint8_t kZero[proto::kTokenBytes] = {};
   const bool all = std::memcmp(m.token, kZero, sizeof kZero) == 0;
   size_t n = 0;
   int r = ctx_.engine.resources().revoke(*client_, m.buffer, all ? nullptr : m.token, &n);
   FERRY_LOG(debug, "client %llu: revoke %s of buffer %llu -> %zu revoked", ull(client_->id()), all ? "all grants" : "a grant",
             ull(m.buffer), n);
-  reply(m.request, r, n);
+  return reply(m.request, r, n);
 }
 
-void Requests::on_open(const proto::Open& m) {
+Answer Requests::on_open(const proto::Open& m) {
   uint64_t id = 0, bytes = 0;
   uint32_t rights = 0;
   int r = ctx_.engine.resources().open(*client_, m.token, &id, &bytes, &rights);
   FERRY_LOG(debug, "client %llu: open through a token -> %s (buffer %llu, %llu bytes)", ull(client_->id()),
             r == 0 ? "ok" : std::strerror(-r), ull(id), ull(bytes));
-  if (!refused_past_bound(m.request, r)) buffer_reply(m.request, r, rights, id, bytes);
+  if (auto refused = past_bound(m.request, r)) return std::move(*refused);
+  return buffer_reply(m.request, r, rights, id, bytes);
 }
 
-void Requests::on_export(const proto::Export& m) {
+bool Requests::too_much_unread() const {
+  const Peer::Flow f = peer_.flow();
+  return f.queued_fds >= kMaxQueuedFds || f.unread_bytes > kMaxUnreadBytes;
+}
+
+Answer Requests::on_export(const proto::Export& m) {
   auto r = proto::make<proto::ExportReply>(proto::Type::export_reply);
   r.request = m.request;
-  // Each reply carries a descriptor until the client reads it: a client that
-  // exports without reading would park them in the daemon's table.
-  if (peer_.queued_fds() >= kMaxQueuedFds || peer_.unread_bytes() > kMaxUnreadBytes) {
+  if (too_much_unread()) {
     r.status = -EAGAIN;
-    peer_.send(&r, sizeof r);
-    return;
+    return Answer::message(r);
   }
   IpcHandle h;
   uint64_t bytes = 0;
@@ -240,7 +268,7 @@ void Requests::on_export(const proto::Export& m) {
   r.status = ctx_.engine.resources().export_buffer(*client_, m.buffer, &h, &bytes, &first);
   FERRY_LOG(debug, "client %llu: export buffer %llu -> %s", ull(client_->id()), ull(m.buffer),
             r.status == 0 ? "ok" : std::strerror(-r.status));
-  if (refused_past_bound(m.request, r.status)) return;
+  if (auto refused = past_bound(m.request, r.status)) return std::move(*refused);
   // The fd travels with the reply; the client puts its own number in the handle.
   int fd = -1;
   if (r.status == 0 && h.fd >= 0) {
@@ -255,9 +283,12 @@ void Requests::on_export(const proto::Export& m) {
     r.bytes = bytes;
     std::memcpy(r.handle, h.data, sizeof r.handle);
   }
+  Answer a = Answer::message(r, fd);
   // A reply its session drops (its user past the bound of unread
   // descriptors) takes its descriptor along, never sent: nor is it charged.
-  if (!peer_.send(&r, sizeof r, fd) && first && r.status == 0) ctx_.engine.resources().export_unsent(*client_, m.buffer);
+  if (first && r.status == 0)
+    a.unsent = [this, client = client_, buffer = m.buffer] { ctx_.engine.resources().export_unsent(*client, buffer); };
+  return a;
 }
 
 IpcHandle Requests::ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcBytes]) {
@@ -268,54 +299,53 @@ IpcHandle Requests::ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcB
   return h;
 }
 
-void Requests::on_import(const proto::Import& m) {
+Answer Requests::on_import(const proto::Import& m) {
   IpcHandle h = ipc_handle(m.kind, m.handle);
   uint64_t id = 0;
   int r = ctx_.engine.resources().import_buffer(*client_, h, m.bytes, &id);
   FERRY_LOG(debug, "client %llu: import of %llu bytes -> %s", ull(client_->id()), ull(m.bytes), r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);  // the driver keeps its own mapping
-  if (refused_past_bound(m.request, r)) return;
-  buffer_reply(m.request, r, r == 0 ? (proto::kRightUpload | proto::kRightDownload) : 0, id, r == 0 ? m.bytes : 0);
+  if (auto refused = past_bound(m.request, r)) return std::move(*refused);
+  return buffer_reply(m.request, r, r == 0 ? (proto::kRightUpload | proto::kRightDownload) : 0, id, r == 0 ? m.bytes : 0);
 }
 
-void Requests::on_event_pool(const proto::EventPool& m) {
+Answer Requests::on_event_pool(const proto::EventPool& m) {
   IpcHandle h = ipc_handle(m.kind, m.handle);
   uint64_t id = 0;
   int r = ctx_.engine.resources().open_event_pool(*client_, h, m.count, &id);
   FERRY_LOG(debug, "client %llu: event pool of %u events -> %s", ull(client_->id()), m.count, r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);
-  if (!refused_past_bound(m.request, r)) reply(m.request, r, id);
+  if (auto refused = past_bound(m.request, r)) return std::move(*refused);
+  return reply(m.request, r, id);
 }
 
-void Requests::on_staging_grow(const proto::StagingGrow& m) {
+Answer Requests::on_staging_grow(const proto::StagingGrow& m) {
   auto r = proto::make<proto::StagingReply>(proto::Type::staging_reply);
   r.request = m.request;
   // Its descriptor waits in ferryd until the client reads it, as an Export's.
-  if (peer_.queued_fds() >= kMaxQueuedFds || peer_.unread_bytes() > kMaxUnreadBytes) {
+  if (too_much_unread()) {
     r.status = -EAGAIN;
-    peer_.send(&r, sizeof r);
-    return;
+    return Answer::message(r);
   }
   int fd = -1;
   r.status = ctx_.engine.resources().grow_staging(*client_, m.bytes, &r.area, &r.bytes, &fd);
   FERRY_LOG(debug, "client %llu: staging area of %llu bytes -> %s (area %llu)", ull(client_->id()), ull(m.bytes),
             r.status == 0 ? "ok" : std::strerror(-r.status), ull(r.area));
-  if (refused_past_bound(m.request, r.status)) return;
-  peer_.send(&r, sizeof r, fd);
+  if (auto refused = past_bound(m.request, r.status)) return std::move(*refused);
+  return Answer::message(r, fd);
 }
 
-void Requests::on_staging_release(const proto::StagingRelease& m) {
-  reply(m.request, ctx_.engine.resources().release_staging(*client_, m.area), 0);
+Answer Requests::on_staging_release(const proto::StagingRelease& m) {
+  return reply(m.request, ctx_.engine.resources().release_staging(*client_, m.area), 0);
 }
 
-void Requests::on_admin(const proto::AdminRequest& m) {
+Answer Requests::on_admin(const proto::AdminRequest& m) {
   // The same model as status: root, the daemon's user and --admin-group.
   if (!is_admin(ctx_.options, peer_.cred)) return reply(m.request, -EPERM, 0);
   if (m.action == proto::kAdminDrain) {
     FERRY_LOG(info, "drain asked by uid %u (ferryctl drain): stopping", peer_.uid);
-    reply(m.request, 0, 0);
-    if (ctx_.request_stop) ctx_.request_stop();
-    return;
+    if (ctx_.request_stop) ctx_.request_stop();  // posted: the reply goes out first
+    return reply(m.request, 0, 0);
   }
   if (m.action != proto::kAdminDisconnect) return reply(m.request, -EINVAL, 0);
   const auto& all = ctx_.engine.clients().all();
@@ -326,10 +356,10 @@ void Requests::on_admin(const proto::AdminRequest& m) {
   FERRY_LOG(info, "client %llu (pid %d) disconnected by uid %u (ferryctl disconnect)", ull(m.client),
             it->second->pid, peer_.uid);
   sink->end(-ECONNABORTED, "disconnected by an administrator (ferryctl disconnect)");
-  reply(m.request, 0, m.client);
+  return reply(m.request, 0, m.client);
 }
 
-void Requests::on_status(const proto::StatusRequest& m) {
+Answer Requests::on_status(const proto::StatusRequest& m) {
   std::string json = status_json({ctx_.engine, ctx_.options, ctx_.stats, ctx_.connections_by_uid}, peer_.cred);
   if (json.size() > proto::kMaxStatusJson) json = "{\"error\":\"status too large\"}";
   auto h = proto::make<proto::StatusReply>(proto::Type::status_reply);
@@ -338,37 +368,32 @@ void Requests::on_status(const proto::StatusRequest& m) {
   h.h.size = static_cast<uint32_t>(sizeof h + json.size());
   std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
   msg += json;
-  peer_.send(msg.data(), msg.size());
+  return Answer::message(std::move(msg));
 }
 
-void Requests::reply(uint64_t request, int status, uint64_t value, uint32_t fence) {
+Answer Requests::reply(uint64_t request, int status, uint64_t value, uint32_t fence) {
   auto r = proto::make<proto::Reply>(proto::Type::reply);
   r.request = request;
   r.status = status;
   r.value = value;
   r.fence = fence;
-  peer_.send(&r, sizeof r);
+  return Answer::message(r);
 }
 
-bool Requests::refused_past_bound(uint64_t request, int status) {
+std::optional<Answer> Requests::past_bound(uint64_t request, int status) {
   const std::string why = ctx_.engine.resources().take_refusal();
-  if (status == 0 || why.empty()) return false;
-  auto e = proto::make<proto::Error>(proto::Type::error);
-  e.request = request;
-  e.code = status;
-  proto::set_text(e.text, why);
-  peer_.send(&e, sizeof e);
-  return true;
+  if (status == 0 || why.empty()) return std::nullopt;
+  return Answer::error(request, status, why, false);
 }
 
-void Requests::buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes) {
+Answer Requests::buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes) {
   auto r = proto::make<proto::BufferReply>(proto::Type::buffer_reply);
   r.request = request;
   r.status = status;
   r.rights = rights;
   r.buffer = buffer;
   r.bytes = bytes;
-  peer_.send(&r, sizeof r);
+  return Answer::message(r);
 }
 
 }  // namespace ferry::ferryd

@@ -8,7 +8,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "net/server_context.hpp"
 #include "ferry/proto.hpp"
@@ -16,39 +19,65 @@
 
 namespace ferry::ferryd {
 
-// The session as the handler sees it.
+// A handler's answer, which the session carries out once the handler
+// returned: a message to send, an Error that ends the session, a quiet
+// close, or nothing (no reply, or one that comes later: Peer::defer).
+struct Answer {
+  enum class Kind : uint8_t { none, message, end, close };
+  Kind kind = Kind::none;
+  std::string bytes;     // message and end: the whole message
+  int fd = -1, fd2 = -1;  // message: descriptors sent with it, the session's from here
+  std::string why;       // end: for the log
+  // message: called if it will never be written (its session failed for it:
+  // the peer does not read, or its user is past the bound of unread
+  // replies); its descriptors are closed then.
+  std::function<void()> unsent;
+
+  template <class Msg>
+  static Answer message(const Msg& m, int fd = -1, int fd2 = -1) {
+    Answer a;
+    a.kind = Kind::message;
+    a.bytes.assign(reinterpret_cast<const char*>(&m), sizeof m);
+    a.fd = fd;
+    a.fd2 = fd2;
+    return a;
+  }
+  static Answer message(std::string bytes);
+  // The one way a request is refused with words: an Error for `request`
+  // carrying `why`. fatal: the session ends once it is written (its ring is
+  // not read again); else only the request failed.
+  static Answer error(uint64_t request, int code, const std::string& why, bool fatal);
+  static Answer close() {
+    Answer a;
+    a.kind = Kind::close;
+    return a;
+  }
+};
+
+// What a session lends its handler.
 class Peer {
  public:
   virtual ~Peer() = default;
-  // Queues a message (with `fd` and `fd2`, >= 0, which the peer then owns)
-  // and starts writing. False when it will never be written (the session
-  // failed for it: its peer does not read, or its user is past the bound of
-  // unread replies); the descriptors are closed then.
-  virtual bool send(const void* data, size_t bytes, int fd = -1, int fd2 = -1) = 0;
-  // Refuses the session: an Error marked fatal, then the connection closes.
-  virtual void fatal(int code, const char* why) = 0;
-  // The peer shut its end already (a connect, Hello and close): nothing it
-  // asked for is worth doing, a staging segment least of all.
-  virtual bool hung_up() const = 0;
-  // Closes the connection now, quietly.
-  virtual void close() = 0;
+  // The connection as it stands now.
+  struct Flow {
+    bool hung_up = false;     // the peer shut its end already (a connect, Hello and close)
+    bool untouched = false;   // nothing was sent to it yet (the Welcome must come first)
+    size_t queued_fds = 0;    // descriptors queued for it, not yet sent
+    size_t unread_bytes = 0;  // written to its socket, not read yet (SIOCOUTQ)
+  };
+  virtual Flow flow() const = 0;
   // A descriptor that arrived with the message being handled, or -1.
   virtual int take_fd() = 0;
-  // Nothing was sent to this peer yet (the Welcome must come first).
-  virtual bool untouched() const = 0;
-  // Descriptors queued for this peer and not yet sent.
-  virtual size_t queued_fds() const = 0;
-  // Bytes written to the peer's socket that it has not read yet (SIOCOUTQ).
-  virtual size_t unread_bytes() const = 0;
   // Where the engine reports a broken ring.
   virtual std::weak_ptr<ProgressSink> sink() = 0;
-  // Handles no further message until resume() (a Hello being answered).
-  virtual void pause() = 0;
-  virtual void resume() = 0;
-  // Set once the peer is gone: work done for it later is dropped.
-  virtual std::shared_ptr<std::atomic<bool>> cancelled() = 0;
-  // Keeps the peer's object alive while a callback for it is pending.
-  virtual std::shared_ptr<void> keep_alive() = 0;
+  // An answer that comes later (a Hello's segment, made off this thread):
+  // the session handles no further message until `answer` is called, which
+  // carries the answer out (nothing once the session is gone) and goes on.
+  struct Later {
+    std::shared_ptr<std::atomic<bool>> cancelled;  // set once the session is gone
+    std::function<void(Answer)> answer;
+  };
+  virtual Later defer() = 0;
   pid_t pid = 0;
   uid_t uid = 0;
   PeerCred cred;  // the same, with its groups (is_admin)
@@ -62,33 +91,35 @@ class Requests {
   // header alone, before the rest of the message is read.
   static bool client_may_send(proto::Type type);
   // Handles one decoded message of `type` (its bytes at `msg`, unaligned).
-  void handle(proto::Type type, const uint8_t* msg);
+  Answer handle(proto::Type type, const uint8_t* msg);
   // Set once Hello succeeded.
   const ClientRef& client() const { return client_; }
 
-  void on_hello(const proto::Hello& m);
-  // The rest of a Hello once its client exists (r == 0) or could not be made.
-  void welcome(const proto::Hello& m, int r, ClientRef c);
-  void on_alloc(const proto::Alloc& m);
-  void on_free(const proto::Free& m);
-  void on_status(const proto::StatusRequest& m);
-  void on_admin(const proto::AdminRequest& m);
-  void on_grant(const proto::Grant& m);
-  void on_revoke(const proto::Revoke& m);
-  void on_open(const proto::Open& m);
-  void on_export(const proto::Export& m);
-  void on_import(const proto::Import& m);
-  void on_event_pool(const proto::EventPool& m);
-  void on_staging_grow(const proto::StagingGrow& m);
-  void on_staging_release(const proto::StagingRelease& m);
-
  private:
-  void reply(uint64_t request, int status, uint64_t value, uint32_t fence = 0);
-  void buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes);
+  Answer on_hello(const proto::Hello& m);
+  // The rest of a Hello once its client exists (r == 0) or could not be made.
+  Answer welcome(const proto::Hello& m, int r, ClientRef c);
+  Answer on_alloc(const proto::Alloc& m);
+  Answer on_free(const proto::Free& m);
+  Answer on_status(const proto::StatusRequest& m);
+  Answer on_admin(const proto::AdminRequest& m);
+  Answer on_grant(const proto::Grant& m);
+  Answer on_revoke(const proto::Revoke& m);
+  Answer on_open(const proto::Open& m);
+  Answer on_export(const proto::Export& m);
+  Answer on_import(const proto::Import& m);
+  Answer on_event_pool(const proto::EventPool& m);
+  Answer on_staging_grow(const proto::StagingGrow& m);
+  Answer on_staging_release(const proto::StagingRelease& m);
+  static Answer reply(uint64_t request, int status, uint64_t value, uint32_t fence = 0);
+  static Answer buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes);
   // A request refused past a bound of Limits is answered with an Error that
-  // says which (the engine's take_refusal): true when it was so answered;
-  // false, and the caller sends its own reply, for any other outcome.
-  bool refused_past_bound(uint64_t request, int status);
+  // says which (the engine's take_refusal); nothing for any other outcome,
+  // which the caller answers itself.
+  std::optional<Answer> past_bound(uint64_t request, int status);
+  // Export and StagingGrow replies carry a descriptor: -EAGAIN while the
+  // client leaves too many unread (they would park in ferryd's table).
+  bool too_much_unread() const;
   // Fills h from a message's kind and handle; a Level Zero handle's fd came with it.
   IpcHandle ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcBytes]);
 

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "net/server.hpp"
 
-#include "engine/poller.hpp"
 
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -178,7 +177,7 @@ void Server::wait_signal() {
 }
 
 size_t Server::run() {
-  Poller(io_, engine_, opts_.poll_idle_us, opts_.poll_nap_us).run();
+  engine_.run(opts_.poll_idle_us, opts_.poll_nap_us);
   // Every session is closed by now; the handlers still pending on their
   // sockets (a write a client never read, say) end here, while the engine
   // their client states return everything to is still alive.

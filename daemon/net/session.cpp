@@ -142,7 +142,7 @@ bool Session::consume() {
       fatal(-EPROTO, d.why);
       return false;
     }
-    requests_.handle(d.type, in_.data() + off);
+    deliver(requests_.handle(d.type, in_.data() + off));
     off += d.consumed;
   }
   if (closed_ || outbox_.closing()) return false;
@@ -168,15 +168,25 @@ void Session::resume() {
   if (consume()) read();
 }
 
-size_t Session::unread_bytes() const {
+Peer::Flow Session::flow() const {
+  const int fd = const_cast<socket_type&>(socket_).native_handle();
+  Flow f;
+  pollfd p{fd, POLLRDHUP, 0};
+  f.hung_up = ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  f.untouched = outbox_.untouched();
+  f.queued_fds = outbox_.queued_fds();
   int n = 0;
-  if (::ioctl(const_cast<socket_type&>(socket_).native_handle(), SIOCOUTQ, &n) != 0 || n < 0) return 0;
-  return static_cast<size_t>(n);
+  f.unread_bytes = ::ioctl(fd, SIOCOUTQ, &n) == 0 && n > 0 ? static_cast<size_t>(n) : 0;
+  return f;
 }
 
-bool Session::hung_up() const {
-  pollfd p{const_cast<socket_type&>(socket_).native_handle(), POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+Peer::Later Session::defer() {
+  paused_ = true;
+  return {cancelled_, [this, self = shared_from_this()](Answer a) {
+            if (closed_) return;
+            deliver(std::move(a));
+            resume();
+          }};
 }
 
 int Session::take_fd() {
@@ -191,23 +201,28 @@ void Session::close_fds() {
   fds_in_.clear();
 }
 
-bool Session::send(const void* data, size_t bytes, int fd, int fd2) {
-  const bool queued = outbox_.queue(data, bytes, fd, fd2);
-  outbox_.flush();
-  return queued;
+void Session::deliver(Answer a) {
+  switch (a.kind) {
+    case Answer::Kind::none:
+      return;
+    case Answer::Kind::close:
+      return close();
+    case Answer::Kind::message:
+      if (!outbox_.queue(a.bytes.data(), a.bytes.size(), a.fd, a.fd2) && a.unsent) a.unsent();
+      outbox_.flush();
+      return;
+    case Answer::Kind::end:
+      if (ctx_.session_log.take(&ctx_.stats.log_lines_left_out))
+        FERRY_LOG(warn, "closing session of pid %d: %s", pid, a.why.c_str());
+      // Its ring is not read again: nothing more of it reaches the device.
+      if (const ClientRef& c = client()) c->break_ring();
+      outbox_.queue(a.bytes.data(), a.bytes.size());
+      close_soon();
+      return;
+  }
 }
 
-void Session::fatal(int code, const char* why) {
-  if (ctx_.session_log.take(&ctx_.stats.log_lines_left_out)) FERRY_LOG(warn, "closing session of pid %d: %s", pid, why);
-  // Its ring is not read again: nothing more of it reaches the device.
-  if (const ClientRef& c = client()) c->break_ring();
-  auto e = proto::make<proto::Error>(proto::Type::error);
-  e.h.flags = proto::kErrorFatal;
-  e.code = code;
-  proto::set_text(e.text, why);
-  outbox_.queue(&e, sizeof e);
-  close_soon();
-}
+void Session::fatal(int code, const char* why) { deliver(Answer::error(0, code, why, true)); }
 
 void Session::close_soon() {
   if (closed_ || outbox_.closing()) return;

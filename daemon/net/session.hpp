@@ -33,7 +33,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
 
   void start();
   // Closes the connection now; queued bytes are dropped.
-  void close() override;
+  void close();
   // Sends Shutdown, then closes once it is written.
   void shut_down();
 
@@ -41,18 +41,10 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
   const ClientRef& client() const { return requests_.client(); }
 
   // Peer
-  bool send(const void* data, size_t bytes, int fd = -1, int fd2 = -1) override;
-  void fatal(int code, const char* why) override;
-  bool hung_up() const override;
+  Flow flow() const override;
   int take_fd() override;
-  bool untouched() const override { return outbox_.untouched(); }
-  size_t queued_fds() const override { return outbox_.queued_fds(); }
-  size_t unread_bytes() const override;
   std::weak_ptr<ProgressSink> sink() override { return std::static_pointer_cast<ProgressSink>(shared_from_this()); }
-  void pause() override { paused_ = true; }
-  void resume() override;
-  std::shared_ptr<std::atomic<bool>> cancelled() override { return cancelled_; }
-  std::shared_ptr<void> keep_alive() override { return shared_from_this(); }
+  Later defer() override;
 
   // ProgressSink
   void broken(const char* why) override { fatal(-EPROTO, why); }
@@ -60,6 +52,12 @@ class Session final : public std::enable_shared_from_this<Session>, public Peer,
 
  private:
   void read();
+  // Carries out a handler's answer.
+  void deliver(Answer a);
+  // Ends the session with a fatal Error (Answer::error).
+  void fatal(int code, const char* why);
+  // Handles messages again after a deferred answer.
+  void resume();
   // Handles the whole messages read so far (until paused), at most
   // kMessagesPerTurn of them: true when done, false when the session closed
   // or the rest waits for a turn of its own (which then reads on).
