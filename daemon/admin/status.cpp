@@ -34,8 +34,7 @@ namespace {
 // What each user holds against Limits (an admin sees every user, anyone
 // else its own), and the bounds themselves.
 json::array users_json(const StatusInputs& ctx, bool all, uid_t viewer) {
-  static const std::map<uid_t, size_t> kNone;
-  const auto& conns = ctx.connections_by_uid != nullptr ? *ctx.connections_by_uid : kNone;
+  const auto& conns = ctx.connections;
   std::set<uid_t> uids;
   for (const auto& [uid, n] : conns) uids.insert(uid);
   for (const auto& [id, c] : ctx.engine.clients().all()) uids.insert(c->uid);

@@ -20,7 +20,7 @@ struct StatusInputs {
   const TransferEngine& engine;
   const Options& options;
   const ServerStats& stats;
-  const std::map<uid_t, size_t>* connections_by_uid;  // open sessions by uid, or nullptr
+  std::map<uid_t, size_t> connections;  // open sessions by uid (net/users.hpp)
 };
 
 // Every client for an admin, the viewer's own clients otherwise.

@@ -40,27 +40,6 @@ Answer call(Requests* r, const uint8_t* bytes, Answer (Requests::*handler)(const
 }
 }  // namespace
 
-Answer Answer::message(std::string bytes) {
-  Answer a;
-  a.kind = Kind::message;
-  a.bytes = std::move(bytes);
-  return a;
-}
-
-Answer Answer::error(uint64_t request, int code, const std::string& why, bool fatal) {
-  auto e = proto::make<proto::Error>(proto::Type::error);
-  e.h.flags = fatal ? proto::kErrorFatal : 0;
-  e.request = request;
-  e.code = code;
-  proto::set_text(e.text, why);
-  Answer a = message(e);
-  if (fatal) {
-    a.kind = Kind::end;
-    a.why = why;
-  }
-  return a;
-}
-
 bool Requests::client_may_send(proto::Type type) {
   using T = proto::Type;
   switch (type) {
@@ -121,7 +100,7 @@ Answer Requests::on_hello(const proto::Hello& m) {
   // Every client state counts, those kept after their session for held
   // transfers too; at the bound such holds are given up first (as a user's
   // own are at its share, below), so departed clients never lock out live ones.
-  auto states = [&] { return engine.clients().connected() + engine.clients().departed() + ctx_.hellos_pending(); };
+  auto states = [&] { return engine.clients().connected() + engine.clients().departed() + ctx_.users.hellos(); };
   if (states() >= l.max_clients) engine.drop_departed_holds(std::nullopt);
   if (states() >= l.max_clients) {
     const std::string why = "ferryd serves " + std::to_string(l.max_clients) +
@@ -132,9 +111,9 @@ Answer Requests::on_hello(const proto::Hello& m) {
   admin_ = is_admin(o, peer_.cred);
   // Its departed clients count until their held transfers go; at its bound,
   // those holds are given up to make room (their states go with them).
-  uint64_t mine = engine.resources().usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
+  uint64_t mine = engine.resources().usage(peer_.uid).clients + ctx_.users.of(peer_.uid).hellos;
   if (!admin_ && mine >= l.share_of(l.max_clients) && engine.drop_departed_holds(peer_.uid) != 0)
-    mine = engine.resources().usage(peer_.uid).clients + ctx_.hellos_of(peer_.uid);
+    mine = engine.resources().usage(peer_.uid).clients + ctx_.users.of(peer_.uid).hellos;
   if (!admin_ && mine >= l.share_of(l.max_clients)) {
     const std::string why = "uid " + std::to_string(peer_.uid) + " has " + std::to_string(mine) +
                             " clients, its most of --max-clients " + std::to_string(l.max_clients) + " (--user-share " +
@@ -147,7 +126,7 @@ Answer Requests::on_hello(const proto::Hello& m) {
   // Nothing else of this session is handled until the Welcome is out; a
   // segment that is not ready is made off the io thread meanwhile.
   Peer::Later later = peer_.defer();
-  ctx_.hello_started(peer_.uid);
+  ctx_.users.hello_started(peer_.uid);
   engine.clients().add_client(slots, o.slot_bytes, later.cancelled,
                               [this, answer = std::move(later.answer), m](int r, ClientRef c) {
                                 answer(welcome(m, r, std::move(c)));
@@ -156,7 +135,7 @@ Answer Requests::on_hello(const proto::Hello& m) {
 }
 
 Answer Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
-  ctx_.hello_ended(peer_.uid);
+  ctx_.users.hello_ended(peer_.uid);
   if (r == -ECANCELED) return {};  // the connection went meanwhile
   if (r != 0) return Answer::error(0, r, "cannot create the staging segment", true);
   if (ctx_.stopping) return Answer::error(0, -ESHUTDOWN, "the daemon is stopping", true);
@@ -360,7 +339,10 @@ Answer Requests::on_admin(const proto::AdminRequest& m) {
 }
 
 Answer Requests::on_status(const proto::StatusRequest& m) {
-  std::string json = status_json({ctx_.engine, ctx_.options, ctx_.stats, ctx_.connections_by_uid}, peer_.cred);
+  std::map<uid_t, size_t> connections;
+  for (const auto& [uid, row] : ctx_.users.rows())
+    if (row.sessions != 0) connections[uid] = row.sessions;
+  std::string json = status_json({ctx_.engine, ctx_.options, ctx_.stats, std::move(connections)}, peer_.cred);
   if (json.size() > proto::kMaxStatusJson) json = "{\"error\":\"status too large\"}";
   auto h = proto::make<proto::StatusReply>(proto::Type::status_reply);
   h.request = m.request;

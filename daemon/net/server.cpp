@@ -58,7 +58,6 @@ Server::Server(asio::io_context& io, const Options& opts, std::unique_ptr<Backen
     l.user_memory = engine_.device().memory_bytes / 100 * l.user_memory_percent;
   l.max_buffers_total = buffers_total(opts_);
   engine_.resources().set_limits(l);
-  ctx_.connections_by_uid = &sessions_.by_user();
   if (opts.segment_pool != 0)
     engine_.clients().use_segment_pool(opts.slots, opts.slot_bytes, opts.segment_pool);
   ctx_.stats.started_unix =
@@ -228,7 +227,7 @@ std::string Server::admit(int fd) {
   const PeerCred cred = peer_cred(fd);
   if (cred.uid == static_cast<uid_t>(-1)) return "cannot tell who connects (SO_PEERCRED)";
   const Limits& l = opts_.limits;
-  const size_t open = sessions_.size(), mine = sessions_.of_user(cred.uid);
+  const size_t open = ctx_.users.sessions(), mine = ctx_.users.of(cred.uid).sessions;
   const uint64_t share = l.share_of(l.max_connections);
   if (open < l.max_connections && mine < share) return {};
   // Past a bound for users: an admin still comes in (status, disconnect,

@@ -38,7 +38,7 @@ Session::Session(socket_type socket, Context& ctx, std::function<void(const std:
                  close();
                },
                [this] { close(); },
-               [this](int64_t bytes, int64_t fds) { return ctx_.hold_backlog(uid, backlog_admin_, bytes, fds); }}),
+               [this](int64_t bytes, int64_t fds) { return ctx_.users.hold_unread(uid, backlog_admin_, bytes, fds); }}),
       requests_(ctx, *this),
       hello_deadline_(socket_.get_executor()),
       close_deadline_(socket_.get_executor()) {

@@ -5,12 +5,11 @@
 namespace ferry::ferryd {
 
 void SessionManager::start(Session::socket_type socket, Context& ctx) {
-  auto s = std::make_shared<Session>(std::move(socket), ctx, [this](const std::shared_ptr<Session>& gone) {
-    if (sessions_.erase(gone) == 0) return;
-    if (auto it = by_uid_.find(gone->uid); it != by_uid_.end() && --it->second == 0) by_uid_.erase(it);
+  auto s = std::make_shared<Session>(std::move(socket), ctx, [this, &ctx](const std::shared_ptr<Session>& gone) {
+    if (sessions_.erase(gone) != 0) ctx.users.session_closed(gone->uid);
   });
   sessions_.insert(s);
-  ++by_uid_[s->uid];
+  ctx.users.session_opened(s->uid);
   s->start();
 }
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The open sessions: started here, forgotten when they close, stopped
-// together when the daemon stops. io thread only.
+// together when the daemon stops; each user's count of them is Users'.
+// io thread only.
 #pragma once
 
 #include <memory>
-#include <map>
 #include <set>
 
 #include "net/session.hpp"
@@ -19,17 +19,9 @@ class SessionManager {
   void shut_down_all();
   // Closes every session now.
   void stop_all();
-  size_t size() const { return sessions_.size(); }
-  const std::map<uid_t, size_t>& by_user() const { return by_uid_; }
-  // Open sessions of one user (the peer's uid).
-  size_t of_user(uid_t uid) const {
-    auto it = by_uid_.find(uid);
-    return it == by_uid_.end() ? 0 : it->second;
-  }
 
  private:
   std::set<std::shared_ptr<Session>> sessions_;
-  std::map<uid_t, size_t> by_uid_;
 };
 
 }  // namespace ferry::ferryd
