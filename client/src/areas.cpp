@@ -44,25 +44,32 @@ Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, bool g
     trim(done, conn, true);
     if (areas_.size() >= kMaxAreas) return nullptr;
   }
-  auto m = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
-  m.bytes = (bytes + kStep - 1) / kStep * kStep;
   proto::StagingReply reply{};
   int fd = -1;
+  if (!ask(bytes, done, conn, &reply, &fd, err)) return nullptr;
+  return adopt(reply, fd, conn, err);
+}
+
+bool Areas::ask(uint64_t bytes, uint64_t done, Connection& conn, proto::StagingReply* reply, int* fd, int* err) {
+  auto m = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+  m.bytes = (bytes + kStep - 1) / kStep * kStep;
   // A daemon that does not answer at once (stopped, say) is not waited for:
   // the upload has somewhere else to go (room later, or the driver).
-  *err = conn.request(&m, sizeof m, &m.request, &reply, -1, &fd, kAskMs);
+  *err = conn.request(&m, sizeof m, &m.request, reply, -1, fd, kAskMs);
   if (*err == -EDQUOT) {
     // Idle areas of ours may be what stands in the way.
     trim(done, conn, true);
-    *err = conn.request(&m, sizeof m, &m.request, &reply, -1, &fd, kAskMs);
+    *err = conn.request(&m, sizeof m, &m.request, reply, -1, fd, kAskMs);
   }
   if (*err == -ETIMEDOUT) quiet_until_ = Clock::now() + kQuiet;
-  if (*err == 0 && reply.status != 0) *err = reply.status;
-  if (*err == 0 && (fd < 0 || reply.bytes < bytes)) *err = -EPROTO;
-  if (*err != 0) {
-    if (fd >= 0) ::close(fd);
-    return nullptr;
-  }
+  if (*err == 0 && reply->status != 0) *err = reply->status;
+  if (*err == 0 && (*fd < 0 || reply->bytes < bytes)) *err = -EPROTO;
+  if (*err == 0) return true;
+  if (*fd >= 0) ::close(*fd);
+  return false;
+}
+
+Areas::Area* Areas::adopt(const proto::StagingReply& reply, int fd, Connection& conn, int* err) {
   // Populated now, in one pass: an upload would otherwise take a page fault
   // per page it stages (a fresh 64 MiB area cost 250 ms in faults on a VM).
   void* p = ::mmap(nullptr, reply.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);

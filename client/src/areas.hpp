@@ -68,6 +68,11 @@ class Areas {
 
  private:
   void drop(Area& a, Connection* conn);
+  // A new area of at least `bytes` from ferryd (StagingGrow): its reply and
+  // descriptor, or *err; idle areas go first when the user's bound is met.
+  bool ask(uint64_t bytes, uint64_t done, Connection& conn, proto::StagingReply* reply, int* fd, int* err);
+  // The area ferryd sent, mapped and attached (the hooks), or nullptr and *err.
+  Area* adopt(const proto::StagingReply& reply, int fd, Connection& conn, int* err);
   ferry_staging_hooks hooks_{};
   std::vector<Area> areas_;
   Clock::time_point quiet_until_{};

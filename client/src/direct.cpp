@@ -109,50 +109,60 @@ class Appender {
 
 }  // namespace
 
-int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_direct_ops* ops, ferry_ticket* out) {
-  const char* fn = "ferry_upload_direct";
-  if (int r = check_ops(src, bytes, ops); r != 0) return r;
-  const bool no_wait = (ops->flags & FERRY_DIRECT_NO_WAIT) != 0;
+namespace {
+// The queue writes the numbers in its own order: another queue's could pass
+// this one's, so a switch waits until the last queue is done (its failures
+// stay for their own tickets' waits).
+int use_queue(ferry_client* c, const ferry_direct_ops* ops, bool no_wait) {
   Timeline& tl = c->timeline;
-  std::lock_guard one_call(c->direct_mu);
-  c->areas.trim(tl.direct_completed(), c->conn, false);
-  // The queue writes the numbers in its own order: another queue's could
-  // pass this one's, so a switch waits until the last queue is done (its
-  // failures stay for their own tickets' waits).
   const bool same_queue = ops->queue == c->direct_queue && ops->queue_context == c->direct_queue_context;
   if (!same_queue && tl.direct_completed() < tl.direct_issued()) {
     if (no_wait) return -EAGAIN;
     if (int r = tl.wait_direct_done(tl.direct_issued(), int64_t{c->conn.timeout_ms()} * 1'000'000); r != 0)
-      return misuse(r, fn,
+      return misuse(r, "ferry_upload_direct",
                     "direct uploads of another queue (or context) are still in flight, and did not finish within "
                     "$FERRY_TIMEOUT_MS: one client per queue never waits");
   }
   c->direct_queue = ops->queue;
   c->direct_queue_context = ops->queue_context;
+  return 0;
+}
+
+// Where the pieces go: the staging area, where they fit now (or, without an
+// area to be had, once they fit), or an area of their own (returned, its
+// plan in *plan, its one ticket in *turn). -EAGAIN: neither now, no_wait.
+int place_upload(ferry_client* c, const ferry_direct_ops* ops, bool no_wait, uint64_t bytes, StagingPlan* plan,
+                 Turn* turn, Areas::Area** area) {
+  Timeline& tl = c->timeline;
+  *area = nullptr;
+  if ((c->areas.enabled() || no_wait) && !tl.room_now(*plan, bytes)) {
+    int why = 0;
+    const bool grow = (ops->flags & FERRY_DIRECT_NO_GROW) == 0;
+    *area = c->areas.take(bytes, tl.direct_completed(), c->conn, grow, &why);
+    if (*area == nullptr && no_wait) return -EAGAIN;
+  }
+  if (*area == nullptr) return tl.take(plan->pieces, true, turn);
+  // Pieces only to share the staging among threads: no slot bounds them.
+  *plan = plan_for(c, bytes, bytes);
+  turn->direct = true;
+  return tl.take_direct(1, &turn->ticket);
+}
+}  // namespace
+
+int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_direct_ops* ops, ferry_ticket* out) {
+  if (int r = check_ops(src, bytes, ops); r != 0) return r;
+  const bool no_wait = (ops->flags & FERRY_DIRECT_NO_WAIT) != 0;
+  Timeline& tl = c->timeline;
+  std::lock_guard one_call(c->direct_mu);
+  c->areas.trim(tl.direct_completed(), c->conn, false);
+  if (int r = use_queue(c, ops, no_wait); r != 0) return r;
   const ferry_iovec whole{src, bytes};
   Gather from;
   if (int r = from.init(&whole, 1); r != 0) return r;
   StagingPlan plan = plan_for(c, bytes);
-  // Where the pieces go: the staging area, where they fit now (or, without
-  // an area to be had, once they fit), or an area of their own.
-  Areas::Area* area = nullptr;
-  if (c->areas.enabled() || no_wait) {
-    if (!tl.room_now(plan, bytes)) {
-      int why = 0;
-      const bool grow = (ops->flags & FERRY_DIRECT_NO_GROW) == 0;
-      area = c->areas.take(bytes, tl.direct_completed(), c->conn, grow, &why);
-      if (area == nullptr && no_wait) return -EAGAIN;
-    }
-  }
   Turn turn;
-  if (area != nullptr) {
-    // Pieces only to share the staging among threads: no slot bounds them.
-    plan = plan_for(c, bytes, bytes);
-    turn.direct = true;
-    if (int r = tl.take_direct(1, &turn.ticket); r != 0) return r;
-  } else if (int r = tl.take(plan.pieces, true, &turn); r != 0) {
-    return r;
-  }
+  Areas::Area* area = nullptr;
+  if (int r = place_upload(c, ops, no_wait, bytes, &plan, &turn, &area); r != 0) return r;
   // Pieces are staged in any order (several threads for a large upload)
   // but appended in order: each number the queue writes says every one
   // before it is done too.
@@ -166,13 +176,12 @@ int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_
     area->used = Areas::Clock::now();
   }
   if (const int broken = appender.broken(); broken != 0)
-    return misuse(broken, fn,
+    return misuse(broken, "ferry_upload_direct",
                   "the queue refused the write of ferry's timeline word (" + std::string(std::strerror(-broken)) +
                       "): this client can no longer tell when its staging is free; disconnect and connect again");
   if (r != 0) return r;
-  proto::DirectWords& words = tl.direct_words();
-  words.uploads.fetch_add(1, std::memory_order_relaxed);
-  words.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  tl.direct_words().uploads.fetch_add(1, std::memory_order_relaxed);
+  tl.direct_words().bytes.fetch_add(bytes, std::memory_order_relaxed);
   if (out != nullptr) *out = FERRY_DIRECT_TICKET | appender.last();
   return appender.refused();
 }

@@ -94,55 +94,63 @@ uint32_t fence_of(ferry_client* c, uint64_t buf) {
   return it == c->fences.end() ? 0 : it->second;
 }
 
-int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
-           const UploadOptions& o, ferry_ticket* out) {
-  const bool signal = o.signal;
-  const uint64_t after = o.after;
-  const char* fn = signal ? "ferry_upload_signal" : count == 1 ? "ferry_upload" : "ferry_upload_gather";
+namespace {
+// The call's own arguments, before anything is touched.
+int check_upload(const ferry_iovec* src, size_t count, const UploadOptions& o, const char* fn) {
   if (src == nullptr) return misuse(-EFAULT, fn, "the source ranges are NULL");
   if (count == 0) return misuse(-EINVAL, fn, "no source ranges (count is 0)");
-  if (signal && (after != 0 || o.fenced))
+  if (o.signal && (o.after != 0 || o.fenced))
     return misuse(-EINVAL, fn, "an event signal cannot be combined with after or fences");
+  return 0;
+}
+
+// The ring entry of piece p of an upload of `pieces` pieces whose first
+// ticket is `first`: its kind and values by the call's options.
+Submit piece_entry(const UploadOptions& o, uint64_t first, uint64_t pieces, uint64_t dst, uint64_t dst_offset,
+                   const Piece& p) {
+  const bool last = p.index + 1 == pieces;
+  Submit s{proto::Type::upload, p.staging, first + p.index, p.length, dst, dst_offset + p.offset};
+  if (last) s.flags = proto::kTransferLastPiece;  // the call is counted by it
+  if (o.signal && last) {
+    // The last piece carries the event: the in-order queue signals it
+    // after every earlier piece.
+    s.type = proto::Type::upload_signal;
+    s.pool = o.pool;
+    s.event = o.event;
+  } else if (o.fenced) {
+    // Every piece waits for the values, as below; the last publishes.
+    s.type = proto::Type::upload_fenced;
+    s.after = o.after;
+    s.pool = o.release;
+    s.event = last ? o.publish : 0;
+  } else if (o.after != 0) {
+    // Every piece waits for the value: pieces staged by several threads
+    // may reach the daemon in any order.
+    s.type = proto::Type::upload_after;
+    s.after = o.after;
+  }
+  return s;
+}
+}  // namespace
+
+int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec* src, size_t count,
+           const UploadOptions& o, ferry_ticket* out) {
+  const char* fn = o.signal ? "ferry_upload_signal" : count == 1 ? "ferry_upload" : "ferry_upload_gather";
+  if (int r = check_upload(src, count, o, fn); r != 0) return r;
   Gather from;
   if (int r = from.init(src, count); r != 0) return r;
   const uint64_t bytes = from.bytes();
   if (int r = check_range(c, dst, dst_offset, bytes, fn); r != 0) return r;
-  Timeline& tl = c->timeline;
   const StagingPlan plan = plan_for(c, bytes);
-  const uint64_t pieces = plan.pieces;
   // Every piece's ticket is taken now, in one run, so the last one is known
   // before any is sent: the upload's outcome is that of all its pieces.
   Turn turn;
-  if (int r = tl.take(pieces, false, &turn); r != 0) return r;
-  const uint64_t first = turn.ticket;
-  // Each piece, staged, becomes a ring entry.
-  auto entry = [&](const Piece& p) {
-    const uint64_t i = p.index;
-    Submit s{proto::Type::upload, p.staging, first + i, p.length, dst, dst_offset + p.offset};
-    if (i + 1 == pieces) s.flags = proto::kTransferLastPiece;  // the call is counted by it
-    if (signal && i + 1 == pieces) {
-      // The last piece carries the event: the in-order queue signals it
-      // after every earlier piece.
-      s.type = proto::Type::upload_signal;
-      s.pool = o.pool;
-      s.event = o.event;
-    } else if (o.fenced) {
-      // Every piece waits for the values, as below; the last publishes.
-      s.type = proto::Type::upload_fenced;
-      s.after = after;
-      s.pool = o.release;
-      s.event = i + 1 == pieces ? o.publish : 0;
-    } else if (after != 0) {
-      // Every piece waits for the value: pieces staged by several threads
-      // may reach the daemon in any order.
-      s.type = proto::Type::upload_after;
-      s.after = after;
-    }
-    return submit(c, s);
-  };
-  // With a signal, the last piece goes last, after the others were sent.
-  if (int r = stage_pieces(c, plan, bytes, turn, from, nullptr, true, signal, entry); r != 0) return r;
-  if (out != nullptr) *out = first + pieces - 1;
+  if (int r = c->timeline.take(plan.pieces, false, &turn); r != 0) return r;
+  // Each piece, staged, becomes a ring entry; with a signal, the last piece
+  // goes last, after the others were sent.
+  auto entry = [&](const Piece& p) { return submit(c, piece_entry(o, turn.ticket, plan.pieces, dst, dst_offset, p)); };
+  if (int r = stage_pieces(c, plan, bytes, turn, from, nullptr, true, o.signal, entry); r != 0) return r;
+  if (out != nullptr) *out = turn.ticket + plan.pieces - 1;
   return 0;
 }
 
