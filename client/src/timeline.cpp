@@ -71,9 +71,18 @@ int Timeline::take_direct(uint64_t count, uint64_t* first) {
   return 0;
 }
 
+namespace {
+// The one rule for a call of several pieces: its outcome is its first
+// failed piece's error, kept at the call's own (last) ticket.
+void fold_failure(std::map<uint64_t, int>& failed, uint64_t call, int first_error) {
+  if (first_error != 0) failed[call] = first_error;
+}
+}  // namespace
+
 void Timeline::fail_direct(uint64_t ticket, int err) {
   std::lock_guard lock(mu_);
-  direct_failed_.emplace(ticket, err);
+  // The Appender reports a call's first refused copy only.
+  fold_failure(direct_failed_, ticket, err);
 }
 
 void Timeline::ended(int why) {
@@ -93,18 +102,18 @@ void Timeline::wake_sleepers() {
 }
 
 // Folds the errors of an upload's earlier pieces into its last ticket, once
-// the last ticket is done.
+// the last ticket is done (fold_failure).
 void Timeline::settle_groups(uint64_t completed) {
   while (!groups_.empty() && groups_.begin()->first <= completed) {
     auto node = groups_.extract(groups_.begin());
-    int err = 0;
-    for (uint64_t t : node.mapped()) {
+    int first = 0;
+    for (uint64_t t : node.mapped()) {  // the earlier pieces, in ticket order
       auto it = failed_.find(t);
       if (it == failed_.end()) continue;
-      if (err == 0) err = it->second;
+      if (first == 0) first = it->second;
       failed_.erase(it);
     }
-    if (err != 0) failed_.emplace(node.key(), err);  // keeps the last piece's own error if it has one
+    fold_failure(failed_, node.key(), first);
   }
 }
 
