@@ -5,9 +5,11 @@
 # kubectl, `label --local`, which needs no API server), and hold together:
 # selectors match, every mount has its volume, the MPS container runs the
 # multi-user server, ferryd's socket is the one its probe and the example pod
-# use, the pod has ferryd's group, the image tag is this version; the
-# Containerfile installs the packages scripts/deb-build.sh makes and fixes
-# the uid the manifests name.
+# use, the pod has ferryd's group, the image tag is this version, the CUDA
+# container runs the image with the CUDA backend (Containerfile.cuda) and the
+# driver's compute libraries, an init container gives the hostPath socket
+# directory to ferryd's uid; the Containerfile installs the packages
+# scripts/deb-build.sh makes and fixes the uid the manifests name.
 #   bash tests/deploy_check.sh SOURCE_DIR
 set -euo pipefail
 src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -23,7 +25,7 @@ else
   echo "deploy_check: no kubectl (Debian's kubernetes-client): the structural checks only"
 fi
 
-/usr/bin/python3 - "$manifest" "$containerfile" "$(cat "$src/VERSION")" <<'PY'
+/usr/bin/python3 - "$manifest" "$containerfile" "$(cat "$src/VERSION")" "$src/deploy/container/build-cuda-ferryd.sh" <<'PY'
 import re, sys, yaml
 
 manifest, containerfile, version = sys.argv[1:4]
@@ -43,7 +45,7 @@ if ds["spec"]["selector"]["matchLabels"].items() - ds["spec"]["template"]["metad
 
 def check_mounts(spec, what):
     vols = {v["name"]: v for v in spec.get("volumes", [])}
-    for c in spec["containers"]:
+    for c in spec["containers"] + spec.get("initContainers", []):
         for m in c.get("volumeMounts", []):
             if m["name"] not in vols:
                 fail(f"{what}: container {c['name']} mounts {m['name']}, which no volume defines")
@@ -76,9 +78,29 @@ if not (mps_env["CUDA_MPS_PIPE_DIRECTORY"] == ferryd_env["CUDA_MPS_PIPE_DIRECTOR
 gid = tpl["securityContext"]["runAsGroup"]
 if gid not in pod["spec"]["securityContext"].get("supplementalGroups", []):
     fail(f"the example pod is not in ferryd's group {gid}: it could not connect")
-for c in tpl["containers"]:
-    if c["image"] != f"ferryd:{version}":
-        fail(f"container {c['name']} runs {c['image']}, not ferryd:{version}")
+# The packages' ferryd has no CUDA backend: a container that asks for it
+# runs the image of Containerfile.cuda, which rebuilds ferryd with it.
+for c in tpl["containers"] + tpl.get("initContainers", []):
+    cuda = "cuda" in c.get("args", []) and "--backend" in c.get("args", [])
+    want = f"ferryd-cuda:{version}" if cuda else f"ferryd:{version}"
+    if c["image"] != want:
+        fail(f"container {c['name']} runs {c['image']}, not {want}")
+    if cuda:
+        caps = {e["name"]: e["value"] for e in c.get("env", [])}.get("NVIDIA_DRIVER_CAPABILITIES", "")
+        if "compute" not in caps:
+            fail(f"container {c['name']} uses CUDA without NVIDIA_DRIVER_CAPABILITIES compute (no libcuda.so.1)")
+cuda_text = open(containerfile + ".cuda").read()
+if "FERRY_CUDA" not in open(sys.argv[4]).read() or "build-cuda-ferryd.sh" not in cuda_text:
+    fail("Containerfile.cuda does not build ferryd with the CUDA backend (build-cuda-ferryd.sh, -DFERRY_CUDA=ON)")
+if f"ARG BASE=ferryd:{version}" not in cuda_text:
+    fail(f"Containerfile.cuda does not start from ferryd:{version}")
+# hostPath creates /run/ferry as root's: an init container gives it to the
+# uid ferryd runs as before ferryd makes its socket there.
+inits = tpl.get("initContainers", [])
+owner = f"chown {tpl['securityContext']['runAsUser']}:{tpl['securityContext']['runAsGroup']} /run/ferry"
+if not any(owner in " ".join(i.get("command", [])) and any(m["name"] == "sockets" for m in i.get("volumeMounts", []))
+           for i in inits):
+    fail(f"no init container runs '{owner}' on the sockets volume: ferryd could not make its socket")
 text = open(containerfile).read()
 if not re.search(r"^FROM debian:bookworm", text, re.M):
     fail("the Containerfile does not start from Debian bookworm")

@@ -107,7 +107,7 @@ class Cuda final : public Backend {
       why = "CUDA backend unavailable: the NVIDIA driver library libcuda.so.1 is not installed";
       return false;
     }
-    using gpa_t = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+    using gpa_t = CUresult (*)(const char*, void**, int, cuuint64_t, void* /* CUdriverProcAddressQueryResult*, CUDA 12 */);
     auto gpa = reinterpret_cast<gpa_t>(dlsym(lib, "cuGetProcAddress_v2"));
     if (gpa == nullptr) {
       why = "CUDA backend unavailable: the driver predates CUDA 12 (no cuGetProcAddress_v2)";
@@ -168,7 +168,12 @@ class Cuda final : public Backend {
     info_.copy_engine = true;  // async copies on a non-blocking stream use the copy engines
     info_.host_import = true;  // cuMemHostRegister
     int mem_ops = 0;
-    cu_.cuDeviceGetAttribute(&mem_ops, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev_);
+    // The functions come at the 12.0 API (cuGetProcAddress above): their
+    // attribute is the v2 memops one, 122, named ..._64_BIT_STREAM_MEM_OPS by
+    // CUDA 12's cuda.h and ..._V2 by CUDA 11's (Debian bookworm's), whose
+    // ..._64_BIT_STREAM_MEM_OPS is the v1 attribute 93 (0 on a CUDA 12 driver).
+    constexpr auto kMemOps64 = static_cast<CUdevice_attribute>(122);
+    cu_.cuDeviceGetAttribute(&mem_ops, kMemOps64, dev_);
     info_.device_writes = mem_ops != 0 && cu_.cuStreamWriteValue64 != nullptr && cu_.cuMemHostGetDevicePointer != nullptr;
     info_.sharing = mps ? "mps" : "time-sliced";
     if (CUuuid u{}; cu_.cuDeviceGetUuid != nullptr && cu_.cuDeviceGetUuid(&u, dev_) == CUDA_SUCCESS) {
