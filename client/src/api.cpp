@@ -38,8 +38,12 @@ proto::Hello hello_message() {
   auto hello = proto::make<proto::Hello>(proto::Type::hello);
   hello.magic = proto::kMagic;
   hello.version = proto::kVersion;
+  // What ferryctl shows for this client: $FERRY_CLIENT_NAME (ferry.torch
+  // names its workers so), else the program's name.
   char comm[proto::kNameBytes + 1] = {};
-  if (FILE* f = std::fopen("/proc/self/comm", "r")) {
+  if (const char* name = std::getenv("FERRY_CLIENT_NAME"); name != nullptr && *name != '\0') {
+    std::strncpy(comm, name, proto::kNameBytes);
+  } else if (FILE* f = std::fopen("/proc/self/comm", "r")) {
     if (std::fgets(comm, sizeof comm, f) != nullptr) comm[std::strcspn(comm, "\n")] = '\0';
     std::fclose(f);
   }

@@ -321,6 +321,11 @@ class _Worker:
     @classmethod
     def get(cls, socket):
         if cls.client is None or cls.pid != os.getpid():
+            # Named for ferryctl: this process is a worker of torch's loader
+            # (its own process: the name reaches nothing of the trainer's).
+            info = _data.get_worker_info()
+            if info is not None:
+                os.environ["FERRY_CLIENT_NAME"] = f"torch worker {info.id}"
             cls.client, cls.pid, cls.opened, cls.pending = _api.Client(socket), os.getpid(), {}, []
         for slot in cls.forget:
             b = cls.opened.pop(slot, None)

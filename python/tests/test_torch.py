@@ -254,6 +254,17 @@ class LoaderTest(unittest.TestCase):
                          TorchLoader(Mixed()).prefetch_factor)
         self.assert_nothing_held_by_loaders()
 
+    def test_workers_are_named_for_ferryctl(self):
+        kw = dict(batch_size=7, num_workers=2, persistent_workers=True)
+        ours = ft.DataLoader(Mixed(), device="cpu", socket=self.d.socket, **kw)
+        it = iter(ours)
+        next(it)
+        names = sorted(c["name"] for c in self.status()["clients"] if c["pid"] != os.getpid())
+        self.assertEqual(names, ["torch worker 0", "torch worker 1"])
+        self.assertNotIn("FERRY_CLIENT_NAME", os.environ)  # the trainer's environment is its own
+        del it, ours
+        self.assert_nothing_held_by_loaders()
+
     def test_persistent_workers_over_two_epochs(self):
         kw = dict(batch_size=7, shuffle=True, num_workers=2, persistent_workers=True)
         ours = ft.DataLoader(Mixed(), generator=torch.Generator().manual_seed(3), device="cpu",
