@@ -177,3 +177,60 @@ TEST_CASE("outbox: one user's outboxes share its bound; the one that goes past i
   CHECK(u.bytes == 0);
   CHECK(u.fds == 0);
 }
+
+TEST_CASE("outbox: a message's unsent hook runs once when its descriptor never leaves, never when it does",
+          "[outbox]") {
+  auto b = proto::make<proto::ExportReply>(proto::Type::export_reply);
+  const auto devnull = [] { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); };
+  SECTION("sent: not called") {
+    Rig r;
+    int unsent = 0;
+    r.box->queue(&b, sizeof b, devnull(), -1, [&] { ++unsent; });
+    r.box->flush();
+    r.run();
+    std::vector<int> fds;
+    r.read(&fds);
+    REQUIRE(fds.size() == 1);
+    ::close(fds[0]);
+    r.box->drop();  // the session closes afterwards
+    CHECK(unsent == 0);
+  }
+  SECTION("refused past the limit: called at once") {
+    Rig r(sizeof b - 1);
+    int unsent = 0;
+    CHECK_FALSE(r.box->queue(&b, sizeof b, devnull(), -1, [&] { ++unsent; }));
+    CHECK(unsent == 1);
+    r.box->drop();
+    CHECK(unsent == 1);
+  }
+  SECTION("queued, then the session closes before it is written: called by drop, once") {
+    Rig r;
+    int unsent = 0;
+    CHECK(r.box->queue(&b, sizeof b, devnull(), -1, [&] { ++unsent; }));
+    CHECK(unsent == 0);
+    r.box->drop();
+    CHECK(unsent == 1);
+    r.box->drop();
+    CHECK(unsent == 1);
+  }
+  SECTION("sendmsg fails (the peer is gone): reported, then called once the session drops it") {
+    Rig r;
+    int unsent = 0;
+    ::close(r.peer);
+    r.peer = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // ~Rig closes it
+    CHECK(r.box->queue(&b, sizeof b, devnull(), -1, [&] { ++unsent; }));
+    r.box->flush();
+    r.run();
+    CHECK(r.failures == 1);
+    CHECK(unsent == 0);  // the session decides: it drops the outbox as it closes
+    r.box->drop();
+    CHECK(unsent == 1);
+  }
+  SECTION("an outbox destroyed without a drop (the daemon stopping) calls nothing") {
+    Rig r;
+    int unsent = 0;
+    CHECK(r.box->queue(&b, sizeof b, devnull(), -1, [&] { ++unsent; }));
+    r.box.reset();
+    CHECK(unsent == 0);
+  }
+}

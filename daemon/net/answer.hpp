@@ -17,9 +17,9 @@ struct Answer {
   std::string bytes;     // message and end: the whole message
   int fd = -1, fd2 = -1;  // message: descriptors sent with it, the session's from here
   std::string why;       // end: for the log
-  // message: called if it will never be written (its session failed for it:
-  // the peer does not read, or its user is past the bound of unread
-  // replies); its descriptors are closed then.
+  // message with a descriptor: called once if the descriptor never leaves
+  // ferryd (refused, or dropped unsent: its session failed or closed first,
+  // or sendmsg refused it, ETOOMANYREFS); its descriptors are closed then.
   std::function<void()> unsent;
 
   template <class Msg>

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "ferry/fdpass.hpp"
 #include "ferry/proto.hpp"
@@ -17,12 +18,21 @@ namespace ferry::ferryd {
 Outbox::Outbox(socket_type& socket, size_t limit, Hooks hooks)
     : socket_(socket), limit_(limit), hooks_(std::move(hooks)) {}
 
-Outbox::~Outbox() { drop(); }
+Outbox::~Outbox() {
+  // Only a session that closed tells what went unsent (the engine may be
+  // gone by the time a session object is).
+  for (Mark& m : fd_marks_) m.unsent = nullptr;
+  drop();
+}
 
 void Outbox::drop() {
   dropped_ = true;
-  for (auto& [off, fd] : fd_marks_) ::close(fd);
+  auto marks = std::move(fd_marks_);
   fd_marks_.clear();
+  for (Mark& m : marks) {
+    ::close(m.fd);
+    if (m.unsent) m.unsent();
+  }
   pending_.clear();
   pending_.shrink_to_fit();
   settle();
@@ -41,22 +51,26 @@ bool Outbox::settle() {
   return hooks_.held(db, df);
 }
 
-bool Outbox::queue(const void* data, size_t bytes, int fd, int fd2) {
+bool Outbox::queue(const void* data, size_t bytes, int fd, int fd2, std::function<void()> unsent) {
   touched_ = true;
   const bool refused = dropped_ || pending_.size() + bytes > limit_;
   if (refused) {
     for (int f : {fd, fd2})
       if (f >= 0) ::close(f);
+    if (unsent) unsent();
     if (!dropped_) hooks_.failed("it does not read its socket");
     return false;
   }
   for (int f : {fd, fd2})
-    if (f >= 0) fd_marks_.emplace_back(pending_.size(), f);
+    if (f >= 0) fd_marks_.push_back({pending_.size(), f, std::exchange(unsent, nullptr)});
   const auto* p = static_cast<const uint8_t*>(data);
   pending_.insert(pending_.end(), p, p + bytes);
   // Over the user's bound (all its sessions' unread replies together): this
   // session, the one that pushed it over, goes.
   if (settle()) return true;
+  // Failed for it: never written. A hook left here is a message's without
+  // a descriptor (one with goes through drop()).
+  if (unsent) unsent();
   hooks_.failed("its user's sessions hold the most unread replies or descriptors a user may");
   return false;
 }
@@ -69,7 +83,7 @@ void Outbox::close_after_write() {
 // Drops the first n bytes of pending_, moving the offsets that point into it.
 void Outbox::drop_front(size_t n) {
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
-  for (auto& m : fd_marks_) m.first -= n;
+  for (Mark& m : fd_marks_) m.at -= n;
 }
 
 void Outbox::flush() {
@@ -78,12 +92,12 @@ void Outbox::flush() {
     if (closing_) hooks_.drained();
     return;
   }
-  if (!fd_marks_.empty() && fd_marks_.front().first == 0) {
+  if (!fd_marks_.empty() && fd_marks_.front().at == 0) {
     send_with_fd();
     return;
   }
   // Everything up to the next message that carries an fd.
-  const size_t upto = fd_marks_.empty() ? pending_.size() : fd_marks_.front().first;
+  const size_t upto = fd_marks_.empty() ? pending_.size() : fd_marks_.front().at;
   writing_.assign(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(upto));
   drop_front(upto);
   boost::asio::async_write(socket_, boost::asio::buffer(writing_),
@@ -107,7 +121,7 @@ void Outbox::send_with_fd() {
     std::memcpy(&h, pending_.data(), sizeof h);
     int fds[2];
     size_t count = 0;
-    for (size_t i = 0; i < fd_marks_.size() && fd_marks_[i].first == 0 && count < 2; ++i) fds[count++] = fd_marks_[i].second;
+    for (size_t i = 0; i < fd_marks_.size() && fd_marks_[i].at == 0 && count < 2; ++i) fds[count++] = fd_marks_[i].fd;
     ssize_t n = proto::send_fds(socket_.native_handle(), pending_.data(), h.size, fds, count, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return flush();  // waits for room again
     // Refused (ETOOMANYREFS: the daemon's descriptors in flight) or only

@@ -39,8 +39,11 @@ class Outbox {
   // Appends a message; `fd` and `fd2` (>= 0) go with it and are the
   // outbox's to close. Over the limit nothing is queued and `failed` is
   // called. False when the message will never be written: refused, or its
-  // session failed for it (its user past the unread bound).
-  bool queue(const void* data, size_t bytes, int fd = -1, int fd2 = -1);
+  // session failed for it (its user past the unread bound). `unsent` is
+  // called once if the message never leaves: refused or failed here; for a
+  // message with descriptors also when dropped unsent (the session failed or
+  // closed first, or sendmsg refused them: ETOOMANYREFS).
+  bool queue(const void* data, size_t bytes, int fd = -1, int fd2 = -1, std::function<void()> unsent = {});
   // Starts writing, if not already.
   void flush();
   // Calls `drained` once everything queued so far is written.
@@ -65,8 +68,14 @@ class Outbox {
   std::vector<uint8_t> pending_;  // not yet handed to the socket
   std::vector<uint8_t> writing_;  // being written
   // Offsets in pending_ of messages that carry descriptors, one mark each
-  // (a message with two has two marks at its offset).
-  std::deque<std::pair<size_t, int>> fd_marks_;
+  // (a message with two has two marks at its offset; its first holds the
+  // message's `unsent`).
+  struct Mark {
+    size_t at;
+    int fd;
+    std::function<void()> unsent;
+  };
+  std::deque<Mark> fd_marks_;
   bool sending_fd_ = false;
   bool closing_ = false;
   bool dropped_ = false;

@@ -263,10 +263,12 @@ Answer Requests::on_export(const proto::Export& m) {
     std::memcpy(r.handle, h.data, sizeof r.handle);
   }
   Answer a = Answer::message(r, fd);
-  // A reply its session drops (its user past the bound of unread
-  // descriptors) takes its descriptor along, never sent: nor is it charged.
+  // A reply that never leaves (its session failed for it, or closed first,
+  // or sendmsg refused its descriptor) charges nothing: the outbox says so.
   if (first && r.status == 0)
-    a.unsent = [this, client = client_, buffer = m.buffer] { ctx_.engine.resources().export_unsent(*client, buffer); };
+    a.unsent = [&resources = ctx_.engine.resources(), client = client_, buffer = m.buffer] {
+      resources.export_unsent(*client, buffer);
+    };
   return a;
 }
 

@@ -208,7 +208,9 @@ void Session::deliver(Answer a) {
     case Answer::Kind::close:
       return close();
     case Answer::Kind::message:
-      if (!outbox_.queue(a.bytes.data(), a.bytes.size(), a.fd, a.fd2) && a.unsent) a.unsent();
+      // Its unsent hook goes with it: the outbox calls it if the
+      // descriptors never leave, now or once the session ends.
+      outbox_.queue(a.bytes.data(), a.bytes.size(), a.fd, a.fd2, std::move(a.unsent));
       outbox_.flush();
       return;
     case Answer::Kind::end:
