@@ -12,6 +12,7 @@
 
 #include "ferry/wire.hpp"
 #include "net/outbox.hpp"
+#include "net/server_context.hpp"
 
 using namespace ferry::ferryd;
 namespace proto = ferry::proto;
@@ -233,4 +234,24 @@ TEST_CASE("outbox: a message's unsent hook runs once when its descriptor never l
     r.box.reset();
     CHECK(unsent == 0);
   }
+}
+
+TEST_CASE("the log's budget: ten lines about sessions a second, the rest counted and summed up once", "[log]") {
+  using namespace std::chrono;
+  LogBudget b;
+  uint64_t left_out = 0;
+  const auto t0 = steady_clock::time_point{} + hours(1);
+  int written = 0;
+  for (int i = 0; i < 25; ++i) written += b.take(&left_out, t0 + milliseconds(i)) ? 1 : 0;
+  CHECK(written == static_cast<int>(LogBudget::kPerSecond));
+  CHECK(left_out == 15);
+  CHECK(b.left_out == 15);
+  // Within the same second: still refused.
+  CHECK_FALSE(b.take(&left_out, t0 + milliseconds(999)));
+  CHECK(left_out == 16);
+  // A new second: the window starts again (its first line says how many were left out).
+  CHECK(b.take(&left_out, t0 + milliseconds(1000)));
+  CHECK(b.left_out == 0);
+  CHECK(b.used == 1);
+  CHECK(left_out == 16);  // the total only grows
 }

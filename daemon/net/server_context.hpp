@@ -26,8 +26,8 @@ struct LogBudget {
   uint32_t used = 0;
   uint32_t left_out = 0;  // in this window
   // Whether this line may be written; adds to *total when not.
-  bool take(uint64_t* total) {
-    const auto now = std::chrono::steady_clock::now();
+  bool take(uint64_t* total) { return take(total, std::chrono::steady_clock::now()); }
+  bool take(uint64_t* total, std::chrono::steady_clock::time_point now) {
     if (now - window >= std::chrono::seconds(1)) {
       if (left_out != 0)
         FERRY_LOG(warn, "%u more sessions closed in the last second, not logged one by one", left_out);
