@@ -255,3 +255,37 @@ TEST_CASE("the log's budget: ten lines about sessions a second, the rest counted
   CHECK(b.used == 1);
   CHECK(left_out == 16);  // the total only grows
 }
+
+TEST_CASE("outbox: a message without a descriptor has its unsent hook too; handed to the socket, it counts as sent",
+          "[outbox]") {
+  auto b = proto::make<proto::ExportReply>(proto::Type::export_reply);  // a CUDA handle travels in the bytes
+  SECTION("dropped before it reached the socket: called once") {
+    Rig r;
+    int unsent = 0;
+    CHECK(r.box->queue(&b, sizeof b, -1, -1, [&] { ++unsent; }));
+    r.box->drop();
+    r.box->drop();
+    CHECK(unsent == 1);
+  }
+  SECTION("handed to the socket, then dropped: not called (its bytes may be the peer's already)") {
+    Rig r;
+    int unsent = 0;
+    CHECK(r.box->queue(&b, sizeof b, -1, -1, [&] { ++unsent; }));
+    r.box->flush();
+    r.box->drop();
+    r.run();
+    CHECK(unsent == 0);
+  }
+  SECTION("behind a message that waits to be written, dropped: only its own hook runs") {
+    Rig r;
+    int first = 0, second = 0;
+    auto a = reply(1);
+    CHECK(r.box->queue(&a, sizeof a, -1, -1, [&] { ++first; }));
+    r.box->flush();  // the first is handed to the socket
+    CHECK(r.box->queue(&b, sizeof b, -1, -1, [&] { ++second; }));
+    r.box->drop();
+    r.run();
+    CHECK(first == 0);
+    CHECK(second == 1);
+  }
+}

@@ -21,18 +21,17 @@ Outbox::Outbox(socket_type& socket, size_t limit, Hooks hooks)
 Outbox::~Outbox() {
   // Only a session that closed tells what went unsent (the engine may be
   // gone by the time a session object is).
-  for (Mark& m : fd_marks_) m.unsent = nullptr;
+  unsent_.clear();
   drop();
 }
 
 void Outbox::drop() {
   dropped_ = true;
-  auto marks = std::move(fd_marks_);
+  for (const Mark& m : fd_marks_) ::close(m.fd);
   fd_marks_.clear();
-  for (Mark& m : marks) {
-    ::close(m.fd);
-    if (m.unsent) m.unsent();
-  }
+  auto hooks = std::move(unsent_);
+  unsent_.clear();
+  for (auto& [at, hook] : hooks) hook();
   pending_.clear();
   pending_.shrink_to_fit();
   settle();
@@ -62,15 +61,15 @@ bool Outbox::queue(const void* data, size_t bytes, int fd, int fd2, std::functio
     return false;
   }
   for (int f : {fd, fd2})
-    if (f >= 0) fd_marks_.push_back({pending_.size(), f, std::exchange(unsent, nullptr)});
+    if (f >= 0) fd_marks_.push_back({pending_.size(), f});
+  if (unsent) unsent_.emplace_back(pending_.size(), std::exchange(unsent, nullptr));
   const auto* p = static_cast<const uint8_t*>(data);
   pending_.insert(pending_.end(), p, p + bytes);
   // Over the user's bound (all its sessions' unread replies together): this
   // session, the one that pushed it over, goes.
   if (settle()) return true;
-  // Failed for it: never written. A hook left here is a message's without
-  // a descriptor (one with goes through drop()).
-  if (unsent) unsent();
+  // Failed for it: never written (the session drops the outbox, and with
+  // it this message's hook).
   hooks_.failed("its user's sessions hold the most unread replies or descriptors a user may");
   return false;
 }
@@ -84,6 +83,8 @@ void Outbox::close_after_write() {
 void Outbox::drop_front(size_t n) {
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
   for (Mark& m : fd_marks_) m.at -= n;
+  while (!unsent_.empty() && unsent_.front().first < n) unsent_.pop_front();
+  for (auto& u : unsent_) u.first -= n;
 }
 
 void Outbox::flush() {
@@ -131,7 +132,15 @@ void Outbox::send_with_fd() {
                               std::strerror(errno);
       return hooks_.failed(why.c_str());
     }
-    if (n != static_cast<ssize_t>(h.size)) return hooks_.failed("a message with a descriptor was only partly sent");
+    if (n != static_cast<ssize_t>(h.size)) {
+      // Its descriptors left with the first bytes: the message counts as sent.
+      for (size_t i = 0; i < count; ++i) {
+        ::close(fds[i]);
+        fd_marks_.pop_front();
+      }
+      drop_front(static_cast<size_t>(n));
+      return hooks_.failed("a message with a descriptor was only partly sent");
+    }
     for (size_t i = 0; i < count; ++i) {
       ::close(fds[i]);
       fd_marks_.pop_front();

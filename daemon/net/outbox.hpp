@@ -40,9 +40,9 @@ class Outbox {
   // outbox's to close. Over the limit nothing is queued and `failed` is
   // called. False when the message will never be written: refused, or its
   // session failed for it (its user past the unread bound). `unsent` is
-  // called once if the message never leaves: refused or failed here; for a
-  // message with descriptors also when dropped unsent (the session failed or
-  // closed first, or sendmsg refused them: ETOOMANYREFS).
+  // called once if the message never leaves: refused or failed here, or
+  // dropped before any of it reached the socket (the session failed or
+  // closed first, or sendmsg refused its descriptors: ETOOMANYREFS).
   bool queue(const void* data, size_t bytes, int fd = -1, int fd2 = -1, std::function<void()> unsent = {});
   // Starts writing, if not already.
   void flush();
@@ -58,6 +58,8 @@ class Outbox {
 
  private:
   void send_with_fd();
+  // Drops the first n bytes of pending_ (handed to the socket: their
+  // messages' hooks go unrun).
   void drop_front(size_t n);
   // Tells hooks_.held what changed since it was last told; false: over the user's bound.
   bool settle();
@@ -68,14 +70,17 @@ class Outbox {
   std::vector<uint8_t> pending_;  // not yet handed to the socket
   std::vector<uint8_t> writing_;  // being written
   // Offsets in pending_ of messages that carry descriptors, one mark each
-  // (a message with two has two marks at its offset; its first holds the
-  // message's `unsent`).
+  // (a message with two has two marks at its offset).
   struct Mark {
     size_t at;
     int fd;
-    std::function<void()> unsent;
   };
   std::deque<Mark> fd_marks_;
+  // Offsets in pending_ of messages with an `unsent` hook. A message handed
+  // to the socket counts as sent (its bytes may be in the peer's hands
+  // before the write's completion is seen): only those still here when the
+  // outbox drops, or whose sendmsg refused its descriptors, run their hook.
+  std::deque<std::pair<size_t, std::function<void()>>> unsent_;
   bool sending_fd_ = false;
   bool closing_ = false;
   bool dropped_ = false;

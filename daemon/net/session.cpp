@@ -183,7 +183,11 @@ Peer::Flow Session::flow() const {
 Peer::Later Session::defer() {
   paused_ = true;
   return {cancelled_, [this, self = shared_from_this()](Answer a) {
-            if (closed_) return;
+            if (closed_) {  // gone meanwhile: what the answer carried goes too
+              for (int fd : {a.fd, a.fd2})
+                if (fd >= 0) ::close(fd);
+              return;
+            }
             deliver(std::move(a));
             resume();
           }};
