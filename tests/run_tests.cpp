@@ -382,16 +382,26 @@ TEST_CASE("ferry-run: a forked child makes its own lane, never the parent's", "[
   Daemon d;
   ::setenv("FERRY_SOCKET", d.socket.c_str(), 1);
   auto prepare = [](ferry_client*, uint64_t, void*) { return 0; };
+  // A lane connects in the background; a call that finds it still
+  // connecting past its wait passes (on a loaded machine, under ASan, that
+  // happens): asked again until the lane is there.
+  auto lane = [&] {
+    ferry_client* c = nullptr;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (int why = -1; c == nullptr && std::chrono::steady_clock::now() < end;) {
+      c = fr::Lanes::get().acquire(1, 1, 0, prepare, nullptr, &why);
+      if (c == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return c;
+  };
   fr::Lanes& lanes = fr::Lanes::get();
-  int why = -1;
-  ferry_client* parent = lanes.acquire(1, 1, 0, prepare, nullptr, &why);
+  ferry_client* parent = lane();
   REQUIRE(parent != nullptr);
   ferry_info pi{};
   REQUIRE(ferry_get_info(parent, &pi) == 0);
   lanes.done(parent, 0);
   const pid_t child = fork_child([&] {
-    int w = -1;
-    ferry_client* mine = fr::Lanes::get().acquire(1, 1, 0, prepare, nullptr, &w);
+    ferry_client* mine = lane();
     if (mine == nullptr || mine == parent) return 3;
     ferry_info ci{};
     if (ferry_get_info(mine, &ci) != 0 || ci.client_id == pi.client_id) return 4;
@@ -400,6 +410,7 @@ TEST_CASE("ferry-run: a forked child makes its own lane, never the parent's", "[
   });
   CHECK(reap(child) == 0);
   // The parent's lane is untouched by the child.
+  int why = -1;
   ferry_client* again = lanes.acquire(1, 1, 0, prepare, nullptr, &why);
   CHECK(again == parent);
   lanes.done(again, 0);
