@@ -44,6 +44,11 @@ run_suite() {
   local log rc=0
   log=$(mktemp)
   (cd "$dir" && ctest --output-on-failure -j 2) 2>&1 | tee "$log" || rc=$?
+  count_suite "$dir" "$log" "$rc"
+}
+# Adds one ctest run's counts (its output in LOG) to the totals; stops on failure.
+count_suite() {
+  local dir=$1 log=$2 rc=$3
   local total fail skip
   total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
   fail=$(sed -n 's/.* \([0-9]*\) tests failed out of.*/\1/p' "$log" | tail -1)
@@ -59,20 +64,58 @@ run_suite() {
   fi
 }
 
-run_suite "$root/build/ci" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+. "$root/tests/readme_lib.sh"
+# The first build and test run are the README's "Building by hand" commands,
+# run as written there, so that CI fails when one stops working: warnings as
+# errors through CFLAGS/CXXFLAGS (read by CMake's first configure), two tests
+# at a time (CTEST_PARALLEL_LEVEL). Its install lines are tests/install_test.sh's,
+# after the packages' test (the two must not be installed at once).
+by_hand=$(readme_block "## Building by hand")
+grep -q '^cmake -S \. -B build ' <<<"$by_hand" && grep -q 'ctest' <<<"$by_hand" &&
+  grep -q '^cmake --install build ' <<<"$by_hand" ||
+  { echo "README, Building by hand: no configure, ctest or install line in: $by_hand"; exit 1; }
+echo "== the README's \"Building by hand\", as written (warnings as errors, ctest two at a time)"
+log=$(mktemp)
+rc=0
+(
+  cd "$root"
+  export CFLAGS="${CFLAGS:-} -Werror" CXXFLAGS="${CXXFLAGS:-} -Werror" CTEST_PARALLEL_LEVEL=2
+  while IFS= read -r line; do
+    [[ $line == "cmake --install"* ]] && break
+    [[ -z $line ]] && continue
+    echo "\$ $line"
+    eval "$line" || exit
+  done <<<"$by_hand"
+  # The install line runs from the tree's root: the lines before must end there.
+  [[ $PWD == "$root" ]] || { echo "README, Building by hand: its lines end in $PWD, where 'cmake --install build' fails"; exit 1; }
+) 2>&1 | tee "$log" || rc=$?
+grep -q -- '-Werror' "$root/build/CMakeCache.txt" ||
+  { echo "build/ was configured before without -Werror: remove it (rm -rf build) and run again"; exit 1; }
+count_suite "$root/build" "$log" "$rc"
+# One test script (exit 0 passed, 77 skipped with a "NAME: skipped: why"
+# line, else failed), counted as one test.
+run_script() {
+  local name=$1
+  shift
+  local out rc=0 why
+  out=$(mktemp)
+  bash "$@" 2>&1 | tee "$out" || rc=$?  # pipefail: the script's status
+  why=$(sed -n "s/^$name: skipped: //p" "$out" | head -1)
+  rm -f "$out"
+  case $rc in
+    0) passed=$((passed + 1)) ;;
+    77) skipped=$((skipped + 1)); skips+="  $name: ${why:-no reason printed}"$'\n' ;;
+    *) failed=$((failed + 1)); summary; exit "$rc" ;;
+  esac
+}
 # The Debian packages: built, lintian clean, and (on CI, as root) installed,
 # used and purged (tests/package_test.sh).
 echo "== Debian packages"
-pkglog=$(mktemp)
-rc=0
-bash "$root/tests/package_test.sh" "$root/build/deb" 2>&1 | tee "$pkglog" || rc=$?  # pipefail: package_test's status
-why=$(sed -n 's/^package_test: skipped: //p' "$pkglog" | head -1)
-rm -f "$pkglog"
-case $rc in
-  0) passed=$((passed + 1)) ;;
-  77) skipped=$((skipped + 1)); skips+="  package_test: ${why:-no reason printed}"$'\n' ;;
-  *) failed=$((failed + 1)); summary; exit "$rc" ;;
-esac
+run_script package_test "$root/tests/package_test.sh" "$root/build/deb"
+# The README's "Building by hand" install lines, as written, into /usr/local
+# (on CI, as root), used, and removed again (tests/install_test.sh).
+echo "== the README's \"Building by hand\" install"
+run_script install_test "$root/tests/install_test.sh" "$root/build"
 if [[ ${FERRY_TEST_QUICK:-0} != 1 ]]; then
   # The sanitizer runtime must not trip over the loader's own leaks at exit.
   export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1

@@ -3,6 +3,7 @@
 // errno, and every wrapper reaching the C call it names.
 #include <ferry/ferry.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -214,4 +215,23 @@ TEST_CASE("ferry_info and ferry_timeline are versioned by size", "[abi]") {
   CHECK(tl.device_completed != nullptr);
   CHECK(tl.segment != nullptr);
   ferry_disconnect(c);
+}
+
+TEST_CASE("a client connected under a name shows under it; none given: the program's name", "[cpp][names]") {
+  Daemon d;
+  ferry::Client trainer(d.socket, "torch trainer");
+  ferry::Client longer(d.socket, "a name longer than sixteen bytes");
+  ferry_client* plain = nullptr;
+  REQUIRE(ferry_connect_named(d.socket.c_str(), "", &plain) == 0);
+  std::vector<std::string> names;
+  const auto st = d.status();
+  for (const auto& [k, row] : st.get_child("clients")) {
+    (void)k;
+    names.push_back(row.get<std::string>("name"));
+  }
+  std::sort(names.begin(), names.end());
+  // The test program's own name, as /proc/self/comm gives it (15 bytes at most).
+  CHECK(names == std::vector<std::string>{"a name longer t", "cpp_api_tests", "torch trainer"});
+  ferry_disconnect(plain);
+  CHECK(ferry_connect_named(d.socket.c_str(), "x", nullptr) == -EFAULT);
 }

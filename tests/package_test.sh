@@ -68,9 +68,24 @@ if ! getent passwd ferry >/dev/null; then
   getent group ferry >/dev/null && groupdel ferry 2>/dev/null || true
 fi
 
-echo "== apt-get install ./ferryd_*.deb ./libferry0_*.deb"
-apt-get install -y -qq "${debs[@]}" >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get install"; }
-dpkg-query -L ferryd libferry0 | sort -u >"$tmp/files"
+. "$root/tests/readme_lib.sh"
+# README, "From Debian packages": its install line, as written (from the tree's
+# root, where it finds ./build/deb), with apt's question answered yes as a
+# user would; for another OUT, the same packages named here.
+pkg_block=$(readme_block "**From Debian packages**")
+readme_apt=$(readme_command "$pkg_block" "apt-get install")
+[[ $readme_apt == *ferryd_*libferry0_*libferry-dev_*python3-ferry_* ]] ||
+  fail "README, From Debian packages: the install line does not name the four packages: $readme_apt"
+if [[ $out == "$root/build/deb" ]]; then
+  echo "== the README's install line, as written: $readme_apt"
+  printf 'APT::Get::Assume-Yes "true";\nquiet "2";\n' >"$tmp/apt.conf"
+  (cd "$root" && APT_CONFIG=$tmp/apt.conf bash -c "$readme_apt") >"$tmp/apt.log" 2>&1 ||
+    { cat "$tmp/apt.log"; fail "the README's apt-get install line"; }
+else
+  echo "== apt-get install of the four packages in $out"
+  apt-get install -y -qq "${debs[@]}" "${dev[@]}" >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get install"; }
+fi
+dpkg-query -L ferryd libferry0 libferry-dev python3-ferry | sort -u >"$tmp/files"
 id ferry >/dev/null 2>&1 || fail "no user ferry after the install (systemd-sysusers)"
 id -nG ferry | tr ' ' '\n' | grep -qx render || fail "user ferry is not in group render: $(id ferry)"
 [[ -L /etc/systemd/system/sockets.target.wants/ferryd@0.socket ]] ||
@@ -111,14 +126,14 @@ else
   id nonmember >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin nonmember
 fi
 
-echo "== ferryctl status against the installed daemon"
-status=$(/usr/bin/ferryctl --socket "$sock" status 2>&1) || fail "ferryctl status: $status"
+echo "== ferryctl status against the installed daemon: the README's line, as written"
+readme_status=$(readme_command "$pkg_block" "ferryctl status")
+[[ -n $readme_status ]] || fail "README, From Debian packages: no 'ferryctl status' line"
+status=$(cd /tmp && bash -c "$readme_status" 2>&1) || fail "$readme_status: $status"
 grep -q "simulated in place of a GPU" <<<"$status" || fail "ferryctl status does not say the device is simulated: $status"
 echo "$status" | head -4
 
 echo "== libferry-dev and python3-ferry: a C client through pkg-config, a Python client"
-apt-get install -y -qq "${dev[@]}" >"$tmp/apt2.log" 2>&1 || { cat "$tmp/apt2.log"; fail "apt-get install of the -dev and Python packages"; }
-dpkg-query -L libferry-dev python3-ferry | sort -u >>"$tmp/files"
 flags=$(pkg-config --cflags --libs ferry | xargs)
 [[ $flags == "-lferry" ]] || fail "pkg-config --cflags --libs ferry: '$flags' (system paths should be left out)"
 cc -std=c11 -Wall -Werror "$root/examples/consumer/consumer.c" $flags -o "$tmp/consumer"
@@ -143,12 +158,6 @@ ferried=$(ZE_ENABLE_ALT_DRIVERS=$sim /usr/bin/ferry-run --socket "$sock" --repor
 grep -q '"staged":1,' "$tmp/run.json" || fail "ferry-run's report: $(cat "$tmp/run.json")"
 man -w ferry-run >/dev/null 2>&1 || [[ -e /usr/share/man/man1/ferry-run.1.gz ]] || fail "no ferry-run(1)"
 echo "== the README's first commands, as written: \"Using it\" line by line, \"From Python\" in a plain venv"
-# The first fenced block after a README heading (its exact text).
-readme_block() {
-  awk -v h="$1" '$0 == h { found = 1; next }
-    found && /^```/ { if (inside) exit; inside = 1; next }
-    inside { print }' "$root/README.md"
-}
 # A copy of the tree's parts the README's Python install reads (python/ and
 # VERSION beside it), so that the venv and its build stay out of the tree.
 mkdir -p "$tmp/user/python"

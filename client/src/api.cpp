@@ -34,14 +34,16 @@ std::atomic<uint64_t> fork_generation{0};
   return pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); }) == 0;
 }();
 
-proto::Hello hello_message() {
+proto::Hello hello_message(const char* given) {
   auto hello = proto::make<proto::Hello>(proto::Type::hello);
   hello.magic = proto::kMagic;
   hello.version = proto::kVersion;
-  // What ferryctl shows for this client: $FERRY_CLIENT_NAME (ferry.torch
-  // names its workers so), else the program's name.
+  // What ferryctl shows for this client: the name given to
+  // ferry_connect_named (ferry.torch names its trainer and workers so), else
+  // $FERRY_CLIENT_NAME, else the program's name.
   char comm[proto::kNameBytes + 1] = {};
-  if (const char* name = std::getenv("FERRY_CLIENT_NAME"); name != nullptr && *name != '\0') {
+  const char* name = given != nullptr && *given != '\0' ? given : std::getenv("FERRY_CLIENT_NAME");
+  if (name != nullptr && *name != '\0') {
     std::strncpy(comm, name, proto::kNameBytes);
   } else if (FILE* f = std::fopen("/proc/self/comm", "r")) {
     if (std::fgets(comm, sizeof comm, f) != nullptr) comm[std::strcspn(comm, "\n")] = '\0';
@@ -163,13 +165,17 @@ int owner_check(const ferry_client* c) {
 extern "C" {
 
 int ferry_connect(const char* socket_path, ferry_client** out) {
+  return ferry_connect_named(socket_path, nullptr, out);
+}
+
+int ferry_connect_named(const char* socket_path, const char* name, ferry_client** out) {
   last_error().clear();
   if (out == nullptr) return fc::misuse(-EFAULT, "ferry_connect", "out is NULL (where the client is returned)");
   *out = nullptr;
   const std::string path = socket_path != nullptr ? socket_path : proto::socket_path_from_env();
   auto c = std::make_unique<ferry_client>();
   int seg_fd = -1;
-  int r = c->conn.open(path, hello_message(), &c->welcome, &seg_fd);
+  int r = c->conn.open(path, hello_message(name), &c->welcome, &seg_fd);
   // No socket file: no daemon there. Said apart from -ENOENT, which means
   // "no such buffer" everywhere else.
   if (r == -ENOENT) r = -ENXIO;

@@ -185,10 +185,12 @@ class IpcHandle:
 # ---------------------------------------------------------------- client
 class Client:
     """A connection to ferryd. socket: its path; None reads $FERRY_SOCKET,
-    else the default /run/ferry/ferryd-0.sock. Use as a context manager, or
-    call close(). Methods may be called from several threads at once."""
+    else the default /run/ferry/ferryd-0.sock. name: what ferryctl shows for
+    this client (its first 15 bytes kept); None reads $FERRY_CLIENT_NAME, else
+    the program's name. Use as a context manager, or call close(). Methods
+    may be called from several threads at once."""
 
-    def __init__(self, socket=None):
+    def __init__(self, socket=None, name=None):
         self._c = _lib.c_client_p()
         self._closers = []  # called before the disconnect (registrations of the segment, say)
         self._pid = os.getpid()
@@ -205,7 +207,8 @@ class Client:
         self._deferred = None
         self._closing = None  # (thread, handle) while close() runs the closers
         path = None if socket is None else os.fsencode(socket)
-        r = _c.ferry_connect(path, ctypes.byref(self._c))
+        label = None if name is None else str(name).encode()
+        r = _c.ferry_connect_named(path, label, ctypes.byref(self._c))
         if r != 0:
             raise Error(r, "connect")  # the library's words say which socket and what to do
 

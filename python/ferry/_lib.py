@@ -169,6 +169,7 @@ def _declare(lib):
     vp = ctypes.c_void_p
     sig = {
         "ferry_connect": (i32, [ctypes.c_char_p, P(c_client_p)]),
+        "ferry_connect_named": (i32, [ctypes.c_char_p, ctypes.c_char_p, P(c_client_p)]),
         "ferry_disconnect": (None, [c_client_p]),
         "ferry_buffer_alloc": (i32, [c_client_p, u64, P(c_buffer)]),
         "ferry_buffer_free": (i32, [c_client_p, c_buffer]),

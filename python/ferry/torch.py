@@ -321,12 +321,10 @@ class _Worker:
     @classmethod
     def get(cls, socket):
         if cls.client is None or cls.pid != os.getpid():
-            # Named for ferryctl: this process is a worker of torch's loader
-            # (its own process: the name reaches nothing of the trainer's).
+            # Named for ferryctl: this process is a worker of torch's loader.
             info = _data.get_worker_info()
-            if info is not None:
-                os.environ["FERRY_CLIENT_NAME"] = f"torch worker {info.id}"
-            cls.client, cls.pid, cls.opened, cls.pending = _api.Client(socket), os.getpid(), {}, []
+            name = None if info is None else f"torch worker {info.id}"
+            cls.client, cls.pid, cls.opened, cls.pending = _api.Client(socket, name=name), os.getpid(), {}, []
         for slot in cls.forget:
             b = cls.opened.pop(slot, None)
             if b is not None:
@@ -451,7 +449,7 @@ class _Pool:
     """The trainer's ferry client, its buffers, and the batches' fences."""
 
     def __init__(self, socket, device, views=False):
-        self.client = _api.Client(socket)
+        self.client = _api.Client(socket, name="torch trainer")
         self.device = device
         self.cuda = device.type == "cuda"
         # CPU tensors that are views of the device buffers, recycled as CUDA

@@ -259,8 +259,10 @@ class LoaderTest(unittest.TestCase):
         ours = ft.DataLoader(Mixed(), device="cpu", socket=self.d.socket, **kw)
         it = iter(ours)
         next(it)
-        names = sorted(c["name"] for c in self.status()["clients"] if c["pid"] != os.getpid())
+        clients = self.status()["clients"]
+        names = sorted(c["name"] for c in clients if c["pid"] != os.getpid())
         self.assertEqual(names, ["torch worker 0", "torch worker 1"])
+        self.assertIn("torch trainer", [c["name"] for c in clients if c["pid"] == os.getpid()])
         self.assertNotIn("FERRY_CLIENT_NAME", os.environ)  # the trainer's environment is its own
         del it, ours
         self.assert_nothing_held_by_loaders()

@@ -68,6 +68,14 @@ typedef uint64_t ferry_ticket; /* an upload; numbered per client from 1, complet
  * Blocks until the daemon answers (at most a few seconds). */
 int ferry_connect(const char *socket_path, ferry_client **out);
 
+/* ferry_connect, with the name ferryctl shows for this client (its COMMAND
+ * column; its first 15 bytes are kept). name NULL or "": $FERRY_CLIENT_NAME,
+ * else the program's name, as ferry_connect does. For a program whose
+ * connections play different roles (ferry.torch's trainer and its loader's
+ * workers); setting $FERRY_CLIENT_NAME instead is not safe while other
+ * threads may read the environment. Returns as ferry_connect. */
+int ferry_connect_named(const char *socket_path, const char *name, ferry_client **out);
+
 /* Closes the connection and frees the client. Buffers the client still owns
  * are freed by the daemon once uploads in flight to them end. Uploads not yet
  * completed still complete on the device, but nobody is told. c may be NULL. */

@@ -37,9 +37,13 @@ inline void check(int r, const char* what) {
 
 class Client {
  public:
-  // Connects to ferryd; an empty path means $FERRY_SOCKET or the default.
-  explicit Client(const std::string& socket_path = {}) {
-    check(ferry_connect(socket_path.empty() ? nullptr : socket_path.c_str(), &c_), "ferry_connect");
+  // Connects to ferryd; an empty path means $FERRY_SOCKET or the default. name:
+  // what ferryctl shows for this client (empty: $FERRY_CLIENT_NAME, else the
+  // program's name; see ferry_connect_named).
+  explicit Client(const std::string& socket_path = {}, const std::string& name = {}) {
+    check(ferry_connect_named(socket_path.empty() ? nullptr : socket_path.c_str(), name.empty() ? nullptr : name.c_str(),
+                              &c_),
+          "ferry_connect");
   }
   Client(Client&& o) noexcept : c_(std::exchange(o.c_, nullptr)) {}
   Client& operator=(Client&& o) noexcept {
