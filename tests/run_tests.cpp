@@ -305,19 +305,15 @@ TEST_CASE("ferry-run: threads, two devices, programs it starts", "[run][interpos
   SECTION("four threads, each its own list, at once") {
     Report r;
     const std::string opts = r.opt();
-    const Outcome o = upload(d.socket, "--mode hazard --threads 4 65536 4194304", &opts);
+    // Each thread's lane connects in the background, and a copy waits for it
+    // only so long (2 s here) before it goes to the driver: on the 2-core CI
+    // machine under load a connect took longer (1 of 8 passed). Told to wait
+    // for the connect's end (FERRY_RUN_CONNECT_MS), every copy is ferry's.
+    const Outcome o = upload(d.socket, "--mode hazard --threads 4 65536 4194304", &opts, "FERRY_RUN_CONNECT_MS=120000");
     INFO(o.out);
     REQUIRE(o.rc == 0);
-    // Each thread's lane connects in the background; a copy that finds the
-    // oldest connect under way past the copy's wait goes to the driver,
-    // counted as no_daemon (seen on the 2-core CI machine under load: 1 of
-    // 8: a connect there can take longer than a copy waits). Every staged
-    // copy is original and every other one counted.
-    const auto rep = r.only();
-    const uint64_t staged = rep.get<uint64_t>("staged");
-    CHECK(staged + rep.get<uint64_t>("passed.no_daemon") + rep.get<uint64_t>("passed.busy") == 8);
-    CHECK(o.count("original") >= staged);
-    CHECK(staged >= 1);
+    CHECK(r.only().get<uint64_t>("staged") == 8);
+    CHECK(o.count("original") == 8);
   }
   SECTION("two simulated devices") {
     Report r;
@@ -382,17 +378,12 @@ TEST_CASE("ferry-run: a forked child makes its own lane, never the parent's", "[
   Daemon d;
   ::setenv("FERRY_SOCKET", d.socket.c_str(), 1);
   auto prepare = [](ferry_client*, uint64_t, void*) { return 0; };
-  // A lane connects in the background; a call that finds it still
-  // connecting past its wait passes (on a loaded machine, under ASan, that
-  // happens): asked again until the lane is there.
+  // A lane connects in the background; a call waits for that connect's end
+  // (given here as a minute: on a loaded machine, under ASan, it can take
+  // longer than a copy's usual wait).
   auto lane = [&] {
-    ferry_client* c = nullptr;
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (int why = -1; c == nullptr && std::chrono::steady_clock::now() < end;) {
-      c = fr::Lanes::get().acquire(1, 1, 0, prepare, nullptr, &why);
-      if (c == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return c;
+    int why = -1;
+    return fr::Lanes::get().acquire(1, 1, 0, prepare, nullptr, &why, std::chrono::seconds(60));
   };
   fr::Lanes& lanes = fr::Lanes::get();
   ferry_client* parent = lane();

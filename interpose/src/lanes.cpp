@@ -47,6 +47,7 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
     *why = FERRY_PASS_ERROR;
     return nullptr;
   }
+  if (settings_.connect_ms >= 0) connect_wait = std::chrono::milliseconds(settings_.connect_ms);
   std::unique_lock lock(mu_);
   Lane* lane = nullptr;
   for (auto& l : lanes_)

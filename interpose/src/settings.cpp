@@ -2,6 +2,7 @@
 #include "settings.hpp"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 
 namespace ferry::run {
@@ -31,6 +32,10 @@ Settings settings_from_env() {
   s.max_lanes = static_cast<uint32_t>(number("FERRY_RUN_LANES", s.max_lanes));
   if (s.max_lanes == 0) s.max_lanes = 1;
   if (s.max_lanes > 64) s.max_lanes = 64;
+  // At most 10 minutes: beyond, a stalled ferryd would look like a hung program.
+  if (const uint64_t ms = number("FERRY_RUN_CONNECT_MS", UINT64_MAX); ms != UINT64_MAX) {
+    s.connect_ms = static_cast<int64_t>(ms < 600'000 ? ms : 600'000);
+  }
   if (const char* v = std::getenv("FERRY_RUN_REPORT")) s.report = v;
   s.off = flag("FERRY_RUN_OFF");
   s.stats = flag("FERRY_RUN_STATS");

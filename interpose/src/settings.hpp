@@ -21,6 +21,9 @@ struct Settings {
   std::string socket;
   // Clients (each one queue at a time) one process may make (FERRY_RUN_LANES).
   uint32_t max_lanes = 8;
+  // How long, in ms, a copy waits for a client being connected before it
+  // goes to the driver (FERRY_RUN_CONNECT_MS); -1: Lanes' own defaults.
+  int64_t connect_ms = -1;
   // Where each process appends a line of its counts at exit (FERRY_RUN_REPORT).
   std::string report;
   // Off: every copy goes to the driver, counted as "error" (FERRY_RUN_OFF=1, for measuring).
