@@ -74,23 +74,41 @@ by_hand=$(readme_block "## Building by hand")
 grep -q '^cmake -S \. -B build ' <<<"$by_hand" && grep -q 'ctest' <<<"$by_hand" &&
   grep -q '^cmake --install build ' <<<"$by_hand" ||
   { echo "README, Building by hand: no configure, ctest or install line in: $by_hand"; exit 1; }
+# A build/ of the developer's own, configured without -Werror, would not be
+# what CI builds: said before anything is built.
+if [[ -f $root/build/CMakeCache.txt ]] && ! grep -q '^CMAKE_CXX_FLAGS:STRING=.*-Werror' "$root/build/CMakeCache.txt"; then
+  echo "build/ was configured before without -Werror: remove it (rm -rf build) and run again"
+  exit 1
+fi
 echo "== the README's \"Building by hand\", as written (warnings as errors, ctest two at a time)"
 log=$(mktemp)
 rc=0
 (
   cd "$root"
   export CFLAGS="${CFLAGS:-} -Werror" CXXFLAGS="${CXXFLAGS:-} -Werror" CTEST_PARALLEL_LEVEL=2
-  while IFS= read -r line; do
+  cmd=""
+  while IFS= read -r line <&3; do
     [[ $line == "cmake --install"* ]] && break
     [[ -z $line ]] && continue
-    echo "\$ $line"
-    eval "$line" || exit
-  done <<<"$by_hand"
+    cmd+=$line
+    [[ $line == *\\ ]] && { cmd+=$'\n'; continue; }  # a command continued on the next line
+    echo "\$ $cmd"
+    # stdin is not the README's lines: a command that reads it gets nothing.
+    eval "$cmd" </dev/null || { r=$?; echo "README, Building by hand: this line failed ($r): $cmd"; exit "$r"; }
+    cmd=""
+  done 3<<<"$by_hand"
+  grep -q '^CMAKE_CXX_FLAGS:STRING=.*-Werror' build/CMakeCache.txt ||
+    { echo "README, Building by hand: CMake did not take CXXFLAGS=-Werror from the environment"; exit 1; }
   # The install line runs from the tree's root: the lines before must end there.
   [[ $PWD == "$root" ]] || { echo "README, Building by hand: its lines end in $PWD, where 'cmake --install build' fails"; exit 1; }
 ) 2>&1 | tee "$log" || rc=$?
-grep -q -- '-Werror' "$root/build/CMakeCache.txt" ||
-  { echo "build/ was configured before without -Werror: remove it (rm -rf build) and run again"; exit 1; }
+if ! grep -q 'tests failed out of [1-9]' "$log"; then
+  # No test ran: a line before ctest failed, or ctest found no tests.
+  failed=$((failed + 1))
+  rm -f "$log"
+  summary
+  exit $((rc == 0 ? 1 : rc))
+fi
 count_suite "$root/build" "$log" "$rc"
 # One test script (exit 0 passed, 77 skipped with a "NAME: skipped: why"
 # line, else failed), counted as one test.

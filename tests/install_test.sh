@@ -6,8 +6,9 @@
 # ferryd and ferryctl found on PATH, a C program built with pkg-config and one
 # with find_package(ferry), ferry-run staging an unmodified Level Zero
 # program's upload, the Python package, the man pages and the units written
-# for the prefix. Then every installed file is removed (install_manifest.txt)
-# and the loader's cache rebuilt.
+# for the prefix. Then every installed file is removed (the list an install
+# into a scratch folder gave, none of which may exist before) and the
+# loader's cache rebuilt.
 #   bash tests/install_test.sh [BUILD]       (BUILD: the README's build/)
 # It changes the machine: it installs only as root with CI=true or
 # FERRY_PACKAGE_INSTALL=1, and only where /usr/local holds no ferry yet.
@@ -24,11 +25,10 @@ skip() { echo "install_test: skipped: $*"; exit 77; }
 [[ $(cd "$build" 2>/dev/null && pwd) == "$root/build" ]] ||
   fail "$build is not the README's build/ ($root/build): the README's lines install that one"
 [[ -f $build/CMakeCache.txt ]] || fail "$build is not built: run the README's build lines first (scripts/test.sh does)"
-for f in /usr/local/bin/ferryd /usr/local/lib/libferry.so.0 /usr/local/include/ferry/ferry.h; do
-  [[ ! -e $f ]] || skip "$f exists already: a ferry installed here is not this test's to remove"
+for p in ferryd libferry0 libferry-dev python3-ferry; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" &&
+    skip "the $p package is installed: /usr/local's copy would shadow it, or it /usr/local's"
 done
-dpkg-query -W -f='${Status}' ferryd 2>/dev/null | grep -q "ok installed" &&
-  skip "the ferryd package is installed: /usr/local's would shadow it"
 
 lines=$(readme_block "## Building by hand" | sed -n '/^cmake --install/,$p')
 grep -q '^cmake --install build --prefix /usr/local' <<<"$lines" || fail "README, Building by hand: no install line: $lines"
@@ -36,6 +36,18 @@ grep -q '^ldconfig' <<<"$lines" || fail "README, Building by hand: no ldconfig l
 
 tmp=$(mktemp -d)
 daemon=""
+# What the install will place, learnt by installing into a scratch folder
+# first: the files this test may remove afterwards, none of which may exist
+# before (a ferry installed here, a ferryd.conf someone edited, a pip
+# install's package are not this test's to overwrite or remove).
+DESTDIR=$tmp/stage cmake --install "$build" --prefix /usr/local >"$tmp/stage.log" 2>&1 ||
+  { rm -rf "$tmp"; cat "$tmp/stage.log" 2>/dev/null; fail "cmake --install into a scratch folder"; }
+(cd "$tmp/stage" && find . -type f -o -type l) | sed 's/^\.//' | sort >"$tmp/files"
+grep -qvx '/usr/local/.*' "$tmp/files" && { rm -rf "$tmp"; fail "the install places files outside /usr/local: $(grep -vx '/usr/local/.*' "$tmp/files")"; }
+while IFS= read -r f; do
+  [[ ! -e $f && ! -L $f ]] || { rm -rf "$tmp"; skip "$f exists already: this test would overwrite it"; }
+done <"$tmp/files"
+rm -rf "$tmp/stage"
 before=$(mktemp)
 find /usr/local -xdev -type d | sort >"$before"
 remove() {
@@ -44,14 +56,13 @@ remove() {
     wait "$daemon" 2>/dev/null || true
     daemon=""
   fi
-  if [[ -f $build/install_manifest.txt ]]; then
-    while IFS= read -r f || [[ -n $f ]]; do rm -f -- "$f"; done <"$build/install_manifest.txt"  # its last line has no newline
-    # The folders the install made, deepest first (and only those).
-    find /usr/local -xdev -type d | sort | comm -13 "$before" - | sort -r | while IFS= read -r d; do
-      rmdir -- "$d" 2>/dev/null || true
-    done
-    ldconfig
-  fi
+  # Only what the install placed (none of it was there before), and the
+  # folders it made, deepest first.
+  while IFS= read -r f; do rm -f -- "$f"; done <"$tmp/files"
+  find /usr/local -xdev -type d | sort | comm -13 "$before" - | sort -r | while IFS= read -r d; do
+    rmdir -- "$d" 2>/dev/null || true
+  done
+  ldconfig
 }
 trap 'remove; rm -rf "$tmp" "$before"' EXIT
 export PYTHONDONTWRITEBYTECODE=1  # the installed package's folder must hold only what the install put there
@@ -68,8 +79,9 @@ echo "== the README's install lines, as written"
 
 echo "== what they installed, used"
 [[ $(command -v ferryd) == /usr/local/bin/ferryd ]] || fail "ferryd on PATH is $(command -v ferryd || echo nothing)"
-ldd /usr/local/bin/ferry-run | grep -q 'libferry.so.0 => /usr/local/lib/libferry.so.0' ||
-  fail "ferry-run does not find /usr/local's libferry after ldconfig: $(ldd /usr/local/bin/ferry-run)"
+linked=$(ldd /usr/local/bin/ferry-run)
+[[ $linked == *'libferry.so.0 => /usr/local/lib/libferry.so.0'* ]] ||
+  fail "ferry-run does not find /usr/local's libferry after ldconfig: $linked"
 sock=$tmp/ferry.sock
 ferryd --sim --socket "$sock" 2>"$tmp/ferryd.log" &
 daemon=$!
@@ -78,12 +90,15 @@ for _ in $(seq 1 500); do [[ -S $sock ]] && break; kill -0 "$daemon" 2>/dev/null
 status=$(ferryctl --socket "$sock" status 2>&1) || fail "ferryctl status: $status"
 grep -q "device .*simulated" <<<"$status" || fail "ferryctl status does not name the simulated device: $status"
 
+[[ $(pkg-config --variable=prefix ferry) == /usr/local ]] || fail "pkg-config finds another ferry.pc: $(pkg-config --path ferry)"
 flags=$(pkg-config --cflags --libs ferry | xargs)
 [[ $flags == *-lferry* ]] || fail "pkg-config --cflags --libs ferry: '$flags'"
 cc -std=c11 -Wall -Werror "$root/examples/consumer/consumer.c" $flags -o "$tmp/consumer-pc"
 "$tmp/consumer-pc" "$sock" | grep -q "1 MiB verified" || fail "the C example built with pkg-config"
 cmake -S "$root/examples/consumer" -B "$tmp/consumer" >"$tmp/cmake.log" 2>&1 &&
   cmake --build "$tmp/consumer" >>"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; fail "examples/consumer with find_package(ferry)"; }
+grep -qx 'ferry_DIR:PATH=/usr/local/lib/cmake/ferry' "$tmp/consumer/CMakeCache.txt" ||
+  fail "find_package(ferry) found another: $(grep '^ferry_DIR' "$tmp/consumer/CMakeCache.txt")"
 "$tmp/consumer/consumer" "$sock" | grep -q "1 MiB verified" || fail "the C example built with find_package(ferry)"
 
 sim=/usr/local/lib/ferry/libze_ferry_sim.so.1
@@ -113,9 +128,11 @@ exec_start=$(sed -n 's/^ExecStart=//p' /usr/local/lib/systemd/system/ferryd@.ser
 /usr/local/bin/ferryd --config /usr/local/etc/ferry/ferryd.conf --check-config | grep -q "settings valid" ||
   fail "the installed ferryd.conf does not pass --check-config"
 
-echo "== removed again: every file of install_manifest.txt"
+echo "== removed again: every file the install placed"
+cmp -s "$tmp/files" <(sort "$build/install_manifest.txt") ||
+  fail "the install placed other files than the scratch install: $(diff "$tmp/files" <(sort "$build/install_manifest.txt"))"
 remove
 left=$(find /usr/local -xdev -type d | sort | comm -13 "$before" -)
 [[ -z $left ]] || fail "folders left after the removal: $left"
-while IFS= read -r f || [[ -n $f ]]; do [[ ! -e $f ]] || fail "left after the removal: $f"; done <"$build/install_manifest.txt"
+while IFS= read -r f; do [[ ! -e $f ]] || fail "left after the removal: $f"; done <"$tmp/files"
 echo "install_test: ok (the README's install lines; ferryd, ferryctl, ferry-run, pkg-config, find_package, Python and man pages from /usr/local; removed)"

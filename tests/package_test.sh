@@ -129,7 +129,10 @@ fi
 echo "== ferryctl status against the installed daemon: the README's line, as written"
 readme_status=$(readme_command "$pkg_block" "ferryctl status")
 [[ -n $readme_status ]] || fail "README, From Debian packages: no 'ferryctl status' line"
-status=$(cd /tmp && bash -c "$readme_status" 2>&1) || fail "$readme_status: $status"
+# The package's ferryctl, on its default socket (nothing of a /usr/local
+# install or of this shell's $FERRY_SOCKET in the way).
+[[ $(command -v ferryctl) == /usr/bin/ferryctl ]] || fail "ferryctl on PATH is $(command -v ferryctl), not the package's"
+status=$(cd /tmp && env -u FERRY_SOCKET bash -c "$readme_status" 2>&1) || fail "$readme_status: $status"
 grep -q "simulated in place of a GPU" <<<"$status" || fail "ferryctl status does not say the device is simulated: $status"
 echo "$status" | head -4
 

@@ -185,8 +185,9 @@ class IpcHandle:
 # ---------------------------------------------------------------- client
 class Client:
     """A connection to ferryd. socket: its path; None reads $FERRY_SOCKET,
-    else the default /run/ferry/ferryd-0.sock. name: what ferryctl shows for
-    this client (its first 15 bytes kept); None reads $FERRY_CLIENT_NAME, else
+    else the default /run/ferry/ferryd-0.sock. name (str or bytes): what
+    ferryctl shows for this client (its first 15 bytes kept, other than
+    printable ASCII shown as ?); None or empty reads $FERRY_CLIENT_NAME, else
     the program's name. Use as a context manager, or call close(). Methods
     may be called from several threads at once."""
 
@@ -207,7 +208,7 @@ class Client:
         self._deferred = None
         self._closing = None  # (thread, handle) while close() runs the closers
         path = None if socket is None else os.fsencode(socket)
-        label = None if name is None else str(name).encode()
+        label = None if name is None else name if isinstance(name, bytes) else os.fsencode(str(name))
         r = _c.ferry_connect_named(path, label, ctypes.byref(self._c))
         if r != 0:
             raise Error(r, "connect")  # the library's words say which socket and what to do

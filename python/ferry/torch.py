@@ -449,7 +449,8 @@ class _Pool:
     """The trainer's ferry client, its buffers, and the batches' fences."""
 
     def __init__(self, socket, device, views=False):
-        self.client = _api.Client(socket, name="torch trainer")
+        # Named for ferryctl, unless the user named the process ($FERRY_CLIENT_NAME).
+        self.client = _api.Client(socket, name=None if os.environ.get("FERRY_CLIENT_NAME") else "torch trainer")
         self.device = device
         self.cuda = device.type == "cuda"
         # CPU tensors that are views of the device buffers, recycled as CUDA

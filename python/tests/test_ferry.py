@@ -7,6 +7,7 @@ FERRY_LIBRARY the library; the package is imported from python/.
 
 import ctypes
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -63,6 +64,18 @@ class FerryTest(unittest.TestCase):
         c = ferry.Client(self.d.socket)
         self.addCleanup(c.close)
         return c
+
+    def test_a_client_shows_under_the_name_it_connected_with(self):
+        def names():
+            r = subprocess.run([os.environ["FERRYCTL"], "--socket", self.d.socket, "--json", "status"],
+                               capture_output=True, text=True, check=True)
+            return sorted(c["name"] for c in json.loads(r.stdout)["clients"])
+
+        with ferry.Client(self.d.socket, name="reader") as a, ferry.Client(self.d.socket, name=b"raw\xffbytes"), \
+                ferry.Client(self.d.socket, name="l\udcffone surrogate"):
+            self.assertEqual(names(), ["l?one surrogate", "raw?bytes", "reader"])
+            a.close()
+            self.assertEqual(names(), ["l?one surrogate", "raw?bytes"])
 
     def test_round_trip_of_every_kind_of_buffer(self):
         c = self.client()

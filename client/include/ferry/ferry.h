@@ -69,7 +69,8 @@ typedef uint64_t ferry_ticket; /* an upload; numbered per client from 1, complet
 int ferry_connect(const char *socket_path, ferry_client **out);
 
 /* ferry_connect, with the name ferryctl shows for this client (its COMMAND
- * column; its first 15 bytes are kept). name NULL or "": $FERRY_CLIENT_NAME,
+ * column; its first 15 bytes are kept, characters other than printable
+ * ASCII shown as ?). name NULL or "": $FERRY_CLIENT_NAME,
  * else the program's name, as ferry_connect does. For a program whose
  * connections play different roles (ferry.torch's trainer and its loader's
  * workers); setting $FERRY_CLIENT_NAME instead is not safe while other
