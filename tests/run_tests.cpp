@@ -85,6 +85,10 @@ struct Report {
   static inline int n = 0;
   ~Report() { ::unlink(path.c_str()); }
   std::string opt() const { return "--report " + path; }
+  std::string text() const {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
   boost::property_tree::ptree only() const {
     auto v = report(path);
     REQUIRE(v.size() == 1);
@@ -312,6 +316,7 @@ TEST_CASE("ferry-run: threads, two devices, programs it starts", "[run][interpos
     const Outcome o = upload(d.socket, "--mode hazard --threads 4 65536 4194304", &opts, "FERRY_RUN_CONNECT_MS=120000");
     INFO(o.out);
     REQUIRE(o.rc == 0);
+    INFO(r.text());
     CHECK(r.only().get<uint64_t>("staged") == 8);
     CHECK(o.count("original") == 8);
   }

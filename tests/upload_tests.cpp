@@ -524,8 +524,10 @@ boost::property_tree::ptree parse_json(const std::string& s) {
 
 TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as k, and 0 after it exits",
           "[ferryctl][simonly]") {
-  // Each command takes 1 s on the simulated engine: three uploads stay in flight.
-  Daemon d({"--slot-size", "65536", "--slots", "4"}, {{"FERRY_SIM_LATENCY_US", "1000000"}});
+  // Each command takes 8 s on the simulated engine: three uploads stay in
+  // flight while the figures are read (a second was too short under TSan on
+  // the loaded 2-core machine: the first copy retired before the metrics).
+  Daemon d({"--slot-size", "65536", "--slots", "4"}, {{"FERRY_SIM_LATENCY_US", "8000000"}});
   const std::string ctl = std::string(FERRYCTL_PATH) + " --socket " + d.socket;
   ferry_client* c = nullptr;
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
@@ -582,14 +584,14 @@ TEST_CASE("ferryctl status, --json and metrics show a client holding k slots as 
   CHECK(metrics.find("ferry_hold_wait_seconds_count{device=\"0\"} 0\n") != std::string::npos);  // nothing held
 
   ferry_disconnect(c);  // exits holding 3 slots and 2 buffers
-  bool zero = false;
-  for (int i = 0; i < 100 && !zero; ++i) {
-    auto after = parse_json(run(ctl + " status --json"));
-    zero = after.get<uint64_t>("held.clients") == 0 && after.get<uint64_t>("held.buffers") == 0 &&
-           after.get<uint64_t>("ring.transfers_in_flight") == 0 && after.get_child("clients").empty();
-    if (!zero) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  CHECK(zero);
+  // Its copies retire one by one (8 s each): asked until they have.
+  CHECK(eventually(
+      [&] {
+        auto after = parse_json(run(ctl + " status --json"));
+        return after.get<uint64_t>("held.clients") == 0 && after.get<uint64_t>("held.buffers") == 0 &&
+               after.get<uint64_t>("ring.transfers_in_flight") == 0 && after.get_child("clients").empty();
+      },
+      std::chrono::seconds(120)));
   const std::string m2 = run(ctl + " metrics");
   CHECK(m2.find("ferry_clients{device=\"0\"} 0\n") != std::string::npos);
   CHECK(m2.find("ferry_device_memory_bytes{device=\"0\"} 0\n") != std::string::npos);

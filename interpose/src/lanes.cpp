@@ -53,9 +53,11 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
   for (auto& l : lanes_)
     if (!l->dead && l->queue == queue && l->context == context) lane = l.get();
   // An idle lane takes the queue on: its numbers are all written, so the
-  // queue switch costs no wait.
+  // queue switch costs no wait. A fresh one is left to the copies waiting
+  // for connects (each started one): taken here, a waiter whose connect made
+  // it would wait out its whole wait for a connect that never comes.
   for (size_t i = 0; lane == nullptr && i < lanes_.size(); ++i)
-    if (!lanes_[i]->dead && idle(*lanes_[i])) lane = lanes_[i].get();
+    if (!lanes_[i]->dead && idle(*lanes_[i]) && (!lanes_[i]->fresh || waiting_ == 0)) lane = lanes_[i].get();
   // A new lane: connected by a thread of its own, waited for a little, never
   // long (a stopped daemon would hold the program for $FERRY_TIMEOUT_MS).
   // Several threads that need one at once each start a connect.
@@ -83,7 +85,10 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
       return nullptr;
     }
     const uint64_t seen = connects_;
-    if (!cv_.wait_until(lock, deadline, [&] { return connects_ != seen; })) {
+    ++waiting_;
+    const bool moved = cv_.wait_until(lock, deadline, [&] { return connects_ != seen; });
+    --waiting_;
+    if (!moved) {
       *why = FERRY_PASS_NO_DAEMON;  // still connecting: copies go to the driver meanwhile
       return nullptr;
     }
@@ -93,6 +98,9 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
       *why = FERRY_PASS_NO_DAEMON;
       return nullptr;
     }
+    // Every connect ended and none left a lane for this copy (a copy that
+    // started none took it): it may start one again, or is told busy.
+    if (lane == nullptr && connecting_ == 0) started = false;
   }
   lane->fresh = false;
   lane->queue = queue;
@@ -119,6 +127,7 @@ void Lanes::connect_async() {
     connect_started_.erase(started);
     ++connects_;
     if (r != 0) {
+      fprintf(stderr, "DEBUG connect failed %d %s\n", r, ferry_last_error());
       retry_at_ = Clock::now() + kRetry;
     } else {
       auto l = std::make_unique<Lane>();

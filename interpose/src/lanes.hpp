@@ -86,6 +86,7 @@ class Lanes {
   std::vector<std::unique_ptr<Lane>> lanes_;
   uint32_t dead_ = 0;
   uint32_t connecting_ = 0;  // connects under way
+  uint32_t waiting_ = 0;     // copies waiting for a connect of theirs (a fresh lane is theirs)
   // When each of them started (the oldest first): a copy asks how long the
   // oldest still under way has taken, not how long connects have overlapped.
   std::multiset<Clock::time_point> connect_started_;
