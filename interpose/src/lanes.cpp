@@ -127,7 +127,6 @@ void Lanes::connect_async() {
     connect_started_.erase(started);
     ++connects_;
     if (r != 0) {
-      fprintf(stderr, "DEBUG connect failed %d %s\n", r, ferry_last_error());
       retry_at_ = Clock::now() + kRetry;
     } else {
       auto l = std::make_unique<Lane>();
