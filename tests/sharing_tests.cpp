@@ -206,9 +206,30 @@ TEST_CASE("import: uploads through ferry land in an allocation of the consumer's
   REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
   ferry_buffer b{};
   REQUIRE(ferry_buffer_import(c, &h, &b) == 0);
-  // It can be granted like any buffer this client owns... not: only allocations are granted.
+  // It has a fence, and is granted as an allocation is: a producer's upload
+  // into it publishes into that fence.
+  ferry_fence f{};
+  REQUIRE(ferry_buffer_fence(c, b, &f) == 0);
+  CHECK(*f.ready == 0);
   ferry_token tok{};
-  CHECK(ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) == -ENOENT);
+  REQUIRE(ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
+  {
+    ferry_client* p = nullptr;
+    REQUIRE(ferry_connect(d.socket.c_str(), &p) == 0);
+    ferry_buffer pb{};
+    REQUIRE(ferry_buffer_open(p, &tok, &pb, nullptr) == 0);
+    auto other = frame(bytes, 9);
+    ferry_iovec part{other.data(), bytes};
+    ferry_upload_opts o{};
+    o.size = sizeof o;
+    o.publish = 7;
+    ferry_ticket pt = 0;
+    REQUIRE(ferry_upload_gather(p, pb, 0, &part, 1, &o, &pt) == 0);
+    REQUIRE(ferry_wait(p, pt, -1) == 0);
+    CHECK(ferry_fence_wait(c, b, 7, 5'000'000'000) == 0);
+    CHECK(*f.ready == 7);
+    ferry_disconnect(p);
+  }
   auto src = frame(bytes, 5);
   ferry_ticket t = 0;
   REQUIRE(ferry_upload(c, b, 0, src.data(), bytes, &t) == 0);
@@ -234,6 +255,42 @@ TEST_CASE("import: uploads through ferry land in an allocation of the consumer's
   zeEventDestroy(e);
   zeEventPoolDestroy(pool);
   ZE_OK(zeMemFree(k.ctx, mine));
+}
+
+TEST_CASE("the free of an import returns once ferryd no longer maps it: its copy in flight ended first",
+          "[sharing][import]") {
+  // A slow link: one slot's copy takes ~260 ms on the daemon's engine.
+  Daemon d({"--slot-size", "262144"}, {{"FERRY_SIM_BANDWIDTH_GBPS", "0.001"}, {"FERRY_SIM_LATENCY_US", "0"}});
+  Consumer k;
+  const uint64_t bytes = 262144;
+  void* mine = k.device_alloc(bytes);
+  ferry_ipc_handle h = k.ipc_handle(mine, bytes);
+  ferry_client* c = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
+  ferry_buffer b{};
+  REQUIRE(ferry_buffer_import(c, &h, &b) == 0);
+  ferry_token tok{};
+  REQUIRE(ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
+  ferry_client* p = nullptr;
+  REQUIRE(ferry_connect(d.socket.c_str(), &p) == 0);
+  ferry_buffer pb{};
+  REQUIRE(ferry_buffer_open(p, &tok, &pb, nullptr) == 0);
+  auto src = frame(bytes, 3);
+  ferry_ticket t = 0;
+  REQUIRE(ferry_upload(p, pb, 0, src.data(), bytes, &t) == 0);
+  // The producer's copy is on the device (ferryd's status says so) ...
+  REQUIRE(eventually([&] { return status(d.socket).get<uint64_t>("held.copies_in_flight") >= 1; }));
+  // ... so the owner's free is answered only once it ended: the import was
+  // mapped until then, and the owner may free its memory now.
+  REQUIRE(ferry_buffer_free(c, b) == 0);
+  CHECK(ferry_wait(p, t, 0) == 0);
+  CHECK(status(d.socket).get<uint64_t>("held.buffers") == 0);
+  // The session goes on as before.
+  ferry_buffer again{};
+  CHECK(ferry_buffer_alloc(c, 4096, &again) == 0);
+  ZE_OK(zeMemFree(k.ctx, mine));
+  ferry_disconnect(p);
+  ferry_disconnect(c);
 }
 
 TEST_CASE("device-side ordering: the consumer's kernel waits for the upload's event, never sees a partial frame",

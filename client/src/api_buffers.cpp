@@ -99,7 +99,7 @@ int ferry_buffer_fence(ferry_client* c, ferry_buffer buffer, ferry_fence* out) {
   const uint32_t f = fc::fence_of(c, buf);
   if (f == 0) {
     std::lock_guard lock(c->buffers_mu);
-    // An import, one opened through a grant, or none of ours.
+    // One opened through a grant, one of ours without a fence, or none of ours.
     if (c->opened.count(buf) != 0)
       return fc::misuse(-ENOENT, "ferry_buffer_fence",
                         "buffer " + std::to_string(buf) +
@@ -107,7 +107,8 @@ int ferry_buffer_fence(ferry_client* c, ferry_buffer buffer, ferry_fence* out) {
                             "client's own allocations)");
     return c->buffer_sizes.count(buf) != 0
                ? fc::misuse(-ENOTSUP, "ferry_buffer_fence",
-                            "buffer " + std::to_string(buf) + " has no fence (an imported allocation)")
+                            "buffer " + std::to_string(buf) + " has no fence (all " + std::to_string(proto::kFences) +
+                                " of this client's fences were in use when it was made)")
                : fc::misuse(-ENOENT, "ferry_buffer_fence", "buffer " + std::to_string(buf) + " is not one of this client's");
   }
   proto::Fence* w = c->fence_words + (f - 1);
@@ -217,7 +218,7 @@ int ferry_buffer_import(ferry_client* c, const ferry_ipc_handle* h, ferry_buffer
   const int fd = h->kind == proto::kIpcLevelZero ? h->fd : -1;
   if (int e = c->conn.request(&m, sizeof m, &m.request, &r, fd); e != 0) return explained(e, "ferry_buffer_import", 0);
   if (r.status != 0) return refused(r.status, "ferry_buffer_import", 0);
-  fc::remember_buffer(c, r.buffer, r.bytes);
+  fc::remember_buffer(c, r.buffer, r.bytes, c->fence_words != nullptr && r.fence <= proto::kFences ? r.fence : 0);
   out->id = r.buffer;
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace ferry::ferryd {
@@ -30,6 +31,9 @@ struct Buffer {
   // is still queued then.
   uint32_t fence = 0;
   std::weak_ptr<ClientState> owner;
+  // Called once the memory went back (an import: ferryd no longer maps it),
+  // on the io thread, from the last reference's release: it must only post.
+  std::function<void()> released;
 };
 
 using BufferRef = std::shared_ptr<Buffer>;

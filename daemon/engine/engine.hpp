@@ -58,6 +58,8 @@ class TransferEngine {
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
+  // The io_context everything here runs on (for work posted to run later).
+  boost::asio::io_context& io() { return io_; }
   const DeviceInfo& device() const { return backend_->info(); }
   // True once the device reported itself lost: new transfers and buffers are refused.
   bool device_lost() const { return device_lost_; }

@@ -4,6 +4,7 @@
 #include "engine/resources.hpp"
 
 #include <cerrno>
+#include <functional>
 #include <string>
 
 namespace ferry::ferryd {
@@ -35,7 +36,9 @@ BufferRef Resources::lend(void* ptr, uint64_t bytes, bool imported) {
     }
     --holdings_.buffers;
     holdings_.device_bytes -= b->bytes;
+    auto released = std::move(b->released);
     delete b;
+    if (released) released();
   });
 }
 
@@ -56,14 +59,18 @@ int Resources::alloc(ClientState& c, uint64_t bytes, uint64_t* id, uint32_t* fen
   return 0;
 }
 
-int Resources::free(ClientState& c, uint64_t id) {
+int Resources::free(ClientState& c, uint64_t id, std::function<void()> unmapped) {
+  BufferRef b = c.owned(id);
   bool owned = false;
   if (int r = c.remove(id, &owned); r != 0) return r;
   if (owned) grants_.revoke(c.id(), id, nullptr, true);  // a freed buffer takes its grants with it
-  return 0;
+  if (!b || !b->imported || !unmapped) return 0;
+  if (b.use_count() == 1) return 0;  // unmapped as `b` goes, before the caller answers
+  b->released = std::move(unmapped);  // copies in flight still hold it
+  return -EINPROGRESS;
 }
 
-int Resources::import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id) {
+int Resources::import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id, uint32_t* fence) {
   if (bytes == 0) return -EINVAL;
   if (int r = within(c, Quota::imports); r != 0) return r;
   void* p = nullptr;
@@ -76,6 +83,11 @@ int Resources::import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes,
   }
   BufferRef b = lend(p, bytes, true);
   b->charged = mapped;
+  // As an allocation: its user's, a fence in its owner's segment, grantable.
+  b->uid = c.uid;
+  b->owner = c.weak_from_this();
+  b->fence = c.take_fence();
+  if (fence != nullptr) *fence = b->fence;
   *id = c.adopt(std::move(b));
   return 0;
 }
@@ -112,7 +124,7 @@ int Resources::open_event_pool(ClientState& c, const IpcHandle& h, uint32_t coun
 int Resources::grant(ClientState& c, uint64_t buffer, uint32_t rights, Token* token) {
   auto b = c.owned(buffer);
   const uint32_t all = proto::kRightUpload | proto::kRightDownload;
-  if (!b || b->imported) return -ENOENT;  // only the owner of an allocation grants it
+  if (!b) return -ENOENT;  // only the owner of an allocation (or an import) grants it
   if (rights == 0 || (rights & ~all) != 0) return -EINVAL;
   if (int r = within(c, Quota::grants); r != 0) return r;
   *token = grants_.add(b, c.id(), buffer, rights)->token;

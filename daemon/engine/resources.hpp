@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -68,10 +69,17 @@ class Resources {
 
   // *fence (may be null): the allocation's fence, index + 1, 0 if none was free.
   int alloc(ClientState& c, uint64_t bytes, uint64_t* id, uint32_t* fence = nullptr);
-  int free(ClientState& c, uint64_t id);
+  // Drops `id` from c's table. An import is unmapped once no copy in flight
+  // holds it: -EINPROGRESS when that is later than now, and then `unmapped`
+  // (if set) is called once it is (its owner may free its memory only then:
+  // freeing memory another process maps is undefined in CUDA's IPC).
+  int free(ClientState& c, uint64_t id, std::function<void()> unmapped = {});
   // A client's own allocation from its IPC handle (h.fd, if any, stays the
-  // caller's); the whole mapping counts against the user's memory.
-  int import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id);
+  // caller's); the whole mapping counts against the user's memory while
+  // ferryd maps it (until its free, or its client's end, and the last copy
+  // into it). It has a fence, as an allocation (*fence, may be null), and
+  // its owner may grant it.
+  int import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes, uint64_t* id, uint32_t* fence = nullptr);
   // An IPC handle of the client's own allocation `id`; h->fd belongs to the driver.
   // Its first export charges its bytes to the user's export allowance, for
   // good (until ferryd restarts): -EDQUOT past it.

@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include "log.hpp"
 #include "admin/status.hpp"
@@ -15,11 +17,10 @@ namespace ferry::ferryd {
 namespace {
 unsigned long long ull(uint64_t v) { return v; }  // for %llu
 
-// Export replies with a descriptor a client may leave queued in ferryd at
-// once; more Exports are answered -EAGAIN until it reads them...
+// Replies with a descriptor a client may leave queued in ferryd at once, and
+// bytes it may leave unread in its socket (descriptors written wait there,
+// charged to ferryd's user): past either, Exports are answered -EAGAIN.
 constexpr size_t kMaxQueuedFds = 16;
-// ...nor while it leaves this much unread in its socket: descriptors already
-// written wait there too (the kernel holds them, charged to ferryd's user).
 constexpr size_t kMaxUnreadBytes = 16 * 1024;
 
 // The client chooses its name: only printable ASCII reaches logs, the status
@@ -192,9 +193,24 @@ Answer Requests::on_alloc(const proto::Alloc& m) {
 }
 
 Answer Requests::on_free(const proto::Free& m) {
-  const int r = ctx_.engine.resources().free(*client_, m.buffer);
-  FERRY_LOG(debug, "client %llu: free buffer %llu -> %s", ull(client_->id()), ull(m.buffer), r == 0 ? "ok" : std::strerror(-r));
-  return reply(m.request, r, 0);
+  // An import that copies in flight still hold (more than the table's and
+  // `b`'s references) stays mapped until they end: answered then, for its
+  // owner frees its memory once answered. The session waits meanwhile.
+  auto b = client_->owned(m.buffer);
+  const bool later = b && b->imported && b.use_count() > 2;
+  b.reset();
+  if (!later) {
+    const int r = ctx_.engine.resources().free(*client_, m.buffer);
+    FERRY_LOG(debug, "client %llu: free buffer %llu -> %s", ull(client_->id()), ull(m.buffer), r == 0 ? "ok" : std::strerror(-r));
+    return reply(m.request, r, 0);
+  }
+  auto answer = std::make_shared<Peer::Later>(peer_.defer());
+  auto unmapped = [answer, &io = ctx_.engine.io(), request = m.request] {  // posted: it runs inside a retire
+    boost::asio::post(io, [answer, request] { answer->answer(reply(request, 0, 0)); });
+  };
+  if (int r = ctx_.engine.resources().free(*client_, m.buffer, unmapped); r != -EINPROGRESS)
+    answer->answer(reply(m.request, r, 0));
+  return {};
 }
 
 Answer Requests::on_grant(const proto::Grant& m) {
@@ -283,11 +299,13 @@ IpcHandle Requests::ipc_handle(uint32_t kind, const uint8_t (&data)[proto::kIpcB
 Answer Requests::on_import(const proto::Import& m) {
   IpcHandle h = ipc_handle(m.kind, m.handle);
   uint64_t id = 0;
-  int r = ctx_.engine.resources().import_buffer(*client_, h, m.bytes, &id);
+  uint32_t fence = 0;
+  int r = ctx_.engine.resources().import_buffer(*client_, h, m.bytes, &id, &fence);
   FERRY_LOG(debug, "client %llu: import of %llu bytes -> %s", ull(client_->id()), ull(m.bytes), r == 0 ? "ok" : std::strerror(-r));
   if (h.fd >= 0) ::close(h.fd);  // the driver keeps its own mapping
   if (auto refused = past_bound(m.request, r)) return std::move(*refused);
-  return buffer_reply(m.request, r, r == 0 ? (proto::kRightUpload | proto::kRightDownload) : 0, id, r == 0 ? m.bytes : 0);
+  const uint32_t rights = r == 0 ? proto::kRightUpload | proto::kRightDownload : 0;
+  return buffer_reply(m.request, r, rights, id, r == 0 ? m.bytes : 0, fence);
 }
 
 Answer Requests::on_event_pool(const proto::EventPool& m) {
@@ -357,10 +375,7 @@ Answer Requests::on_status(const proto::StatusRequest& m) {
 
 Answer Requests::reply(uint64_t request, int status, uint64_t value, uint32_t fence) {
   auto r = proto::make<proto::Reply>(proto::Type::reply);
-  r.request = request;
-  r.status = status;
-  r.value = value;
-  r.fence = fence;
+  std::tie(r.request, r.status, r.value, r.fence) = std::tie(request, status, value, fence);
   return Answer::message(r);
 }
 
@@ -370,13 +385,10 @@ std::optional<Answer> Requests::past_bound(uint64_t request, int status) {
   return Answer::error(request, status, why, false);
 }
 
-Answer Requests::buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes) {
+Answer Requests::buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes,
+                              uint32_t fence) {
   auto r = proto::make<proto::BufferReply>(proto::Type::buffer_reply);
-  r.request = request;
-  r.status = status;
-  r.rights = rights;
-  r.buffer = buffer;
-  r.bytes = bytes;
+  std::tie(r.request, r.status, r.rights, r.buffer, r.bytes, r.fence) = std::tie(request, status, rights, buffer, bytes, fence);
   return Answer::message(r);
 }
 

@@ -78,7 +78,8 @@ class Requests {
   Answer on_staging_grow(const proto::StagingGrow& m);
   Answer on_staging_release(const proto::StagingRelease& m);
   static Answer reply(uint64_t request, int status, uint64_t value, uint32_t fence = 0);
-  static Answer buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes);
+  static Answer buffer_reply(uint64_t request, int status, uint32_t rights, uint64_t buffer, uint64_t bytes,
+                             uint32_t fence = 0);
   // A request refused past a bound of Limits is answered with an Error that
   // says which (the engine's take_refusal); nothing for any other outcome,
   // which the caller answers itself.

@@ -317,6 +317,27 @@ class Client:
         _check(self._call(_c.ferry_buffer_alloc, n, ctypes.byref(out)), f"alloc {nbytes} bytes")
         return Buffer(self, out.value, n, owned=True)
 
+    def import_buffer(self, handle):
+        """Hands ferryd an allocation of this process's own GPU context (an
+        IpcHandle: kind, the allocation's handle bytes, its size, and for
+        Level Zero its descriptor, which stays the caller's), so that uploads
+        can target it: an owned Buffer, with a fence, that may be granted.
+        ferryd maps the allocation until Buffer.free() returns (or this
+        client closes): free the memory only after that. ferry.device.alloc
+        does all of this for you."""
+        h = _lib.IpcHandle()
+        h.kind = _u64(handle.kind, "kind", 32)
+        h.fd = handle.fd
+        h.bytes = _u64(handle.nbytes, "nbytes")
+        data = bytes(handle.data)
+        if len(data) != 64:
+            raise ValueError(f"an IPC handle is 64 bytes, not {len(data)}")
+        ctypes.memmove(h.data, data, 64)
+        out = _lib.c_buffer()
+        _check(self._call(_c.ferry_buffer_import, ctypes.byref(h), ctypes.byref(out)),
+               f"import {handle.nbytes} bytes")
+        return Buffer(self, out.value, h.bytes, owned=True)
+
     def open(self, token):
         """Opens a buffer another client granted (token: 32 bytes from Buffer.grant)."""
         t = _token(token)
@@ -677,6 +698,8 @@ class Buffer:
         self.owned = owned
         self._maps = {}  # ferry.device mappings of it in this process, by device
         self._maps_lock = threading.Lock()
+        # An import's: gives this process's memory back, once ferryd no longer maps it.
+        self._unmapped = None
 
     def __repr__(self):
         return f"<ferry.Buffer {self.id} of {self.size} bytes{'' if self.owned else ' (opened)'}>"
@@ -721,8 +744,9 @@ class Buffer:
         return Fence(self, f)
 
     def free(self):
-        """Frees the buffer (one this client allocated): uploads in flight to
-        it still finish first. Refused (BufferError) while arrays of a
+        """Frees the buffer (one this client allocated or imported): uploads
+        in flight to it still finish first (an import's memory goes back to
+        this process's context once they did). Refused (BufferError) while arrays of a
         ferry.device mapping of it live; the mappings close first. On a
         buffer opened through a grant it lets go of this client's name for
         it (the owner's buffer stays)."""
@@ -737,6 +761,10 @@ class Buffer:
         if self.id:
             _check(self.client._call(_c.ferry_buffer_free, self.id), f"free buffer {self.id}")
             self.id = 0
+        # ferryd answered the free of an import once it no longer mapped it.
+        unmapped, self._unmapped = self._unmapped, None
+        if unmapped is not None:
+            unmapped()
 
     def __enter__(self):
         return self

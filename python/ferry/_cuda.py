@@ -36,6 +36,9 @@ _SIGNATURES = {
     "cuCtxPopCurrent": [_P(CUcontext)],
     "cuIpcOpenMemHandle": [_P(CUdeviceptr), CUipcMemHandle, ctypes.c_uint],
     "cuIpcCloseMemHandle": [CUdeviceptr],
+    "cuIpcGetMemHandle": [_P(CUipcMemHandle), CUdeviceptr],
+    "cuMemAlloc": [_P(CUdeviceptr), ctypes.c_size_t],
+    "cuMemFree": [CUdeviceptr],
     "cuMemHostRegister": [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint],
     "cuMemHostUnregister": [ctypes.c_void_p],
     "cuMemHostGetDevicePointer": [_P(CUdeviceptr), ctypes.c_void_p, ctypes.c_uint],
@@ -125,6 +128,22 @@ class Cuda:
 
     def ipc_close(self, ordinal, ptr):
         self.call(ordinal, self.cuIpcCloseMemHandle, CUdeviceptr(ptr), what="cuIpcCloseMemHandle")
+
+    def mem_alloc(self, ordinal, nbytes):
+        """nbytes of device memory in device `ordinal`'s primary context (a
+        whole allocation of its own: its IPC handle maps exactly it)."""
+        p = CUdeviceptr()
+        self.call(ordinal, self.cuMemAlloc, ctypes.byref(p), nbytes, what=f"cuMemAlloc({nbytes})")
+        return p.value
+
+    def mem_free(self, ordinal, ptr):
+        self.call(ordinal, self.cuMemFree, CUdeviceptr(ptr), what="cuMemFree")
+
+    def ipc_handle(self, ordinal, ptr):
+        """The 64 bytes of the allocation's CUipcMemHandle."""
+        h = CUipcMemHandle()
+        self.call(ordinal, self.cuIpcGetMemHandle, ctypes.byref(h), CUdeviceptr(ptr), what="cuIpcGetMemHandle")
+        return bytes(h.reserved)
 
     def device_word(self, ordinal, address):
         """The device address of a word of host memory (a fence's), its page

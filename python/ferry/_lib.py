@@ -191,6 +191,7 @@ def _declare(lib):
         "ferry_buffer_revoke": (i32, [c_client_p, c_buffer, P(Token)]),
         "ferry_buffer_open": (i32, [c_client_p, P(Token), P(c_buffer), P(u64)]),
         "ferry_buffer_export": (i32, [c_client_p, c_buffer, P(IpcHandle)]),
+        "ferry_buffer_import": (i32, [c_client_p, P(IpcHandle), P(c_buffer)]),
         "ferry_get_timeline": (i32, [c_client_p, P(CTimeline)]),
         "ferry_signal": (i32, [c_client_p, u64]),
         "ferry_get_info": (i32, [c_client_p, P(CInfo)]),

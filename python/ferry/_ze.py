@@ -8,6 +8,7 @@ import os
 import threading
 
 ZE_STRUCTURE_TYPE_CONTEXT_DESC = 0xD
+ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC = 0x15
 
 
 class ZeIpcMemHandle(ctypes.Structure):
@@ -16,6 +17,11 @@ class ZeIpcMemHandle(ctypes.Structure):
 
 class ZeContextDesc(ctypes.Structure):
     _fields_ = [("stype", ctypes.c_int), ("pNext", ctypes.c_void_p), ("flags", ctypes.c_uint32)]
+
+
+class ZeDeviceMemAllocDesc(ctypes.Structure):
+    _fields_ = [("stype", ctypes.c_int), ("pNext", ctypes.c_void_p), ("flags", ctypes.c_uint32),
+                ("ordinal", ctypes.c_uint32)]
 
 
 class ZeError(RuntimeError):
@@ -44,6 +50,9 @@ class LevelZero:
             "zeContextCreate": [vp, P(ZeContextDesc), P(vp)],
             "zeMemOpenIpcHandle": [vp, vp, ZeIpcMemHandle, u32, P(vp)],
             "zeMemCloseIpcHandle": [vp, vp],
+            "zeMemAllocDevice": [vp, P(ZeDeviceMemAllocDesc), ctypes.c_size_t, ctypes.c_size_t, vp, P(vp)],
+            "zeMemFree": [vp, vp],
+            "zeMemGetIpcHandle": [vp, vp, P(ZeIpcMemHandle)],
         }
         for name, args in sig.items():
             f = getattr(lib, name)
@@ -92,6 +101,25 @@ class LevelZero:
 
     def ipc_close(self, context, ptr):
         self._check(self._lib.zeMemCloseIpcHandle(context, ptr), "zeMemCloseIpcHandle")
+
+    def alloc_device(self, context, device, nbytes):
+        """nbytes of device memory of `device` in `context`."""
+        d = ZeDeviceMemAllocDesc(ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, None, 0, 0)
+        p = ctypes.c_void_p()
+        self._check(self._lib.zeMemAllocDevice(context, ctypes.byref(d), nbytes, 4096, device, ctypes.byref(p)),
+                    f"zeMemAllocDevice({nbytes})")
+        return p.value
+
+    def free(self, context, ptr):
+        self._check(self._lib.zeMemFree(context, ptr), "zeMemFree")
+
+    def ipc_handle(self, context, ptr):
+        """(64 handle bytes, fd): the allocation's IPC handle, whose first
+        bytes are its descriptor (the driver's: not to be closed)."""
+        h = ZeIpcMemHandle()
+        self._check(self._lib.zeMemGetIpcHandle(context, ptr, ctypes.byref(h)), "zeMemGetIpcHandle")
+        raw = bytes(h.data)
+        return raw, int.from_bytes(raw[:4], "little", signed=True)
 
 
 _loader = None

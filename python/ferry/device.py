@@ -14,6 +14,14 @@ and __dlpack__ / __dlpack_device__ (kDLCUDA, or kDLOneAPI), so
         d = ferry.device.open(buf, device=0)
         x = torch.from_dlpack(d.array("float32", (n // 4,)))   # or torch.as_tensor(..., device="cuda")
 
+The other way round, ferry.device.alloc(client, n) allocates n bytes in
+this process's own context and hands them to ferryd (Client.import_buffer):
+uploads land in memory the process owns, charged to its user only while
+ferryd maps it, and gone with the process. That is what a consumer with a
+GPU context should use (ferry.torch's trainer does); an export (open() of a
+Client.alloc buffer) stays charged until ferryd restarts, since ferryd
+cannot see another process's mapping end.
+
 Ordering: an array made with ready=(buf.fence, v) is ready once an upload
 published v into the buffer's fence (by any process: see
 Client.upload_gather). Its consumer's stream waits for that on the device, no
@@ -39,9 +47,9 @@ import threading
 import weakref
 
 from . import _dlpack
-from ._api import _spans
+from ._api import IpcHandle, _spans
 
-__all__ = ["DeviceArray", "DeviceBuffer", "Ready", "open", "register", "stream_wait", "upload_direct"]
+__all__ = ["DeviceArray", "DeviceBuffer", "Ready", "alloc", "open", "register", "stream_wait", "upload_direct"]
 
 # dtype name -> (itemsize, __cuda_array_interface__ typestr or None)
 _DTYPES = {
@@ -220,9 +228,7 @@ def register(client, device=None):
         return words[ordinal]
     cu = _cuda.driver()
     tl = client.timeline()
-    if not getattr(client, "_cuda_pages", False):
-        client._cuda_pages = True
-        client._closers.append(lambda: _forget_segment(cu, client))
+    _forget_pages_at_close(cu, client)
     info = client.info()
     staging_bytes = info.slot_count * info.slot_bytes
     cu.register_range(ordinal, tl.segment + tl.segment_bytes - staging_bytes, staging_bytes)
@@ -273,10 +279,104 @@ def open(buffer, device=None, *, context=None):  # noqa: A001 - ferry.device.ope
         return m
 
 
-class DeviceBuffer:
-    """A ferry buffer mapped into this process's GPU context (ferry.device.open)."""
+def alloc(client, nbytes, device=None, *, context=None):
+    """nbytes of device memory of this process's own GPU context, handed to
+    ferryd (Client.import_buffer) so that uploads through ferry, this
+    client's or those of processes it grants the buffer to, land in it: a
+    DeviceBuffer, whose .buffer is the owned ferry.Buffer (fence, grant,
+    upload_gather as an allocation's). device and context as for open(); the
+    backend is ferryd's (CUDA: cuMemAlloc in the device's primary context;
+    Level Zero: zeMemAllocDevice).
 
-    def __init__(self, buffer, handle, key):
+    Unlike a buffer from Client.alloc opened with open() (an IPC export of
+    ferryd's memory, charged to the user until ferryd restarts, since ferryd
+    cannot see the mapping end), this memory is charged only while ferryd
+    maps it: Buffer.free() returns once ferryd let go of it, then gives it
+    back to the driver; so does the client's close(), for those still
+    alive. A process that ends takes its memory with it."""
+    n = int(nbytes)
+    if n <= 0:
+        raise ValueError(f"ferry.device.alloc: {nbytes} bytes")
+    backend = client.info().backend
+    if backend == "cuda":
+        from . import _cuda
+
+        cu = _cuda.driver()
+        key = ("cuda", _ordinal(device))
+        ptr = cu.mem_alloc(key[1], n)
+
+        def give_back(cu=cu, ordinal=key[1], ptr=ptr):
+            cu.mem_free(ordinal, ptr)
+
+        try:
+            handle = IpcHandle(2, -1, n, cu.ipc_handle(key[1], ptr))
+        except BaseException:
+            give_back()
+            raise
+    elif backend == "level-zero":
+        from . import _ze
+
+        ze = _ze.loader()
+        index = 0 if device is None else int(device)
+        ctx = context if context is not None else ze.context()
+        key = ("level-zero", index, None if context is None else int(context))
+        ptr = ze.alloc_device(ctx, ze.devices[index], n)
+
+        def give_back(ze=ze, ctx=ctx, ptr=ptr):
+            ze.free(ctx, ptr)
+
+        try:
+            raw, fd = ze.ipc_handle(ctx, ptr)
+            handle = IpcHandle(1, fd, n, raw)
+        except BaseException:
+            give_back()
+            raise
+    else:
+        raise RuntimeError(f"ferry.device.alloc: ferryd's backend is {backend!r}, which ferry cannot allocate for")
+    try:
+        buffer = client.import_buffer(handle)
+    except BaseException:
+        give_back()
+        raise
+    m = DeviceBuffer(buffer, None, key, own=ptr)
+    buffer._maps[key] = m
+    buffer._unmapped = give_back
+    _keep_until_close(client, buffer)
+    return m
+
+
+def _keep_until_close(client, buffer):
+    """The client's close() frees its imports still alive (ferryd answers each
+    free once it let go of the memory), before it disconnects."""
+    own = client.__dict__.get("_own_memory")
+    if own is None:
+        own = client._own_memory = {}
+
+        def free_all():
+            for b in list(own.values()):
+                try:
+                    b.free()
+                except Exception:  # noqa: BLE001 - closing anyway; a mapping still viewed keeps its memory
+                    pass
+            own.clear()
+
+        client._closers.append(free_all)
+    own[buffer.id] = buffer
+    ident = buffer.id
+    unmapped = buffer._unmapped
+
+    def forget():
+        own.pop(ident, None)
+        unmapped()
+
+    buffer._unmapped = forget
+
+
+class DeviceBuffer:
+    """A ferry buffer mapped into this process's GPU context (ferry.device.open),
+    or memory of that context that ferryd maps (ferry.device.alloc)."""
+
+    def __init__(self, buffer, handle, key, own=None):
         self.buffer = buffer
         self.nbytes = buffer.size
         self.kind = key[0]
@@ -285,7 +385,21 @@ class DeviceBuffer:
         self._closing = False
         self._lock = threading.Lock()
         self._pid = os.getpid()  # a forked child never calls the driver for it
-        if self.kind == "cuda":
+        self._own = own is not None  # this process's memory: the buffer's free gives it back
+        if self._own:
+            self.ptr = own
+            self.device = key[1]
+            if self.kind == "cuda":
+                from . import _cuda
+
+                self._cuda = _cuda.driver()
+                _forget_pages_at_close(self._cuda, buffer.client)
+            else:
+                from . import _ze
+
+                self._ze = _ze.loader()
+                self._context = key[2] if key[2] is not None else self._ze.context()
+        elif self.kind == "cuda":
             from . import _cuda
 
             self._cuda = _cuda.driver()
@@ -296,11 +410,7 @@ class DeviceBuffer:
                 raise RuntimeError(
                     f"ferry.device: the buffer is on CUDA device {where}, not {self.device}: open it with "
                     f"device={where} (the GPU that ferryd serves)")
-            # The fences' pages go from this process's contexts before the segment goes.
-            client = buffer.client
-            if not getattr(client, "_cuda_pages", False):
-                client._cuda_pages = True
-                client._closers.append(lambda cu=self._cuda, c=client: _forget_segment(cu, c))
+            _forget_pages_at_close(self._cuda, buffer.client)
         else:
             from . import _ze
 
@@ -357,8 +467,11 @@ class DeviceBuffer:
             if self.closed:
                 return
             self.closed = True
-        if self._pid != os.getpid():
-            return  # the mapping is the parent's: a driver call here would be its context's, in a fork
+        if self._pid != os.getpid() or self._own:
+            # The parent's mapping (a driver call here would be its context's,
+            # in a fork); or this process's memory, which the buffer's free
+            # gives back once ferryd no longer maps it.
+            return
         if self.kind == "cuda":
             self._cuda.ipc_close(self.device, self.ptr)
         else:
@@ -369,6 +482,13 @@ class DeviceBuffer:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _forget_pages_at_close(cu, client):
+    """The fences' pages go from this process's contexts before the segment goes."""
+    if not getattr(client, "_cuda_pages", False):
+        client._cuda_pages = True
+        client._closers.append(lambda: _forget_segment(cu, client))
 
 
 def _forget_segment(cu, client):

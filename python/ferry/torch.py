@@ -389,15 +389,26 @@ class _Collate:
 
 # ---------------------------------------------------------------- the trainer's side
 class _Slot:
-    """A device buffer of the trainer's, granted to the workers."""
+    """A device buffer of the trainer's, granted to the workers. Where the
+    trainer reads batches in place (CUDA, the simulated device's views) it is
+    memory of the trainer's own context that ferryd maps while the slot
+    lives (ferry.device.alloc): nothing of it outlives the slot or the
+    trainer, nor stays charged to the user. Read back to the host, it is
+    ferryd's own allocation (no mapping leaves ferryd)."""
 
     def __init__(self, pool, ident, capacity):
         self.id = ident
-        self.buffer = pool.client.alloc(capacity)
+        self.mapping = None
+        if pool.in_place:
+            from . import device as _device
+
+            self.mapping = _device.alloc(pool.client, capacity, device=pool.device.index if pool.cuda else None)
+            self.buffer = self.mapping.buffer
+        else:
+            self.buffer = pool.client.alloc(capacity)
         self.capacity = capacity
         self.token = self.buffer.grant(_api.RIGHT_UPLOAD)
         self.fence = self.buffer.fence
-        self.mapping = None
         self.released = 0     # the value whose release was queued last: the next upload waits for it
         # "task": a worker fills it; "arrived": its batch came, not delivered yet;
         # "out": a delivered batch's tensors live; "orphan": a batch that will
@@ -457,6 +468,7 @@ class _Pool:
         # ones are: only where device memory is host memory (the simulated
         # device), so that its tests run the CUDA path's lifetimes.
         self.views = views and not self.cuda
+        self.in_place = self.cuda or self.views  # batches read where they landed: slots of this process's memory
         self.capacity = 0  # bytes a task's buffer gets: the largest batch seen (0: none seen yet)
         self.slots = {}
         self.by_task = {}  # task index -> slot

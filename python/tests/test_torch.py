@@ -347,6 +347,41 @@ class LoaderTest(unittest.TestCase):
         del kept
         self.assert_nothing_held_by_loaders()
 
+    def test_short_jobs_one_after_another_leave_nothing_charged(self):
+        # A sweep's short jobs against one ferryd (issue 52): each a new loader
+        # whose batches are read in place (the CUDA path's slots, memory of the
+        # trainer's own context that ferryd maps while they live), some
+        # batches taken, the loader dropped. With a bound of 2 MiB of device
+        # memory a user, exports of ferryd's memory (charged until ferryd
+        # restarts) were refused from the 4th job on; imports are charged only
+        # while mapped, and every count of the user is back to 0 after each.
+        d = Daemon("--slots", "4", "--slot-size", "65536", "--user-memory", str(2 << 20))
+        self.addCleanup(d.stop)
+        for job in range(12):
+            loader = ft.DataLoader(Mixed(64), batch_size=8, num_workers=2, device="cpu", socket=d.socket)
+            loader._ferry_views = True
+            it = iter(loader)
+            for i in range(3):
+                b = next(it)
+                self.assertEqual(int(b["label"][0]), 8 * i, f"job {job}")
+            del b, it, loader
+            gc.collect()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # the workers take a moment to go
+                users = self.status_of(d)["users"]
+                if all(u["clients"] == 0 for u in users):
+                    break
+                time.sleep(0.02)
+            for u in self.status_of(d)["users"]:
+                held = {k: u[k] for k in ("clients", "buffers", "device_bytes", "imports", "opens", "grants",
+                                          "staging_bytes", "exported_bytes", "exports_kept_bytes")}
+                self.assertEqual(held, dict.fromkeys(held, 0), f"after job {job}")
+
+    def status_of(self, d):
+        r = subprocess.run([os.environ["FERRYCTL"], "--socket", d.socket, "--json", "status"],
+                           capture_output=True, text=True, check=True)
+        return json.loads(r.stdout)
+
     def test_growing_batches_of_conjugate_views_in_a_defaultdict(self):
         # Without workers torch's loader takes them; with workers torch 1.13's
         # cannot (its collate puts a conjugate view in shared memory), so there

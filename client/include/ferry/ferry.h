@@ -90,7 +90,10 @@ void ferry_disconnect(ferry_client *c);
 int ferry_buffer_alloc(ferry_client *c, uint64_t bytes, ferry_buffer *out);
 
 /* Frees a buffer of this client. Uploads in flight to it still finish first.
- * -ENOENT when this client owns no such buffer. One round trip. */
+ * For an import (ferry_buffer_import) this returns once the daemon no longer
+ * maps the allocation (after the copies in flight into it): the caller may
+ * free its own memory then, and not before. -ENOENT when this client owns no
+ * such buffer. One round trip (an import's: plus its copies in flight). */
 int ferry_buffer_free(ferry_client *c, ferry_buffer buf);
 
 /* Size of a buffer this client allocated, in *bytes. -ENOENT otherwise.
@@ -172,7 +175,7 @@ typedef struct ferry_fence {
 /* Where the fence of a buffer this client allocated lies (in its segment).
  * -ENOENT: not an allocation of this client (a buffer opened through a
  * grant included: its fence is its owner's); -ENOTSUP: one without a fence
- * (an import; or all 1024 fences in use) or a daemon without fences;
+ * (all 1024 fences were in use when it was made) or a daemon without fences;
  * -EFAULT: a NULL out. Does not block. */
 int ferry_buffer_fence(ferry_client *c, ferry_buffer buf, ferry_fence *out);
 
@@ -241,8 +244,8 @@ typedef struct ferry_token {
   uint8_t bytes[32]; /* 256 random bits: pass it to the processes you trust */
 } ferry_token;
 
-/* Grants `rights` (FERRY_RIGHT_*) on a buffer this client allocated.
- * -ENOENT: not this client's allocation. One round trip. */
+/* Grants `rights` (FERRY_RIGHT_*) on a buffer this client allocated or
+ * imported. -ENOENT: not this client's own. One round trip. */
 int ferry_buffer_grant(ferry_client *c, ferry_buffer buf, uint32_t rights, ferry_token *out);
 
 /* Ends the grant `token` (or, with token NULL, every grant of buf). Clients
@@ -268,16 +271,27 @@ typedef struct ferry_ipc_handle {
 
 /* An IPC handle of a buffer this client allocated, to open in the client's
  * own context: zeMemOpenIpcHandle(ctx, dev, *(ze_ipc_mem_handle_t *)out->data,
- * 0, &ptr), or cuIpcOpenMemHandle. Level Zero: out->fd is this process's own
+ * 0, &ptr), or cuIpcOpenMemHandle. The exception, not the rule: ferryd
+ * cannot see when another process closes the mapping, so the buffer's size
+ * stays charged to this user's export allowance (--user-memory) until ferryd
+ * restarts, freed or not. A process with a context of its own imports an
+ * allocation of its own instead (ferry_buffer_import), charged only while
+ * ferryd maps it. Level Zero: out->fd is this process's own
  * descriptor, already written into data; close it after opening. The buffer
  * must stay allocated while the consumer uses the mapping. One round trip. */
 int ferry_buffer_export(ferry_client *c, ferry_buffer buf, ferry_ipc_handle *out);
 
 /* The reverse: hands the daemon an IPC handle of an allocation this process
  * owns in its own context (zeMemGetIpcHandle: set kind, data, bytes, and fd to
- * the descriptor in data's first bytes), so that uploads through ferry can
- * target it. *out names it. The allocation must outlive the buffer (free it
- * with ferry_buffer_free first). One round trip. */
+ * the descriptor in data's first bytes; CUDA: cuIpcGetMemHandle of the
+ * allocation's base), so that uploads through ferry can target it. *out
+ * names it; it has a fence (ferry_buffer_fence) and may be granted, as an
+ * allocation. The daemon maps it until ferry_buffer_free returns (or this
+ * client ends): only then may the process free the allocation. It counts
+ * against this user's --user-memory (the whole allocation) while the daemon
+ * maps it, and nothing after: the way for a process with a GPU context of
+ * its own to receive uploads (ferry.torch's trainer does this), where an
+ * export (above) is charged for the daemon's life. One round trip. */
 int ferry_buffer_import(ferry_client *c, const ferry_ipc_handle *h, ferry_buffer *out);
 
 /* Registers an IPC event pool of this process's context (created with

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// ferry wire protocol, version 7 (one data plane): every message between
+// ferry wire protocol, version 8 (one data plane): every message between
 // libferry and ferryd, and the layout of a client's staging segment. This
 // file is the single source of truth; both sides include it.
 //
@@ -24,7 +24,8 @@
 //
 // Flow:
 //   client -> Hello                daemon -> Welcome + segment fd + doorbell (SCM_RIGHTS)
-//   client -> Alloc/Free           daemon -> Reply (value = buffer id)
+//   client -> Alloc/Free           daemon -> Reply (value = buffer id; a Free of an
+//                                  import once ferryd unmapped it: the client may free its memory then)
 //   client -> StatusRequest        daemon -> StatusReply (JSON text follows the fixed part)
 //   client -> Grant / Revoke       daemon -> TokenReply / Reply   (sharing a buffer)
 //   client -> Open (a token)       daemon -> BufferReply          (a granted buffer, by local id)
@@ -51,8 +52,10 @@ namespace ferry::proto {
 inline constexpr uint32_t kMagic = 0x59524546;  // "FERY"
 // 3: transfers and outcomes only in the segment; 4: staging_threads; 5: DirectWords;
 // 6: the doorbell a socket of the Welcome, no message; Welcome::flags for feature bits;
-// 7: staging areas beyond the segment (StagingGrow), RunWords in the header page
-inline constexpr uint16_t kVersion = 7;
+// 7: staging areas beyond the segment (StagingGrow), RunWords in the header page;
+// 8: an import has a fence (BufferReply::fence) and may be granted; a Free
+// of an import is answered once ferryd no longer maps it
+inline constexpr uint16_t kVersion = 8;
 
 // Welcome::flags: the one thing that differs between daemons of this
 // version. Everything else the protocol names is always there (the
@@ -340,8 +343,11 @@ struct BufferReply {
   uint32_t rights;
   uint64_t buffer;
   uint64_t bytes;
+  uint32_t fence;           // Import: the buffer's fence, index + 1 (0: none); Open: 0 (its owner's)
+  uint32_t reserved;
 };
-static_assert(sizeof(BufferReply) == 40);
+static_assert(sizeof(BufferReply) == 48);
+static_assert(offsetof(BufferReply, fence) == 40);
 
 enum IpcKind : uint32_t {
   kIpcNone = 0,
