@@ -184,9 +184,10 @@ class Daemon {
   // names (tests of the real-GPU run). `env` is added to (and overrides) the
   // test's environment; FERRY_SIM_FAST=1 unless a cost is given.
   // nofile > 0: the daemon's descriptor limit, soft and hard.
+  // on: the socket's path (a daemon started again where another was), else a fresh one.
   explicit Daemon(std::vector<std::string> args = {}, std::map<std::string, std::string> env = {},
-                  rlim_t nofile = 0)
-      : socket(temp_socket()) {
+                  rlim_t nofile = 0, const std::string& on = {})
+      : socket(on.empty() ? temp_socket() : on) {
     const char* backend = std::getenv("FERRY_TEST_BACKEND");
     std::vector<std::string> argv = {FERRYD_PATH, "--socket", socket, "--log-level", "warn"};
     if (backend != nullptr && *backend != '\0') {

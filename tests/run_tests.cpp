@@ -13,6 +13,9 @@
 
 #include <boost/property_tree/json_parser.hpp>
 #include <fstream>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -376,6 +379,90 @@ TEST_CASE("ferry-run: ferryctl shows the process, its copies and what it passed"
   ::unlink(gate.c_str());
 }
 
+// A program's output as it comes, line by line (read on a thread of its own).
+class Lines {
+ public:
+  explicit Lines(const std::string& cmd) : p_(::popen(cmd.c_str(), "r")) {
+    REQUIRE(p_ != nullptr);
+    reader_ = std::thread([this] {
+      char line[256];
+      while (std::fgets(line, sizeof line, p_) != nullptr) {
+        std::lock_guard lock(mu_);
+        lines_.emplace_back(line);
+      }
+    });
+  }
+  ~Lines() {
+    if (p_ != nullptr) close();
+  }
+  size_t size() const {
+    std::lock_guard lock(mu_);
+    return lines_.size();
+  }
+  // Lines from `from` on whose second word is `what`.
+  size_t count(const std::string& what, size_t from = 0) const {
+    std::lock_guard lock(mu_);
+    size_t n = 0;
+    for (size_t i = from; i < lines_.size(); ++i) n += parse(0, lines_[i]).count(what);
+    return n;
+  }
+  std::string text() const {
+    std::lock_guard lock(mu_);
+    std::string s;
+    for (const auto& l : lines_) s += l;
+    return s;
+  }
+  int close() {
+    reader_.join();
+    const int rc = ::pclose(p_);
+    p_ = nullptr;
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+  }
+
+ private:
+  FILE* p_;
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
+  std::thread reader_;
+};
+
+TEST_CASE("ferry-run: a program outlives its ferryd and is staged again once a new one listens", "[run][interpose]") {
+  auto first = std::make_unique<Daemon>();
+  const std::string socket = first->socket;
+  const std::string stop = "/tmp/ferry-run-stop-" + std::to_string(getpid());
+  ::unlink(stop.c_str());
+  Report r;
+  // Held, so the bytes say whose copy it was: ferry's (original) or the
+  // driver's, which reads the source late (overwritten).
+  Lines out("env FERRY_SOCKET=" + socket + " " + ferry_run() + " " + r.opt() + " -- " + ze_upload() +
+            " --mode hazard --until-file " + stop + " --every 5 4194304 2>&1");
+  REQUIRE(eventually([&] { return out.count("original") >= 5; }, std::chrono::seconds(60)));
+  // Stopped as for an upgrade: the program goes on, through the driver.
+  CHECK(first->stop(SIGTERM) == 0);
+  const size_t stopped = out.size();
+  REQUIRE(eventually([&] { return out.size() >= stopped + 3; }, std::chrono::seconds(60)));
+  Daemon second({}, {}, 0, socket);
+  const size_t listening = out.size();
+  // Staged again by the new ferryd, without the program doing anything, and
+  // shown in its ferryctl status.
+  REQUIRE(eventually([&] { return out.count("original", listening) >= 3; }, std::chrono::seconds(30)));
+  bool shown = false;
+  const auto st = second.status();
+  for (const auto& [k, c] : st.get_child("clients"))
+    shown = shown || (c.get<std::string>("run.role", "") == "lead" && c.get<uint64_t>("run.staged") > 0);
+  CHECK(shown);
+  std::ofstream(stop).put('\n');
+  const int rc = out.close();
+  ::unlink(stop.c_str());
+  INFO(out.text());
+  CHECK(rc == 0);
+  CHECK(out.count("mixed") == 0);
+  const auto t = r.only();
+  CHECK(t.get<uint64_t>("lanes_gone") >= 1);
+  CHECK(t.get<uint64_t>("dead_lanes") == 0);  // a daemon that went is no failure of the lane's
+  CHECK(t.get<uint64_t>("lanes_closed") >= 1);  // the old lane went once its copies were done
+}
+
 // Not under TSan (tests/CMakeLists.txt): it does not follow a fork from a
 // threaded program, and lanes' clients live as long as the process by
 // design (their threads are never joined).
@@ -383,12 +470,13 @@ TEST_CASE("ferry-run: a forked child makes its own lane, never the parent's", "[
   Daemon d;
   ::setenv("FERRY_SOCKET", d.socket.c_str(), 1);
   auto prepare = [](ferry_client*, uint64_t, void*) { return 0; };
+  auto unprepare = [](ferry_client*, uint64_t, void*) {};
   // A lane connects in the background; a call waits for that connect's end
   // (given here as a minute: on a loaded machine, under ASan, it can take
   // longer than a copy's usual wait).
   auto lane = [&] {
     int why = -1;
-    return fr::Lanes::get().acquire(1, 1, 0, prepare, nullptr, &why, std::chrono::seconds(60));
+    return fr::Lanes::get().acquire(1, 1, 0, prepare, unprepare, nullptr, &why, std::chrono::seconds(60));
   };
   fr::Lanes& lanes = fr::Lanes::get();
   ferry_client* parent = lane();
@@ -407,7 +495,7 @@ TEST_CASE("ferry-run: a forked child makes its own lane, never the parent's", "[
   CHECK(reap(child) == 0);
   // The parent's lane is untouched by the child.
   int why = -1;
-  ferry_client* again = lanes.acquire(1, 1, 0, prepare, nullptr, &why);
+  ferry_client* again = lanes.acquire(1, 1, 0, prepare, unprepare, nullptr, &why);
   CHECK(again == parent);
   lanes.done(again, 0);
 }

@@ -19,7 +19,10 @@
  * forked child after the parent's first upload; --threads N uploads from N
  * threads at once, each with its own immediate list; --wait-file PATH
  * stops after the first size, says "waiting" and goes on once PATH exists
- * (a test changes the world meanwhile: stops ferryd, reads ferryctl).
+ * (a test changes the world meanwhile: stops ferryd, reads ferryctl);
+ * --until-file PATH uploads the sizes again and again, --every MS apart,
+ * until PATH exists, one line each with the time it was made (a daemon
+ * restarted meanwhile, say).
  * Exit 0 when every call succeeded (whatever was received), 2 otherwise. */
 #define _DEFAULT_SOURCE
 #include <dlfcn.h>
@@ -208,8 +211,8 @@ static void *thread_main(void *arg) {
 }
 
 int main(int argc, char **argv) {
-  int via_dlopen = 0, devices = 1, do_fork = 0, threads = 1, i = 1;
-  const char *wait_file = NULL;
+  int via_dlopen = 0, devices = 1, do_fork = 0, threads = 1, every_ms = 0, i = 1;
+  const char *wait_file = NULL, *until_file = NULL;
   for (; i < argc && argv[i][0] == '-'; ++i) {
     if (strcmp(argv[i], "--dlopen") == 0) {
       via_dlopen = 1;
@@ -221,10 +224,15 @@ int main(int argc, char **argv) {
       threads = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--wait-file") == 0 && i + 1 < argc) {
       wait_file = argv[++i];
+    } else if (strcmp(argv[i], "--until-file") == 0 && i + 1 < argc) {
+      until_file = argv[++i];
+    } else if (strcmp(argv[i], "--every") == 0 && i + 1 < argc) {
+      every_ms = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--fork") == 0) {
       do_fork = 1;
     } else {
-      fprintf(stderr, "usage: ze_upload [--dlopen] [--mode M] [--devices N] [--threads N] [--fork] [--wait-file F] SIZE...\n");
+      fprintf(stderr, "usage: ze_upload [--dlopen] [--mode M] [--devices N] [--threads N] [--fork] [--wait-file F] "
+                      "[--until-file F [--every MS]] SIZE...\n");
       return 2;
     }
   }
@@ -244,6 +252,17 @@ int main(int argc, char **argv) {
   ze_command_list_handle_t lists[16];
   for (int d = 0; d < devices; ++d) OK(p_zeCommandListCreateImmediate(ctx, devs[d], &immediate_desc, &lists[d]));
   if (failures != 0) return 2;
+  if (until_file != NULL && i < argc) {
+    /* Again and again until the file exists: one line an upload, with when. */
+    for (long k = 0; access(until_file, F_OK) != 0; ++k) {
+      const size_t n = strtoull(argv[i + k % (argc - i)], NULL, 10);
+      const char *what = upload(devs[0], lists[0], n);
+      printf("%zu %s at_ms=%.1f call_ms=%.3f\n", n, what, now_ms(), call_ms);
+      fflush(stdout);
+      if (every_ms > 0) usleep((useconds_t)every_ms * 1000);
+    }
+    return failures != 0 ? 2 : 0;
+  }
   for (; i < argc; ++i) {
     const size_t n = strtoull(argv[i], NULL, 10);
     for (int d = 0; d < devices; ++d) {

@@ -338,6 +338,11 @@ int ferry_get_info(ferry_client* c, ferry_info* out) {
   return fc::fill_versioned(out, i, "ferry_get_info");
 }
 
+int ferry_connection_error(ferry_client* c) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  return c->conn.ended();
+}
+
 ferry_ticket ferry_completed(ferry_client* c) { return fc::owner_check(c) != 0 ? 0 : c->timeline.completed(); }
 
 const char* ferry_strerror(int err) {

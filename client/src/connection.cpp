@@ -253,6 +253,7 @@ void Connection::receive_loop() {
   {
     std::lock_guard lock(mu_);
     dead_ = why;
+    ended_.store(why, std::memory_order_release);
   }
   cv_.notify_all();
   timeline_.ended(why);

@@ -4,6 +4,7 @@
 // Transfers and their outcomes never pass here: they are in the segment.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -64,6 +65,8 @@ class Connection {
   int send(const void* data, size_t n, int fd = -1);
   // Wakes ferryd's data thread (a byte on the doorbell of the Welcome): 0, or -ECONNRESET.
   int ring();
+  // 0 while connected; why the connection ended once it did.
+  int ended() const { return ended_.load(std::memory_order_acquire); }
 
   // Sends a request and waits for its answer, copied into *out; the request
   // id is written to *request_field first. *reply_fd gets a descriptor that
@@ -133,6 +136,7 @@ class Connection {
   std::set<uint64_t> abandoned_;        // timed out: their answers are dropped when they come
   std::deque<int> fds_in_;              // received, not yet claimed
   int dead_ = 0;                        // why the connection ended
+  std::atomic<int> ended_{0};           // the same, read without mu_ (ended())
 };
 
 }  // namespace ferry::client

@@ -139,7 +139,9 @@ int place_upload(ferry_client* c, const ferry_direct_ops* ops, bool no_wait, uin
     int why = 0;
     const bool grow = (ops->flags & FERRY_DIRECT_NO_GROW) == 0;
     *area = c->areas.take(bytes, tl.direct_completed(), c->conn, grow, &why);
-    if (*area == nullptr && no_wait) return -EAGAIN;
+    // No room now: the caller goes elsewhere, told why when the daemon is
+    // gone (no area will ever come from it: a new client is the way back).
+    if (*area == nullptr && no_wait) return c->conn.ended() != 0 ? c->conn.ended() : -EAGAIN;
   }
   if (*area == nullptr) return tl.take(plan->pieces, true, turn);
   // Pieces only to share the staging among threads: no slot bounds them.

@@ -133,21 +133,18 @@ struct InContext {
 };
 
 // ---- a lane's client prepared: its staging registered with every context
-// (portable), and its staging areas as they come
-struct HookCtx {
-  CUcontext ctx;
-};
-
+// (portable), and its staging areas as they come (the hooks' ctx is the
+// CUcontext itself)
 int attach_area(void* h, void* area, uint64_t bytes) {
   const Driver* d = driver();
-  InContext in(d, static_cast<HookCtx*>(h)->ctx);
+  InContext in(d, static_cast<CUcontext>(h));
   const CUresult r = d->host_register(area, bytes, kCuMemhostregisterPortable | kCuMemhostregisterDevicemap);
   return r == kCudaSuccess || r == kCudaErrorHostMemoryAlreadyRegistered ? 0 : -EIO;
 }
 
 void detach_area(void* h, void* area, uint64_t) {
   const Driver* d = driver();
-  InContext in(d, static_cast<HookCtx*>(h)->ctx);
+  InContext in(d, static_cast<CUcontext>(h));
   d->host_unregister(area);
 }
 
@@ -167,10 +164,17 @@ int prepare(ferry_client* c, uint64_t, void* arg) {
   if (r != kCudaSuccess && r != kCudaErrorHostMemoryAlreadyRegistered) return -EIO;
   ferry_staging_hooks h{};
   h.size = sizeof h;
-  h.ctx = new HookCtx{ctx};  // lives as long as the client: for the process
+  h.ctx = ctx;
   h.attach = attach_area;
   h.detach = detach_area;
   return ferry_set_staging_hooks(c, &h);
+}
+
+// The lane goes (its copies all done): the segment's registration first.
+void unprepare(ferry_client* c, uint64_t, void* arg) {
+  ferry_timeline tl{};
+  tl.size = sizeof tl;
+  if (ferry_get_timeline(c, &tl) == 0) detach_area(arg, tl.segment, tl.segment_bytes);
 }
 
 // ---- the staged copy: ferry_upload_direct's ops on a stream
@@ -239,7 +243,7 @@ bool staged(void* dst, const void* src, size_t n, CUstream stream, bool per_thre
   // A per-thread stream is another stream on each thread: named by both.
   const uint64_t queue = per_thread ? (static_cast<uint64_t>(pthread_self()) | 1) : reinterpret_cast<uint64_t>(stream);
   int why = FERRY_PASS_ERROR;
-  ferry_client* c = lanes.acquire(queue, reinterpret_cast<uint64_t>(ctx), 0, prepare, ctx, &why);
+  ferry_client* c = lanes.acquire(queue, reinterpret_cast<uint64_t>(ctx), 0, prepare, unprepare, ctx, &why);
   if (c == nullptr) {
     lanes.passed(why, n);
     return false;

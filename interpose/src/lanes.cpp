@@ -23,6 +23,10 @@ bool ends_client(int err) {
   return err == -ECONNRESET || err == -ESHUTDOWN || err == -ECONNABORTED || err == -ETIMEDOUT || err == -EIO ||
          err == -EPROTO || err == -EPIPE || err == -ENOTCONN;
 }
+
+// The daemon went away (a restart, an upgrade, a crash): no fault of the
+// lane's, and a new ferryd may listen soon.
+bool daemon_gone(int err) { return err == -ESHUTDOWN || err == -ECONNRESET || err == -EPIPE || err == -ENOTCONN; }
 }  // namespace
 
 Lanes& Lanes::get() {
@@ -41,14 +45,54 @@ Lanes::Lanes() : settings_(settings_from_env()) {}
 
 bool Lanes::idle(const Lane& l) { return l.users == 0 && ferry_flush(l.c, 0) == 0; }
 
-ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, void* arg, int* why,
-                             Clock::duration connect_wait) {
+void Lanes::retire(Lane& l, int err) {
+  if (l.dead) return;
+  l.dead = true;
+  if (daemon_gone(err)) {
+    ++gone_;
+  } else {
+    ++dead_;
+  }
+  retry_at_ = Clock::now() + kRetry;
+  if (lead_.load() != l.c) return;
+  // The counts move to a live client: the old one, whose session may still
+  // be up, counts no more (one set of counts per process in ferryd).
+  ferry_client* next = nullptr;
+  for (auto& o : lanes_)
+    if (!o->dead && next == nullptr) next = o->c;
+  mark_lane(l.c);
+  lead_.store(next);
+  publish(true);
+}
+
+void Lanes::sweep() {
+  for (auto& l : lanes_)
+    if (!l->dead && l->users == 0)
+      if (int err = ferry_connection_error(l->c); err != 0) retire(*l, err);
+  // A dead lane's staging is the program's queues' until they copied the
+  // last of it (every number written): then it goes, registrations first.
+  for (auto it = lanes_.begin(); it != lanes_.end();) {
+    Lane& l = **it;
+    if (!l.dead || l.users != 0 || ferry_flush(l.c, 0) != 0) {
+      ++it;
+      continue;
+    }
+    for (const auto& [key, undo] : l.prepared) undo.fn(l.c, key, undo.arg);
+    ferry_disconnect(l.c);
+    ++closed_;
+    it = lanes_.erase(it);
+  }
+}
+
+ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, Unprepare unprepare,
+                             void* arg, int* why, Clock::duration connect_wait) {
   if (settings_.off) {
     *why = FERRY_PASS_ERROR;
     return nullptr;
   }
   if (settings_.connect_ms >= 0) connect_wait = std::chrono::milliseconds(settings_.connect_ms);
   std::unique_lock lock(mu_);
+  sweep();
   Lane* lane = nullptr;
   for (auto& l : lanes_)
     if (!l->dead && l->queue == queue && l->context == context) lane = l.get();
@@ -110,7 +154,7 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
       *why = FERRY_PASS_ERROR;
       return nullptr;
     }
-    lane->prepared.insert(key);
+    lane->prepared[key] = Lane::Undo{unprepare, arg};
   }
   ++lane->users;
   return lane->c;
@@ -156,21 +200,8 @@ void Lanes::done(ferry_client* c, int err) {
   for (auto& l : lanes_) {
     if (l->c != c) continue;
     --l->users;
-    if (err != 0 && ends_client(err) && !l->dead) {
-      l->dead = true;  // kept mapped: queued copies may still read its staging
-      ++dead_;
-      retry_at_ = Clock::now() + kRetry;
-      if (lead_.load() == c) {
-        // The counts move to a live client: the old one, whose session may
-        // still be up, counts no more (one series per process in the metrics).
-        ferry_client* next = nullptr;
-        for (auto& o : lanes_)
-          if (!o->dead && next == nullptr) next = o->c;
-        mark_lane(c);
-        lead_.store(next);
-        publish(true);
-      }
-    }
+    // Kept mapped until its queues are done with it (sweep).
+    if (err != 0 && ends_client(err)) retire(*l, err);
   }
 }
 
@@ -217,7 +248,8 @@ std::string Lanes::report() const {
   s += "},\"passed_bytes\":" + std::to_string(passed_bytes_.load());
   {
     std::lock_guard lock(mu_);
-    s += ",\"lanes\":" + std::to_string(lanes_.size()) + ",\"dead_lanes\":" + std::to_string(dead_);
+    s += ",\"lanes\":" + std::to_string(lanes_.size()) + ",\"dead_lanes\":" + std::to_string(dead_) +
+         ",\"lanes_gone\":" + std::to_string(gone_) + ",\"lanes_closed\":" + std::to_string(closed_);
   }
   return s + "}\n";
 }
@@ -230,6 +262,7 @@ void Lanes::after_fork_child() {
   for (auto& l : lanes_) ferry_disconnect(l->c);
   lanes_.clear();
   dead_ = 0;
+  gone_ = closed_ = 0;
   connecting_ = 0;
   connect_started_.clear();  // the parent's connect threads are not this process's
   retry_at_ = {};

@@ -7,8 +7,12 @@
 // kConnectWait goes on in the background while copies go to the driver.
 //
 // A lane whose client failed (ferryd gone, a queue that refused the
-// timeline write) is never disconnected: the program's queues may still
-// copy from its staging, which stays mapped until the process ends. After
+// timeline write) takes no more copies. Once the program's queues finished
+// every copy from its staging, it is disconnected (its staging unregistered
+// and unmapped); until then it stays mapped. A lane whose daemon went away
+// (stopped for a restart or an upgrade, or killed) is not held against the
+// process: new lanes connect to whichever ferryd listens next, so a program
+// that outlives its ferryd is staged again once a new one is up. After
 // fork() the child starts with no lanes (the parent's clients are its own).
 #pragma once
 
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -32,6 +37,8 @@ namespace ferry::run {
 // negative errno. Called once per client and `key` (CUDA registers once for
 // every context, Level Zero imports once per driver).
 using Prepare = int (*)(ferry_client* c, uint64_t key, void* arg);
+// Undoes Prepare before the client is disconnected (its copies all done).
+using Unprepare = void (*)(ferry_client* c, uint64_t key, void* arg);
 
 class Lanes {
  public:
@@ -42,7 +49,7 @@ class Lanes {
   static constexpr auto kConnectWait = std::chrono::milliseconds(100);
   static constexpr auto kConnectWaitUnsafe = std::chrono::seconds(2);
   static constexpr auto kRetry = std::chrono::seconds(1);
-  static constexpr uint32_t kMaxDead = 16;  // then ferry is given up for the process
+  static constexpr uint32_t kMaxDead = 16;  // lanes that failed (not: their daemon went): then ferry is given up
 
   // The process's one instance, made at first use (never destroyed: the
   // program's queues may copy from its staging until the very end).
@@ -51,8 +58,8 @@ class Lanes {
 
   // A client for one call on queue (queue, context), held until done():
   // nullptr with *why (FERRY_PASS_*) when there is none to be had now.
-  ferry_client* acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, void* arg, int* why,
-                        Clock::duration connect_wait = kConnectWait);
+  ferry_client* acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, Unprepare unprepare, void* arg,
+                        int* why, Clock::duration connect_wait = kConnectWait);
   // The call ended with `err` (0, or the upload's error): a lane whose
   // client can no longer upload is retired.
   void done(ferry_client* c, int err);
@@ -70,11 +77,19 @@ class Lanes {
     uint32_t users = 0;  // calls using it now
     bool dead = false;
     bool fresh = false;  // connected, not yet given to a queue
-    std::set<uint64_t> prepared;  // keys prepare() ran for
+    struct Undo {
+      Unprepare fn;
+      void* arg;
+    };
+    std::map<uint64_t, Undo> prepared;  // keys prepare() ran for, and how to undo each
   };
   Lanes();
   void publish(bool force);
   static bool idle(const Lane& l);
+  // mu_ held: lanes whose connection ended are marked dead; dead ones whose
+  // copies are all done are disconnected.
+  void sweep();
+  void retire(Lane& l, int err);  // mu_ held: it takes no more copies
   void connect_async();  // mu_ held
   static void mark_lane(ferry_client* c);  // says it carries no counts
   void after_fork_child();
@@ -84,7 +99,9 @@ class Lanes {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Lane>> lanes_;
-  uint32_t dead_ = 0;
+  uint32_t dead_ = 0;   // lanes that failed (kMaxDead)
+  uint64_t gone_ = 0;   // lanes whose daemon went away
+  uint64_t closed_ = 0; // dead lanes disconnected
   uint32_t connecting_ = 0;  // connects under way
   uint32_t waiting_ = 0;     // copies waiting for a connect of theirs (a fresh lane is theirs)
   // When each of them started (the oldest first): a copy asks how long the

@@ -211,6 +211,13 @@ static int prepare(ferry_client* c, uint64_t key, void*) {
   return ferry_set_staging_hooks(c, &h);
 }
 
+// The lane goes (its copies all done): the segment's import goes first.
+static void unprepare(ferry_client* c, uint64_t key, void*) {
+  ferry_timeline tl{};
+  tl.size = sizeof tl;
+  if (ferry_get_timeline(c, &tl) == 0) detach_area(reinterpret_cast<void*>(key), tl.segment, tl.segment_bytes);
+}
+
 // ---- the staged copy: ferry_upload_direct's ops on an immediate list
 namespace {
 struct ZeCopy {
@@ -291,7 +298,7 @@ ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* sr
   if (!v.stage) return pass(v.why);
   int why = FERRY_PASS_ERROR;
   ferry_client* c = lanes.acquire(reinterpret_cast<uint64_t>(list), 0, reinterpret_cast<uint64_t>(drv), prepare,
-                                  nullptr, &why, Lanes::kConnectWaitUnsafe);
+                                  unprepare, nullptr, &why, Lanes::kConnectWaitUnsafe);
   if (c == nullptr) return pass(why);
   ZeCopy z{list, static_cast<char*>(dst), size, signal, waits, wait_events,
            extension<WriteFn>(drv, "zexCommandListAppendWriteToMemory", known().write_fn)};

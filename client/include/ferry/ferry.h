@@ -82,6 +82,16 @@ int ferry_connect_named(const char *socket_path, const char *name, ferry_client 
  * completed still complete on the device, but nobody is told. c may be NULL. */
 void ferry_disconnect(ferry_client *c);
 
+/* 0 while the daemon serves c; once the connection ended, why: -ESHUTDOWN
+ * (the daemon stopped, as for a restart or an upgrade), -ECONNRESET (it went
+ * away), -ECONNABORTED (an administrator disconnected c: ferryctl
+ * disconnect), -EUSERS or -EPROTO (it refused or could not read c), or
+ * another error it ended c with. Calls that need the daemon return that
+ * error from then on: a program that wants ferry again connects a new client
+ * (ferry-run's do so on their own, once the new daemon listens). Does not
+ * block: it reads what the connection's receiver saw. */
+int ferry_connection_error(ferry_client *c);
+
 /* Allocates `bytes` of device memory owned by this client.
  * -EINVAL for 0 bytes, -ENOMEM when the device has no room, -EDQUOT past a
  * bound on what this user's clients hold together (device memory,
