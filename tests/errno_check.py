@@ -73,6 +73,7 @@ NOT_HERE = {
     ("ferry_upload_gather", "ENOTSUP"): "fences asked of a daemon without them: fence_tests",
     ("ferry_buffer_fence", "ENOTSUP"): "an allocation past the segment's fences: fence_tests",
     ("ferry_fence_wait", "ENOTSUP"): "as ferry_buffer_fence",
+    ("ferry_connection_error", "EPROTO"): "a session ended for a broken ring: reliability_tests [badinput]",
 }
 
 lib = C.CDLL(os.environ["FERRY_LIBRARY"])
@@ -373,9 +374,11 @@ class Errnos(unittest.TestCase):
             self.assertEqual(call("ferry_upload_after", c, b, 0, src, 16, 1, C.byref(t)), 0)
             self.expect("ferry_wait", "ETIMEDOUT", call("ferry_wait", c, t.value, 1000))
             self.expect("ferry_flush", "ETIMEDOUT", call("ferry_flush", c, 1000))
+            self.assertEqual(call("ferry_connection_error", c), 0)
             d.proc.send_signal(sig)
             d.proc.wait()
             self.expect("ferry_wait", name, call("ferry_wait", c, t.value, 10**10))
+            self.expect("ferry_connection_error", name, call("ferry_connection_error", c))
             self.expect("ferry_buffer_alloc", name, call("ferry_buffer_alloc", c, 64, C.byref(b)))
             call("ferry_disconnect", c)
             d.stop()
@@ -397,6 +400,7 @@ class Errnos(unittest.TestCase):
                         break
                     time.sleep(0.01)
                 self.expect("ferry_buffer_alloc", "ECONNABORTED", got)
+                self.expect("ferry_connection_error", "ECONNABORTED", call("ferry_connection_error", c))
             call("ferry_disconnect", c)
         finally:
             d.stop()

@@ -340,7 +340,9 @@ int ferry_get_info(ferry_client* c, ferry_info* out) {
 
 int ferry_connection_error(ferry_client* c) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  return c->conn.ended();
+  if (int e = c->conn.ended(); e != 0) return e;
+  // Stopping: it serves what it has, takes no new client, and goes.
+  return c->seg->daemon_state.load(std::memory_order_acquire) == 2 ? -ESHUTDOWN : 0;
 }
 
 ferry_ticket ferry_completed(ferry_client* c) { return fc::owner_check(c) != 0 ? 0 : c->timeline.completed(); }

@@ -128,6 +128,9 @@ class TransferEngine {
   // Whether the last wake-up of a sleeping poller only looked at holds and
   // released none (the poller then goes back to sleep at once); clears it.
   bool take_idle_wake() { return holds_.take_idle_wake(); }
+  // Transfers held for a value (a consumer's release, say): a stop waits for
+  // them as for copies in flight, within its drain time.
+  bool holding() const { return !holds_.empty(); }
   // The holds of uid's departed clients given up (Holds::drop_departed).
   // std::nullopt: every user's (the daemon-wide bound).
   size_t drop_departed_holds(std::optional<uid_t> uid) { return holds_.drop_departed(uid); }

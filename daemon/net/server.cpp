@@ -274,7 +274,10 @@ void Server::stop() {
 }
 
 void Server::drain_tick() {
-  const bool drained = engine_.stats().in_flight == 0;
+  // Held uploads too: a data loader's next batch waits for its consumer's
+  // release, which comes as the consumer goes on (ferry.torch then connects
+  // to the next ferryd with nothing lost).
+  const bool drained = engine_.stats().in_flight == 0 && !engine_.holding();
   if (!drained && std::chrono::steady_clock::now() < drain_deadline_) {
     timer_.expires_after(std::chrono::milliseconds(5));
     timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -283,7 +286,8 @@ void Server::drain_tick() {
     return;
   }
   if (!drained)
-    FERRY_LOG(warn, "stopping with %u copies still in flight", engine_.stats().in_flight);
+    FERRY_LOG(warn, "stopping with %u copies still in flight%s", engine_.stats().in_flight,
+              engine_.holding() ? " and uploads held for their values (they fail)" : "");
   sessions_.shut_down_all();
   // Give the Shutdown messages a moment to leave, then end.
   timer_.expires_after(std::chrono::milliseconds(100));

@@ -496,6 +496,16 @@ class Client:
         """Until every upload so far is on the device; raises the oldest failure."""
         _check(self._call(_c.ferry_flush, _timeout_ns(timeout)), "flush")
 
+    def connection_error(self):
+        """0 while ferryd serves this client; once it stopped (or is stopping,
+        as for a restart: -ESHUTDOWN) or the connection ended otherwise, the
+        negative errno why. A closed client: -ENOTCONN. Does not block. The
+        way back after a restart is a new Client."""
+        try:
+            return self._call(_c.ferry_connection_error)
+        except Error:  # closed
+            return -_errno.ENOTCONN
+
     @property
     def completed(self):
         """The highest ticket such that it and every earlier one are done (no wait)."""
@@ -759,7 +769,14 @@ class Buffer:
                 m.close()
             self._maps.clear()
         if self.id:
-            _check(self.client._call(_c.ferry_buffer_free, self.id), f"free buffer {self.id}")
+            try:
+                r = self.client._call(_c.ferry_buffer_free, self.id)
+            except Error as e:  # the client is closed
+                r = -e.errno
+            # An import of a client whose ferryd went (a restart): nobody maps
+            # it any more, and the memory is this process's to give back.
+            if r != 0 and not (self._unmapped is not None and self.client.connection_error() != 0):
+                _check(r, f"free buffer {self.id}")
             self.id = 0
         # ferryd answered the free of an import once it no longer mapped it.
         unmapped, self._unmapped = self._unmapped, None

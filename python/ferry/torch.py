@@ -306,6 +306,19 @@ class _Spill:
         self.structure, self.nbytes = structure, nbytes
 
 
+# ferryd went away (stopped for a restart or an upgrade, or killed), none
+# listens yet, or a new one does not know the old one's grants: the batch
+# travels as torch's DataLoader would send it, and the next ones through the
+# ferryd that listens next.
+_GONE = {errno.ESHUTDOWN, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, errno.EPIPE, errno.ECONNREFUSED,
+         errno.ENXIO, errno.ENOENT, errno.EACCES, errno.EPROTO, errno.ETIMEDOUT}
+
+
+def _gone(client):
+    """Whether `client` (or None) can no longer serve: a new one is needed."""
+    return client is None or client.connection_error() != 0
+
+
 # ---------------------------------------------------------------- the worker's side
 class _Worker:
     """A worker process's client and the buffers it opened (made on first use)."""
@@ -320,11 +333,19 @@ class _Worker:
 
     @classmethod
     def get(cls, socket):
-        if cls.client is None or cls.pid != os.getpid():
+        """The worker's client: connected on first use, and again when its
+        ferryd went (the buffers it opened went with it). Raises ferry.Error
+        while no ferryd takes it."""
+        if cls.pid != os.getpid():
+            cls.client, cls.pid, cls.opened, cls.pending = None, os.getpid(), {}, []
+        if cls.client is not None and _gone(cls.client):
+            old, cls.client, cls.opened, cls.pending = cls.client, None, {}, []
+            old.close()
+        if cls.client is None:
             # Named for ferryctl: this process is a worker of torch's loader.
             info = _data.get_worker_info()
             name = None if info is None else f"torch worker {info.id}"
-            cls.client, cls.pid, cls.opened, cls.pending = _api.Client(socket, name=name), os.getpid(), {}, []
+            cls.client = _api.Client(socket, name=name)
         for slot in cls.forget:
             b = cls.opened.pop(slot, None)
             if b is not None:
@@ -345,7 +366,8 @@ class _Worker:
             except _api.Error as e:
                 if e.errno == errno.ETIMEDOUT:  # not done yet
                     still.append(t)
-                else:
+                elif e.errno not in _GONE:
+                    # (Its ferryd gone: the trainer's fence says what became of it.)
                     raise RuntimeError(f"ferry: an earlier batch's upload from this worker failed: {e}") from e
         cls.pending = still[-64:]
 
@@ -372,15 +394,22 @@ class _Collate:
             return self.pool.collated(structure)
         job, _Worker.job = _Worker.job, None
         template, spans, keep, nbytes = _layout(structure)
-        if nbytes == 0 or job is None or job.capacity < nbytes:
+        if nbytes == 0 or job is None or job.token is None or job.capacity < nbytes:
             return _Spill(_realize(structure), nbytes)
         laid = time.monotonic_ns() if _ACCOUNT else 0
-        c = _Worker.get(self.socket)
-        _Worker.check()
-        buf = _Worker.opened.get(job.slot)
-        if buf is None:
-            buf = _Worker.opened[job.slot] = c.open(job.token)
-        t = c._upload_spans(buf.id, spans, 0, release_after=job.release or None, publish=job.publish)
+        try:
+            c = _Worker.get(self.socket)
+            _Worker.check()
+            buf = _Worker.opened.get(job.slot)
+            if buf is None:
+                # The trainer never revokes a task's grant: a token refused
+                # is one of a ferryd that went (the trainer reconnects too).
+                buf = _Worker.opened[job.slot] = c.open(job.token)
+            t = c._upload_spans(buf.id, spans, 0, release_after=job.release or None, publish=job.publish)
+        except _api.Error as e:
+            if e.errno not in _GONE or not (_gone(_Worker.client) or e.errno == errno.EACCES):
+                raise
+            return _Spill(_realize(structure), nbytes)  # its ferryd went: as torch would send it
         del keep  # staged: the samples may go
         _Worker.pending.append(t)
         times = (os.getpid(), _Worker.got, start, laid, time.monotonic_ns()) if _ACCOUNT else None
@@ -461,7 +490,11 @@ class _Pool:
 
     def __init__(self, socket, device, views=False):
         # Named for ferryctl, unless the user named the process ($FERRY_CLIENT_NAME).
-        self.client = _api.Client(socket, name=None if os.environ.get("FERRY_CLIENT_NAME") else "torch trainer")
+        self.socket = socket
+        self.client = None
+        self.old_clients = []  # of ferryds that went, until their slots are gone
+        self.retry_at = 0.0    # no ferryd took the last connect: not asked again before this
+        self._connect(first=True)
         self.device = device
         self.cuda = device.type == "cuda"
         # CPU tensors that are views of the device buffers, recycled as CUDA
@@ -485,6 +518,44 @@ class _Pool:
         self.blocked_ns = 0  # the trainer's time blocked for batches since the last delivery
         _pools.add(self)
 
+    # ---- the connection
+    def _connect(self, first=False):
+        # Named for ferryctl, unless the user named the process ($FERRY_CLIENT_NAME).
+        name = None if os.environ.get("FERRY_CLIENT_NAME") else "torch trainer"
+        try:
+            self.client = _api.Client(self.socket, name=name)
+        except _api.Error:
+            if first:
+                raise  # no ferryd at all: said at once, as before
+            self.retry_at = time.monotonic() + 0.5
+
+    def _ensure_client(self):
+        """The trainer's client; connected again once its ferryd went (a
+        restart): the old one's slots retire, each freed once its batch is
+        done, and the old client closes after the last. None while no ferryd
+        takes a connect (the batches then travel as torch's do). Lock held."""
+        if self.client is not None and not _gone(self.client):
+            return self.client
+        if self.client is not None:
+            self.old_clients.append(self.client)
+            self.client = None
+            for s in self.slots.values():
+                if not s.retired:
+                    s.retired = True
+                    self.forgotten.append(s.id)
+            self._reap()
+        if time.monotonic() >= self.retry_at:
+            self._connect()
+        return self.client
+
+    def _direct(self, structure):
+        """A batch no ferryd took: its tensors moved as torch's loader would."""
+        def move(x):
+            t = x.realize() if isinstance(x, _Stack) else x
+            return t.to(self.device) if self.cuda else t
+
+        return _map(structure, move, _movable)
+
     # ---- tasks
     def _slot(self, capacity):
         """A free slot of at least `capacity` bytes, made if none is."""
@@ -501,11 +572,19 @@ class _Pool:
         """The job of a task sent to `worker`: a buffer for it, or None
         while the batches' size is unknown."""
         with self.lock:
+            c = self._ensure_client()
             forget = tuple(self.forgotten[self.told[worker]:])
             self.told[worker] = len(self.forgotten)
             if self.capacity == 0:
                 return _Job(0, None, 0, 0, 0, forget)
-            s = self._slot(self.capacity)
+            try:
+                s = self._slot(self.capacity) if c is not None else None
+            except _api.Error as e:
+                if e.errno not in _GONE:
+                    raise
+                s = None
+            if s is None:  # no ferryd now: the worker sends the batch as torch's would
+                return _Job(0, None, self.capacity, 0, 0, forget)
             s.state = "task"
             self.value += 1
             self.by_task[task] = s
@@ -527,6 +606,9 @@ class _Pool:
             # No upload (spilled, or the iterable ended); or a worker error,
             # after which the buffer may be half written: not reused.
             s.state = "free"
+            if s.retired:  # its ferryd went meanwhile: the slot goes now
+                self._reap()
+                return
             if not isinstance(data, (_Spill, _dl._utils.worker._IterableDatasetStopIteration)) or \
                     s.capacity < self.capacity:
                 self._retire(s)
@@ -583,13 +665,21 @@ class _Pool:
         template, spans, keep, nbytes = _layout(structure)
         if nbytes == 0:
             return _map(template, lambda x: self._empty(x), lambda x: isinstance(x, _Leaf))
-        with self.lock:
-            self.capacity = max(self.capacity, _round(nbytes))
-            s = self._slot(self.capacity)
-            s.state = "task"
-            self.value += 1
-            value = self.value
-        self.client._upload_spans(s.buffer.id, spans, 0, release_after=s.released or None, publish=value)
+        try:
+            with self.lock:
+                self.capacity = max(self.capacity, _round(nbytes))
+                c = self._ensure_client()
+                if c is None:
+                    return self._direct(structure)
+                s = self._slot(self.capacity)
+                s.state = "task"
+                self.value += 1
+                value = self.value
+            c._upload_spans(s.buffer.id, spans, 0, release_after=s.released or None, publish=value)
+        except _api.Error as e:
+            if e.errno not in _GONE or not _gone(self.client):
+                raise
+            return self._direct(structure)  # its ferryd went meanwhile
         del keep
         return self._tensors(_Batch(template, nbytes, s.id, value), s)
 
@@ -602,7 +692,7 @@ class _Pool:
         if not self.cuda:
             # Read back to the host, once the fence says the upload landed.
             s.fence.wait(batch.value)
-            c, bid = self.client, s.buffer.id
+            c, bid = s.buffer.client, s.buffer.id
 
             def leaf(x):
                 t = torch.empty(x.shape, dtype=getattr(torch, x.dtype))
@@ -754,11 +844,20 @@ class _Pool:
                         continue
                     try:
                         s.buffer.free()  # closes the mapping first
-                    except (_api.Error, BufferError):
+                    except BufferError:
                         continue
+                    except _api.Error:
+                        if not _gone(s.buffer.client):
+                            continue
+                        # Its ferryd went, and its memory with it (or, imported, back to us).
                     self.slots.pop(ident, None)  # a nested reap (a finalizer in free()) may have
+            # A ferryd that went: its client closes once no slot of its is left.
+            for old in [c for c in self.old_clients if not any(s.buffer.client is c for s in self.slots.values())]:
+                self.old_clients.remove(old)
+                old.close()
             if self.closing and not self.slots:
-                self.client.close()
+                if self.client is not None:
+                    self.client.close()
                 return
             waiting = any(s.retired for s in self.slots.values())
             if waiting and (self.reaper is None or not self.reaper.is_alive()):

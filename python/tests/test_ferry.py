@@ -26,9 +26,11 @@ except ImportError:  # the test command installs python3-numpy; without it those
 
 
 class Daemon:
-    def __init__(self, *args):
+    def __init__(self, *args, socket=None):
+        """ferryd --sim with args, on a fresh socket, or on `socket` (a
+        daemon started again where another one was)."""
         self.dir = tempfile.TemporaryDirectory()
-        self.socket = os.path.join(self.dir.name, "ferryd.sock")
+        self.socket = socket or os.path.join(self.dir.name, "ferryd.sock")
         env = dict(os.environ, FERRY_SIM_FAST="1")
         self.proc = subprocess.Popen(
             [os.environ["FERRYD"], "--sim", "--socket", self.socket, "--log-level", "warn", *args], env=env

@@ -377,6 +377,55 @@ class LoaderTest(unittest.TestCase):
                                           "staging_bytes", "exported_bytes", "exports_kept_bytes")}
                 self.assertEqual(held, dict.fromkeys(held, 0), f"after job {job}")
 
+    def test_a_ferryd_restarted_under_a_running_loader(self):
+        # As `systemctl restart` during a training run: ferryd stops (and
+        # drains) while the loop goes on, a new one starts on the same socket.
+        # Every batch is torch's, element by element; batches of the old
+        # ferryd that were on their way arrive, those made while none
+        # listened travel as torch's loader sends them, and the loader is
+        # ferryd's client again once the new one listens.
+        first = Daemon("--slots", "4", "--slot-size", "65536")
+        kw = dict(batch_size=4, num_workers=2)
+        theirs = list(TorchLoader(Mixed(400), generator=torch.Generator().manual_seed(5), **kw))
+        loader = ft.DataLoader(Mixed(400), device="cpu", socket=first.socket,
+                               generator=torch.Generator().manual_seed(5), **kw)
+        loader._ferry_views = True
+        it = iter(loader)
+        wrong, restarted, second, back = 0, None, None, False
+
+        def restart():
+            nonlocal second
+            first.proc.terminate()  # SIGTERM: drains, then goes
+            first.proc.wait(30)
+            second = Daemon("--slots", "4", "--slot-size", "65536", socket=first.socket)
+
+        try:
+            for i, b in enumerate(it):
+                wrong += not same(theirs[i], b)
+                if i == 10:
+                    restarted = threading.Thread(target=restart)
+                    restarted.start()
+                if not back and restarted is not None and not restarted.is_alive() and second is not None:
+                    # The loader is the new ferryd's client: trainer and workers.
+                    names = {c["name"] for c in self.status_of(second)["clients"]}
+                    back = "torch trainer" in names and any(n.startswith("torch worker") for n in names)
+            self.assertEqual(i + 1, len(theirs))
+            self.assertEqual(wrong, 0)
+            self.assertTrue(back, "the loader never connected to the new ferryd")
+            del b, it, loader
+            gc.collect()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.status_of(second)["clients"]:
+                time.sleep(0.02)
+            self.assertEqual(self.status_of(second)["clients"], [])
+            self.assertEqual(self.status_of(second)["held"]["buffers"], 0)
+        finally:
+            if restarted is not None:
+                restarted.join()
+            if second is not None:
+                second.stop()
+            first.dir.cleanup()
+
     def status_of(self, d):
         r = subprocess.run([os.environ["FERRYCTL"], "--socket", d.socket, "--json", "status"],
                            capture_output=True, text=True, check=True)

@@ -83,10 +83,11 @@ int ferry_connect_named(const char *socket_path, const char *name, ferry_client 
 void ferry_disconnect(ferry_client *c);
 
 /* 0 while the daemon serves c; once the connection ended, why: -ESHUTDOWN
- * (the daemon stopped, as for a restart or an upgrade), -ECONNRESET (it went
+ * (the daemon is stopping or stopped, as for a restart or an upgrade: while
+ * it drains, c's transfers still complete), -ECONNRESET (it went
  * away), -ECONNABORTED (an administrator disconnected c: ferryctl
- * disconnect), -EUSERS or -EPROTO (it refused or could not read c), or
- * another error it ended c with. Calls that need the daemon return that
+ * disconnect), -EPROTO (it could not read c: a broken ring), or another
+ * error it ended c with. Calls that need the daemon return that
  * error from then on: a program that wants ferry again connects a new client
  * (ferry-run's do so on their own, once the new daemon listens). Does not
  * block: it reads what the connection's receiver saw. */
