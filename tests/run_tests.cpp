@@ -379,6 +379,56 @@ TEST_CASE("ferry-run: ferryctl shows the process, its copies and what it passed"
   ::unlink(gate.c_str());
 }
 
+// The samples of `metrics` (ferryctl metrics) whose name starts with `prefix`.
+std::vector<std::string> series(const std::string& metrics, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(metrics);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind(prefix, 0) == 0) out.push_back(l);
+  return out;
+}
+
+TEST_CASE("ferry-run's metrics: per user and command, the exited folded in, as many series after 12 processes as after 1",
+          "[run][interpose]") {
+  Daemon d;
+  const std::string ctl = std::string(FERRYCTL_PATH) + " --socket " + d.socket;
+  std::vector<std::string> after_one;
+  uint64_t last_staged = 0;
+  for (int i = 1; i <= 12; ++i) {
+    const std::string opts;
+    const Outcome o = upload(d.socket, "--mode sync 1048576 65536", &opts);
+    REQUIRE(o.rc == 0);
+    // Its client gone (folded in), the totals count it: never less than before.
+    REQUIRE(eventually([&] { return d.status().get_child("clients").empty(); }));
+    auto [rc, m] = run_command(ctl + " metrics");
+    REQUIRE(rc == 0);
+    const auto run = series(m, "ferry_run_");
+    CHECK(m.find("pid=") == std::string::npos);
+    CHECK(m.find("client=") == std::string::npos);
+    if (i == 1) after_one = run;
+    CHECK(run.size() == after_one.size());
+    const auto staged = series(m, "ferry_run_staged_total{");
+    REQUIRE(staged.size() == 1);
+    CHECK(staged[0].find("command=\"ze_upload\"") != std::string::npos);
+    const uint64_t now = std::stoull(staged[0].substr(staged[0].rfind(' ') + 1));
+    CHECK(now == uint64_t(2 * i));  // two copies staged by each process
+    CHECK(now > last_staged);
+    last_staged = now;
+  }
+  // The last that exited, each with its own counts, in status.
+  const auto st = d.status();
+  size_t exited = 0;
+  for (const auto& [k, e] : st.get_child("run_exited")) {
+    ++exited;
+    CHECK(e.get<uint64_t>("staged") == 2);
+    CHECK(e.get<std::string>("command") == "ze_upload");
+  }
+  CHECK(exited == 12);
+  for (const auto& [k, r] : st.get_child("run_totals")) CHECK(r.get<uint64_t>("processes_exited") == 12);
+  auto [rc, text] = run_command(ctl + " status");
+  CHECK(text.find("exited") != std::string::npos);
+}
+
 // A program's output as it comes, line by line (read on a thread of its own).
 class Lines {
  public:

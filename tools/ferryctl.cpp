@@ -353,6 +353,17 @@ void print_run(const json::object& d) {
     std::printf("            %-8llu %-16.16s %-9llu %-10s %s\n", num(c, "pid"), str(c, "name", "").c_str(),
                 num(c, "run.staged"), human_bytes(num(c, "run.staged_bytes")).c_str(), passed.empty() ? "none" : passed.c_str());
   }
+  // The last that exited (ferryd keeps a few, for a few minutes).
+  bool header = false;
+  for (const auto& v : array_at(d, "run_exited")) {
+    const json::object& e = v.as_object();
+    if (!header)
+      std::printf("\nexited      %-8s %-16s %-9s %-10s %s\n", "PID", "COMMAND", "STAGED", "BYTES", "AT");
+    header = true;
+    std::printf("            %-8llu %-16.16s %-9llu %-10s %s\n", num(e, "pid"), str(e, "command", "").c_str(),
+                num(e, "staged"), human_bytes(num(e, "staged_bytes")).c_str(),
+                since(static_cast<long long>(num(e, "exited"))).c_str());
+  }
 }
 
 void print_status(const json::object& d) {
@@ -637,22 +648,23 @@ void add_metrics(Families& f, const json::object& d, bool per_client) {
            "Of the exported bytes, those already freed: held alive only by importers ferryd cannot see.", who,
            static_cast<double>(num(u, "exports_kept_bytes")));
   }
-  // Processes under ferry-run (their lead clients): one series per process and reason.
-  for (const auto& v : clients(d)) {
-    const json::object& c = v.as_object();
-    if (str(c, "run.role", "") != "lead") continue;
-    // The client too: a process that writes its own words can mark two of
-    // its clients lead, and two series must never share their labels.
-    const std::string who = dev + ",client=\"" + std::to_string(num(c, "id")) + "\",pid=\"" +
-                            std::to_string(num(c, "pid")) + "\",command=\"" + label(str(c, "name", "")) + "\"";
-    sample(f, "ferry_run_staged_total", "counter", "Copies of a process under ferry-run that ferry staged.", who,
-           static_cast<double>(num(c, "run.staged")));
+  // Programs under ferry-run, per user and command, the processes that
+  // exited folded in: no pid or client label, so the series last and their
+  // number stays bounded (users x commands) however many processes come and go.
+  for (const auto& v : array_at(d, "run_totals")) {
+    const json::object& r = v.as_object();
+    const std::string who =
+        dev + ",uid=\"" + std::to_string(num(r, "uid")) + "\",command=\"" + label(str(r, "command", "")) + "\"";
+    sample(f, "ferry_run_processes_total", "counter", "Processes under ferry-run that connected, running or exited.", who,
+           static_cast<double>(num(r, "processes_exited") + num(r, "processes_running")));
+    sample(f, "ferry_run_staged_total", "counter", "Copies of processes under ferry-run that ferry staged.", who,
+           static_cast<double>(num(r, "staged")));
     sample(f, "ferry_run_staged_bytes_total", "counter", "Bytes of those copies.", who,
-           static_cast<double>(num(c, "run.staged_bytes")));
+           static_cast<double>(num(r, "staged_bytes")));
     for (const char* why : kPassNames)
       sample(f, "ferry_run_passed_total", "counter",
-             "Copies of a process under ferry-run left to the driver, by reason (ferry-run(1)).",
-             who + ",reason=\"" + why + "\"", static_cast<double>(num(c, ("run.passed." + std::string(why)).c_str())));
+             "Copies of processes under ferry-run left to the driver, by reason (ferry-run(1)).",
+             who + ",reason=\"" + why + "\"", static_cast<double>(num(r, ("passed." + std::string(why)).c_str())));
   }
   histogram(f, "ferry_upload_latency_seconds", "From the start of an upload piece's copy to its completion.", dev, d,
             "histograms.upload_latency");

@@ -53,6 +53,61 @@ json::array users_json(const StatusInputs& ctx, bool all, uid_t viewer) {
   return rows;
 }
 
+// Processes under ferry-run, per user and command: those that exited
+// (RunTotals) and those running now (their lead clients' rows), so that a
+// total never goes down; and the last ones that exited, each on its own.
+json::object run_json(const RunCounts& c) {
+  json::object passed;
+  for (uint32_t i = 0; i < proto::kPassReasons; ++i) passed[proto::kPassNames[i]] = c.passed[i];
+  return {{"staged", c.staged}, {"staged_bytes", c.staged_bytes}, {"passed", std::move(passed)},
+          {"passed_bytes", c.passed_bytes}};
+}
+
+json::array run_totals_json(const TransferEngine& engine, const RunTotals& totals, bool all, uid_t viewer) {
+  struct Sum {
+    uint64_t processes = 0, running = 0;
+    RunCounts counts;
+  };
+  std::map<std::pair<uid_t, std::string>, Sum> sums;
+  for (const auto& [key, row] : totals.rows()) {
+    Sum& s = sums[key];
+    s.processes = row.processes;
+    s.counts.add(row.counts);
+  }
+  for (const auto& [id, c] : engine.clients().all()) {
+    const ClientState::Run run = c->run();
+    if (run.role != proto::kRunLead) continue;
+    Sum& s = sums[{c->uid, totals.row_name(c->uid, c->name)}];
+    ++s.running;
+    s.counts.add(run.counts);
+  }
+  json::array rows;
+  for (const auto& [key, s] : sums) {
+    if (!all && key.first != viewer) continue;
+    json::object r = run_json(s.counts);
+    r["uid"] = key.first;
+    r["command"] = key.second;
+    r["processes_exited"] = s.processes;
+    r["processes_running"] = s.running;
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+json::array run_exited_json(const RunTotals& totals, bool all, uid_t viewer) {
+  json::array rows;
+  for (const RunTotals::Exited& e : totals.recent()) {
+    if (!all && e.uid != viewer) continue;
+    json::object r = run_json(e.counts);
+    r["pid"] = e.pid;
+    r["uid"] = e.uid;
+    r["command"] = e.command;
+    r["exited"] = unix_seconds(e.at);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
 json::object limits_json(const Limits& l) {
   return {{"max_clients", l.max_clients},         {"max_connections", l.max_connections},
           {"admin_seats", Limits::kAdminSeats},   {"user_share_percent", l.user_share},
@@ -106,13 +161,9 @@ std::string status_json(const StatusInputs& ctx, const PeerCred& who) {
                                    {"connected_since", unix_seconds(c->since)}};
     // A process under ferry-run, as its lead client counts it (its row only).
     if (const ClientState::Run run = c->run(); run.role != 0) {
-      json::object passed;
-      for (uint32_t i = 0; i < proto::kPassReasons; ++i) passed[proto::kPassNames[i]] = run.passed[i];
-      row["run"] = json::object{{"role", run.role == proto::kRunLead ? "lead" : "lane"},
-                                {"staged", run.staged},
-                                {"staged_bytes", run.staged_bytes},
-                                {"passed", std::move(passed)},
-                                {"passed_bytes", run.passed_bytes}};
+      json::object r = run_json(run.counts);
+      r["role"] = run.role == proto::kRunLead ? "lead" : "lane";
+      row["run"] = std::move(r);
     }
     clients.push_back(std::move(row));
   }
@@ -201,6 +252,8 @@ std::string status_json(const StatusInputs& ctx, const PeerCred& who) {
         {"copies_in_flight", copies}}},
       {"clients", std::move(clients)},
       {"users", users_json(ctx, all, viewer)},
+      {"run_totals", run_totals_json(engine, ctx.engine.clients().run_totals(), all, viewer)},
+      {"run_exited", run_exited_json(ctx.engine.clients().run_totals(), all, viewer)},
       {"limits", limits_json(opts.limits)},
       {"all_clients_visible", all},
       {"scope", all ? "daemon" : "own clients"},

@@ -218,10 +218,13 @@ ClientState::Run ClientState::run() const {
   const uint32_t role = w->role.load(std::memory_order_relaxed);
   if (role != proto::kRunLead && role != proto::kRunLane) return r;
   r.role = role;
-  r.staged = w->staged.load(std::memory_order_relaxed);
-  r.staged_bytes = w->staged_bytes.load(std::memory_order_relaxed);
-  r.passed_bytes = w->passed_bytes.load(std::memory_order_relaxed);
-  for (uint32_t i = 0; i < proto::kPassReasons; ++i) r.passed[i] = w->passed[i].load(std::memory_order_relaxed);
+  RunCounts now;
+  now.staged = w->staged.load(std::memory_order_relaxed);
+  now.staged_bytes = w->staged_bytes.load(std::memory_order_relaxed);
+  now.passed_bytes = w->passed_bytes.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < proto::kPassReasons; ++i) now.passed[i] = w->passed[i].load(std::memory_order_relaxed);
+  run_high_.keep_max(now);
+  r.counts = run_high_;
   return r;
 }
 

@@ -23,6 +23,7 @@
 #include "engine/buffer.hpp"
 #include "engine/window.hpp"
 #include "engine/grants.hpp"
+#include "engine/run_totals.hpp"
 #include "engine/segment.hpp"
 #include "engine/staging_areas.hpp"
 #include "engine/stats.hpp"
@@ -178,12 +179,12 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     uint64_t uploads = 0, bytes = 0, in_flight = 0;
   };
   Direct direct() const;
-  // What a process under ferry-run says of itself (proto::RunWords), for
-  // its own row alone; role 0 for any other client. Numbers only.
+  // What a process under ferry-run says of itself (proto::RunWords); role 0
+  // for any other client. Numbers only, each the highest this client
+  // showed so far (a count it lowers stays where it was: RunTotals).
   struct Run {
     uint32_t role = 0;
-    uint64_t staged = 0, staged_bytes = 0, passed_bytes = 0;
-    uint64_t passed[proto::kPassReasons] = {};
+    RunCounts counts;
   };
   Run run() const;
   // A piece of an upload call is being copied (`last`: the call's last
@@ -255,6 +256,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   uint64_t slot_bytes_ = 0;
   Window window_;
   uint64_t failures_ = 0;  // Result records written so far
+  mutable RunCounts run_high_;  // run(): the highest of each word seen
   std::deque<Held> held_;
   std::vector<uint32_t> free_fences_;  // fence indexes + 1, the lowest last
   uint64_t device_bytes_ = 0;

@@ -90,6 +90,9 @@ void Clients::add_client(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<st
 
 void Clients::release(ClientState* c) {
   c->add_slot_waits(departed_slot_waits_);
+  // A process under ferry-run: its counts stay in its user's totals.
+  if (const ClientState::Run run = c->run(); run.role == proto::kRunLead)
+    run_totals_.fold(c->uid, c->pid, c->name, run.counts);
   resources_.client_gone(*c);
   // Its buffers go with the object itself, right after this: each one's
   // memory returns once no copy in flight holds it.

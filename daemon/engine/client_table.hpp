@@ -23,6 +23,7 @@
 #include "device/backend.hpp"
 #include "engine/client.hpp"
 #include "engine/resources.hpp"
+#include "engine/run_totals.hpp"
 #include "engine/segment_pool.hpp"
 #include "engine/stats.hpp"
 
@@ -70,6 +71,10 @@ class Clients {
   static constexpr auto kIdleCheck = std::chrono::milliseconds(500);
   // Slot waits as clients published them: the gone ones and the live ones.
   Histogram slot_waits() const;
+  // What processes under ferry-run did, the departed ones folded in by user
+  // and command (their lead clients' last counts), the live ones in their rows.
+  RunTotals& run_totals() { return run_totals_; }
+  const RunTotals& run_totals() const { return run_totals_; }
   void stop() { idle_timer_.cancel(); }
 
  private:
@@ -86,6 +91,7 @@ class Clients {
   std::map<uint64_t, ClientState*> clients_;
   uint64_t next_client_ = 0;
   Histogram departed_slot_waits_;  // of clients already gone
+  RunTotals run_totals_;
   boost::asio::steady_timer idle_timer_;
   bool idle_timer_armed_ = false;
 };
