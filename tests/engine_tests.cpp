@@ -251,13 +251,15 @@ TEST_CASE("an export charges once, and an export whose handle could not be sent 
   IpcHandle h;
   uint64_t bytes = 0;
   bool first = false;
-  REQUIRE(eng.resources().export_buffer(*c, id, &h, &bytes, &first) == 0);
+  Resources::ExportCharge charge;
+  REQUIRE(eng.resources().export_buffer(*c, id, &h, &bytes, &first, &charge) == 0);
   CHECK(first);
   CHECK(bytes == 65536);
   CHECK(eng.resources().usage(4242).exported_bytes == 65536);
   // ferryd had no descriptor left for the reply: the handle never left, nor does the charge stay.
-  eng.resources().export_unsent(*c, id);
+  eng.resources().export_unsent(charge);
   CHECK(eng.resources().usage(4242).exported_bytes == 0);
+  CHECK(eng.resources().exporters().empty());  // nor the user's row
   REQUIRE(eng.resources().export_buffer(*c, id, &h, &bytes, &first) == 0);
   CHECK(first);  // sent this time: charged
   REQUIRE(eng.resources().export_buffer(*c, id, &h, &bytes, &first) == 0);
@@ -265,6 +267,14 @@ TEST_CASE("an export charges once, and an export whose handle could not be sent 
   CHECK(eng.resources().usage(4242).exported_bytes == 65536);
   REQUIRE(eng.resources().free(*c, id) == 0);
   CHECK(eng.resources().usage(4242).exported_bytes == 65536);  // kept until ferryd restarts
+  CHECK(eng.resources().usage(4242).exports_kept_bytes == 65536);
+  // A reply dropped after its buffer was freed (kept by then): no charge stays either.
+  REQUIRE(eng.resources().alloc(*c, 4096, &id) == 0);
+  REQUIRE(eng.resources().export_buffer(*c, id, &h, &bytes, &first, &charge) == 0);
+  REQUIRE(eng.resources().free(*c, id) == 0);
+  CHECK(eng.resources().usage(4242).exports_kept_bytes == 65536 + 4096);
+  eng.resources().export_unsent(charge);
+  CHECK(eng.resources().usage(4242).exported_bytes == 65536);
   CHECK(eng.resources().usage(4242).exports_kept_bytes == 65536);
 }
 

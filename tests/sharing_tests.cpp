@@ -293,6 +293,135 @@ TEST_CASE("the free of an import returns once ferryd no longer maps it: its copy
   ferry_disconnect(c);
 }
 
+// Every count of status's "kept" and of the user's row (docs/DESIGN.md,
+// "What ferryd keeps") back at its idle value after rounds in which every
+// kind of client came and went: owners of allocations and imports, granted,
+// producers through the grants (one killed mid-stream, one whose fenced
+// upload is held for a release its owner never gives), an IPC event pool, a
+// hold on a value that never comes, a staging area of a process that exits,
+// a session closed for bad input. Exports are the one thing charged for
+// ferryd's life: one row for the user, the bytes it exported.
+TEST_CASE("what ferryd keeps returns to idle after every kind of client came and went", "[sharing][lifetime]") {
+  Daemon d({"--slots", "4", "--slot-size", "65536"});
+  Consumer k;
+  const auto idle = status(d.socket);
+  const uid_t me = getuid();
+  const uint64_t bytes = 65536;
+  for (int round = 1; round <= 3; ++round) {
+    ferry_client* owner = nullptr;
+    REQUIRE(ferry_connect(d.socket.c_str(), &owner) == 0);
+    // An allocation, exported (charged for good), and an import, both granted.
+    ferry_buffer alloc{}, imported{};
+    REQUIRE(ferry_buffer_alloc(owner, bytes, &alloc) == 0);
+    ferry_ipc_handle eh{};
+    REQUIRE(ferry_buffer_export(owner, alloc, &eh) == 0);
+    ::close(eh.fd);
+    void* mine = k.device_alloc(bytes);
+    ferry_ipc_handle ih = k.ipc_handle(mine, bytes);
+    REQUIRE(ferry_buffer_import(owner, &ih, &imported) == 0);
+    ferry_token ta{}, ti{};
+    REQUIRE(ferry_buffer_grant(owner, alloc, FERRY_RIGHT_UPLOAD, &ta) == 0);
+    REQUIRE(ferry_buffer_grant(owner, imported, FERRY_RIGHT_UPLOAD, &ti) == 0);
+    // Producers: one uploads and goes, one is killed mid-stream.
+    CHECK(producer(d.socket, ti, 0, 4096, round) == 0);
+    const std::string exe = build_path("tests/producer_client");
+    const std::string hx = hex(ta.bytes, 32);
+    const char* argv[] = {exe.c_str(), d.socket.c_str(), hx.c_str(), "0", "60000", "1000000", nullptr};
+    pid_t killed = -1;
+    REQUIRE(posix_spawn(&killed, exe.c_str(), nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
+    (void)d.client_of(killed, [](const auto& row) { return row.template get<uint64_t>("uploads") > 0; });
+    ::kill(killed, SIGKILL);
+    ::waitpid(killed, nullptr, 0);
+    // A producer whose fenced upload waits for a release the owner never gives, and goes.
+    {
+      ferry_client* p = nullptr;
+      REQUIRE(ferry_connect(d.socket.c_str(), &p) == 0);
+      ferry_buffer pb{};
+      REQUIRE(ferry_buffer_open(p, &ti, &pb, nullptr) == 0);
+      std::vector<uint8_t> src(4096, 7);
+      ferry_iovec part{src.data(), src.size()};
+      ferry_upload_opts o{};
+      o.size = sizeof o;
+      o.after_release = 1000;
+      o.publish = 1001;
+      ferry_ticket t = 0;
+      REQUIRE(ferry_upload_gather(p, pb, 0, &part, 1, &o, &t) == 0);
+      REQUIRE(eventually([&] { return status(d.socket).get<uint64_t>("kept.held_transfers") >= 1; }));
+      ferry_disconnect(p);  // its hold stays: the owner may still release
+    }
+    // An IPC event pool, and a hold on the owner's own value that never comes.
+    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr,
+                            ZE_EVENT_POOL_FLAG_HOST_VISIBLE | ZE_EVENT_POOL_FLAG_IPC, 2};
+    ze_event_pool_handle_t pool = nullptr;
+    ZE_OK(zeEventPoolCreate(k.ctx, &pd, 1, &k.dev, &pool));
+    ze_ipc_event_pool_handle_t ph{};
+    ZE_OK(zeEventPoolGetIpcHandle(pool, &ph));
+    ferry_ipc_handle peh{};
+    peh.kind = FERRY_IPC_LEVEL_ZERO;
+    std::memcpy(peh.data, ph.data, sizeof peh.data);
+    std::memcpy(&peh.fd, ph.data, sizeof peh.fd);
+    uint64_t pool_id = 0;
+    REQUIRE(ferry_event_pool_register(owner, &peh, 2, &pool_id) == 0);
+    std::vector<uint8_t> src(4096, 1);
+    ferry_ticket held = 0;
+    REQUIRE(ferry_upload_after(owner, alloc, 0, src.data(), src.size(), 1u << 30, &held) == 0);
+    // A staging area of a process that connects, grows it, and exits.
+    const pid_t grower = fork_child([&] {
+      RawClient r(d.socket);
+      r.hello("grower");
+      auto g = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+      g.request = 5;
+      g.bytes = 1 << 20;
+      r.send(g);
+      proto::StagingReply sr{};
+      return r.expect(proto::Type::staging_reply, &sr) && sr.status == 0 ? 0 : 3;
+    });
+    CHECK(reap(grower) == 0);
+    // A session closed for bad input.
+    {
+      RawClient bad(d.socket);
+      const uint8_t junk[16] = {0xff, 0xff, 0xff, 0xff};
+      bad.send_bytes(junk, sizeof junk);
+      CHECK(bad.closed_by_peer());
+    }
+    // The owner goes: the producer's hold goes with the fence it waited on,
+    // its grants and buffers go, the import is unmapped.
+    ferry_disconnect(owner);
+    ZE_OK(zeEventPoolDestroy(pool));
+    // Everything back to idle (the departed hold and the exited process's
+    // area charge go as their causes do: asked until they have).
+    const auto kept_idle = idle.get_child("kept");
+    auto back = [&](const boost::property_tree::ptree& st, std::string* why) {
+      for (const auto& [key, v] : st.get_child("kept")) {
+        uint64_t want = kept_idle.get<uint64_t>(key);
+        if (key == "export_rows") want = 1;  // exports: charged for ferryd's life, one row for the user
+        if (v.get_value<uint64_t>() != want) {
+          *why = "kept." + key + " " + v.data() + " (idle " + std::to_string(want) + ")";
+          return false;
+        }
+      }
+      for (const auto& [k2, u] : st.get_child("users")) {
+        if (u.get<uid_t>("uid") != me) continue;
+        for (const char* key : {"clients", "buffers", "device_bytes", "grants", "opens", "imports", "event_pools",
+                                "staging_bytes", "exports_kept_bytes"}) {
+          const uint64_t want = std::string(key) == "exports_kept_bytes" ? round * bytes : 0;
+          if (u.get<uint64_t>(key) != want) {
+            *why = std::string("users.") + key + " " + u.get<std::string>(key);
+            return false;
+          }
+        }
+        if (u.get<uint64_t>("exported_bytes") != round * bytes) return *why = "users.exported_bytes", false;
+      }
+      return st.get<uint64_t>("held.clients") == 0 && st.get<uint64_t>("held.buffers") == 0;
+    };
+    std::string why;
+    const bool idle_again = eventually([&] { return back(status(d.socket), &why); }, std::chrono::seconds(30));
+    INFO("round " << round << ": " << why);
+    CHECK(idle_again);
+    ZE_OK(zeMemFree(k.ctx, mine));
+  }
+}
+
 TEST_CASE("device-side ordering: the consumer's kernel waits for the upload's event, never sees a partial frame",
           "[sharing][events]") {
   // A slow link (0.2 GB/s): a 4 MiB frame takes ~20 ms on the daemon's engine.

@@ -108,6 +108,29 @@ json::array run_exited_json(const RunTotals& totals, bool all, uid_t viewer) {
   return rows;
 }
 
+// What ferryd keeps now, each thing counted (docs/DESIGN.md, "What ferryd
+// keeps"): an admin's view of what must return to idle.
+json::object kept_json(const StatusInputs& ctx) {
+  const TransferEngine::Kept k = ctx.engine.kept();
+  return {{"sessions", ctx.sessions},
+          {"user_rows", ctx.user_rows},
+          {"client_states", k.client_states},
+          {"departed_clients", k.departed_clients},
+          {"holders", k.holders},
+          {"held_transfers", k.held_transfers},
+          {"rings", k.rings},
+          {"copies_in_flight", k.copies_in_flight},
+          {"grants", k.grants},
+          {"export_rows", k.export_rows},
+          {"departed_area_charges", k.departed_area_charges},
+          {"process_watches", k.process_watches},
+          {"run_rows", k.run_rows},
+          {"run_exited", k.run_exited},
+          {"segments_ready", k.segments.ready},
+          {"segments_to_unmap", k.segments.to_unmap},
+          {"segment_orders", k.segments.orders}};
+}
+
 json::object limits_json(const Limits& l) {
   return {{"max_clients", l.max_clients},         {"max_connections", l.max_connections},
           {"admin_seats", Limits::kAdminSeats},   {"user_share_percent", l.user_share},
@@ -255,6 +278,7 @@ std::string status_json(const StatusInputs& ctx, const PeerCred& who) {
       {"run_totals", run_totals_json(engine, ctx.engine.clients().run_totals(), all, viewer)},
       {"run_exited", run_exited_json(ctx.engine.clients().run_totals(), all, viewer)},
       {"limits", limits_json(opts.limits)},
+      {"kept", all ? kept_json(ctx) : json::object{}},
       {"all_clients_visible", all},
       {"scope", all ? "daemon" : "own clients"},
       {"histograms", {{"upload_latency", histogram_json(latency)}, {"slot_wait", histogram_json(slot_wait)},

@@ -21,6 +21,8 @@ struct StatusInputs {
   const Options& options;
   const ServerStats& stats;
   std::map<uid_t, size_t> connections;  // open sessions by uid (net/users.hpp)
+  // The net layer's own: sessions open, and users with a row (net/users.hpp).
+  size_t sessions = 0, user_rows = 0;
 };
 
 // Every client for an admin, the viewer's own clients otherwise.

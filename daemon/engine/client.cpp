@@ -192,7 +192,7 @@ void ClientState::add_slot_waits(Histogram& h) const {
   if (total != mine.count || mine.count > transfers_ + window_.entries()) return;
   if (mine.count != 0 && mine.sum_ns / mine.count > age_ns) return;
   h.count += mine.count;
-  h.sum_ns += mine.sum_ns;
+  h.add_sum(mine.sum_ns);
   for (size_t i = 0; i < proto::kLatencyBuckets; ++i) h.buckets[i] += mine.buckets[i];
 }
 

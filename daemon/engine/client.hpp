@@ -158,6 +158,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   };
   void hold(const Held& h);
   std::deque<Held>& held() { return held_; }
+  const std::deque<Held>& held() const { return held_; }
   // The application's value as the client's segment shows it (hostile: a number only).
   uint64_t app_value() const;
   // Whether h may start now: its values came (each read as a number that

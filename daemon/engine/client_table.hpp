@@ -74,6 +74,8 @@ class Clients {
   // What processes under ferry-run did, the departed ones folded in by user
   // and command (their lead clients' last counts), the live ones in their rows.
   RunTotals& run_totals() { return run_totals_; }
+  // The segment pool's queues (zeros without a pool).
+  SegmentPool::Counts pool_counts() const { return pool_ ? pool_->counts() : SegmentPool::Counts{}; }
   const RunTotals& run_totals() const { return run_totals_; }
   void stop() { idle_timer_.cancel(); }
 

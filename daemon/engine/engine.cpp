@@ -38,6 +38,24 @@ TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Back
 
 TransferEngine::~TransferEngine() { stop(); }
 
+TransferEngine::Kept TransferEngine::kept() const {
+  Kept k;
+  k.client_states = clients_.all().size();
+  k.departed_clients = clients_.departed();
+  k.holders = holds_.holders();
+  k.held_transfers = holds_.held();
+  k.rings = rings_.size();
+  k.copies_in_flight = records_.size();
+  k.grants = resources_.grants();
+  k.export_rows = resources_.exporters().size();
+  k.departed_area_charges = resources_.departed_area_charges();
+  k.process_watches = exits_.size();
+  k.run_rows = clients_.run_totals().rows().size();
+  k.run_exited = clients_.run_totals().recent().size();
+  k.segments = clients_.pool_counts();
+  return k;
+}
+
 void TransferEngine::stop() {
   if (stopped_) return;
   stopped_ = true;

@@ -80,6 +80,16 @@ class TransferEngine {
   // then ends the session). A wrong buffer, range or pool fails the ticket
   // only.
   const char* transfer(const ClientRef& c, const Entry& e);
+  // How many of each thing the engine keeps now (status "kept"): each goes
+  // back to its idle value once the clients that made it are gone, or stays
+  // bounded (docs/DESIGN.md, "What ferryd keeps").
+  struct Kept {
+    size_t client_states = 0, departed_clients = 0, holders = 0, held_transfers = 0, rings = 0,
+           copies_in_flight = 0, grants = 0, export_rows = 0, departed_area_charges = 0, process_watches = 0,
+           run_rows = 0, run_exited = 0;
+    SegmentPool::Counts segments;
+  };
+  Kept kept() const;
   // Whether the device writes clients' timelines (else the daemon does, at retire).
   bool device_timeline() const { return device_writes_; }
   // Queues one copy of `client`'s ticket. On a non-zero return nothing was

@@ -51,6 +51,13 @@ class Holds {
   void arm();
   void stop() { timer_.cancel(); }
   bool empty() const { return holders_.empty(); }
+  size_t holders() const { return holders_.size(); }
+  // Transfers held now, of every holder.
+  size_t held() const {
+    size_t n = 0;
+    for (const auto& c : holders_) n += c->held().size();
+    return n;
+  }
   // A hold came or moved within IdlePolicy::kHoldAwake: the poller stays awake for it.
   bool near() const {
     return !holders_.empty() && std::chrono::steady_clock::now() - since_ < IdlePolicy::kHoldAwake;

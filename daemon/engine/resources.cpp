@@ -3,6 +3,7 @@
 // user's bounds (resources.hpp). Every call into the backend for them is here.
 #include "engine/resources.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <functional>
 #include <string>
@@ -92,7 +93,8 @@ int Resources::import_buffer(ClientState& c, const IpcHandle& h, uint64_t bytes,
   return 0;
 }
 
-int Resources::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes, bool* first) {
+int Resources::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes, bool* first,
+                             ExportCharge* charge) {
   auto b = c.owned(id);
   *first = false;
   if (!b || b->imported) return -ENOENT;
@@ -101,16 +103,24 @@ int Resources::export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t
   if (int r = backend_.export_buffer(b->ptr, h); r != 0) return r;
   if (!b->exported) exports_[b->uid].bytes += b->charged;
   *first = !b->exported;
+  if (*first && charge != nullptr) *charge = ExportCharge{b, b->uid, b->charged};
   b->exported = true;
   *bytes = b->bytes;
   return 0;
 }
 
-void Resources::export_unsent(ClientState& c, uint64_t id) {
-  auto b = c.owned(id);
-  if (!b || !b->exported) return;
-  exports_[b->uid].bytes -= b->charged;
-  b->exported = false;
+void Resources::export_unsent(const ExportCharge& charge) {
+  auto it = exports_.find(charge.uid);
+  if (it == exports_.end()) return;
+  Exports& e = it->second;
+  if (auto b = charge.buffer.lock()) {
+    if (!b->exported) return;
+    b->exported = false;
+  } else {
+    e.kept -= std::min(e.kept, charge.bytes);  // freed meanwhile: its deleter moved it to kept
+  }
+  e.bytes -= std::min(e.bytes, charge.bytes);
+  if (e.bytes == 0 && e.kept == 0) exports_.erase(it);
 }
 
 int Resources::open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id) {

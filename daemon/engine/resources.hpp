@@ -61,6 +61,8 @@ class Resources {
   const Holdings& holdings() const { return holdings_; }
   // Users charged for exports (Usage::exported_bytes), clients or none.
   std::vector<uid_t> exporters() const;
+  size_t grants() const { return grants_.size(); }
+  size_t departed_area_charges() const { return departed_areas_.size(); }
   // What the clients of `uid` hold (ClientState::uid, set at its Hello).
   Usage usage(uid_t uid) const;
   // Why the last call refused past a bound, for the client; empty for any
@@ -83,11 +85,20 @@ class Resources {
   // An IPC handle of the client's own allocation `id`; h->fd belongs to the driver.
   // Its first export charges its bytes to the user's export allowance, for
   // good (until ferryd restarts): -EDQUOT past it.
-  // *first: this was its first export (the one that charged it).
-  int export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes, bool* first);
+  // *first: this was its first export (the one that charged it), and then
+  // *charge (may be null) names that charge, for export_unsent.
+  struct ExportCharge {
+    std::weak_ptr<Buffer> buffer;
+    uid_t uid = 0;
+    uint64_t bytes = 0;
+  };
+  int export_buffer(ClientState& c, uint64_t id, IpcHandle* h, uint64_t* bytes, bool* first,
+                    ExportCharge* charge = nullptr);
   // The handle of a first export could not be sent after all (ferryd had no
-  // descriptor left for the reply): nothing left ferryd, so its charge goes.
-  void export_unsent(ClientState& c, uint64_t id);
+  // descriptor left for the reply, or the reply was dropped): nothing left
+  // ferryd, so its charge goes, whether the buffer was freed meanwhile or
+  // not. A user charged nothing any more has no row left.
+  void export_unsent(const ExportCharge& charge);
   int open_event_pool(ClientState& c, const IpcHandle& h, uint32_t count, uint64_t* id);
   int grant(ClientState& c, uint64_t buffer, uint32_t rights, Token* token);
   // One grant (token) or, with token == nullptr, every grant of the buffer. *n: how many.
@@ -122,7 +133,10 @@ class Resources {
   struct Exports {
     uint64_t bytes = 0, kept = 0;  // Usage::exported_bytes, exports_kept_bytes
   };
-  std::map<uid_t, Exports> exports_;  // before grants_ too; never shrinks: ferryd cannot see an export end
+  // Before grants_ too. A row only grows (ferryd cannot see an export end),
+  // but for a charge whose handle never left (export_unsent): at most one per
+  // user of the machine that exported, each at most --user-memory.
+  std::map<uid_t, Exports> exports_;
   GrantRegistry grants_;
   Limits limits_;
   struct Departed {

@@ -59,9 +59,21 @@ SegmentPool::Entry SegmentPool::make(uint32_t slots, uint64_t slot_bytes, int* r
 void SegmentPool::discard(StagingSegment seg, bool registered) {
   {
     std::lock_guard lock(mu_);
-    dead_.push_back({std::move(seg), registered});
+    if (dead_.size() < kMaxDead) {
+      dead_.push_back({std::move(seg), registered});  // leaves `seg` empty
+    }
   }
   cv_.notify_one();
+  if (seg.header() != nullptr) {
+    std::deque<Entry> mine;
+    mine.push_back({std::move(seg), registered});
+    drop(mine);
+  }
+}
+
+SegmentPool::Counts SegmentPool::counts() const {
+  std::lock_guard lock(mu_);
+  return {ready_.size(), dead_.size(), orders_.size()};
 }
 
 // Unregistered before unmapped: the address cannot be mapped again (and

@@ -47,7 +47,14 @@ class SegmentPool {
   int order(uint32_t slots, uint64_t slot_bytes, std::shared_ptr<std::atomic<bool>> cancelled, Done done);
   // A segment no one uses any more: unregistered (if `registered`), unmapped
   // and closed on the pool's thread (giving back its pages takes milliseconds too).
+  // Past kMaxDead waiting (the pool's thread stalled in the driver, say),
+  // the caller does it itself: what waits stays bounded however many leave.
   void discard(StagingSegment seg, bool registered);
+  static constexpr size_t kMaxDead = 64;
+  struct Counts {
+    size_t ready = 0, to_unmap = 0, orders = 0;
+  };
+  Counts counts() const;
 
  private:
   struct Entry {
@@ -68,7 +75,7 @@ class SegmentPool {
   const uint32_t slots_;
   const uint64_t slot_bytes_;
   const size_t target_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   Backend* const backend_;
   std::deque<Entry> ready_;

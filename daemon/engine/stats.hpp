@@ -14,11 +14,14 @@ struct Histogram {
   uint64_t count = 0;
   uint64_t sum_ns = 0;
   uint64_t buckets[proto::kLatencyBuckets] = {};
+  // Saturating: the sums of client-published waits (slot_wait) are the
+  // clients' numbers, and a sum that wrapped would go down.
   void add(uint64_t ns) {
     ++count;
-    sum_ns += ns;
+    sum_ns = sum_ns + ns < sum_ns ? UINT64_MAX : sum_ns + ns;
     ++buckets[proto::latency_bucket(ns)];
   }
+  void add_sum(uint64_t ns) { sum_ns = sum_ns + ns < sum_ns ? UINT64_MAX : sum_ns + ns; }
 };
 
 // What one client did.

@@ -260,7 +260,8 @@ Answer Requests::on_export(const proto::Export& m) {
   IpcHandle h;
   uint64_t bytes = 0;
   bool first = false;
-  r.status = ctx_.engine.resources().export_buffer(*client_, m.buffer, &h, &bytes, &first);
+  Resources::ExportCharge charge;
+  r.status = ctx_.engine.resources().export_buffer(*client_, m.buffer, &h, &bytes, &first, &charge);
   FERRY_LOG(debug, "client %llu: export buffer %llu -> %s", ull(client_->id()), ull(m.buffer),
             r.status == 0 ? "ok" : std::strerror(-r.status));
   if (auto refused = past_bound(m.request, r.status)) return std::move(*refused);
@@ -270,7 +271,7 @@ Answer Requests::on_export(const proto::Export& m) {
     fd = ::fcntl(h.fd, F_DUPFD_CLOEXEC, 3);
     if (fd < 0) {
       r.status = -errno;  // out of descriptors: no success without the handle's fd
-      if (first) ctx_.engine.resources().export_unsent(*client_, m.buffer);  // nor a charge
+      if (first) ctx_.engine.resources().export_unsent(charge);  // nor a charge
     }
   }
   if (r.status == 0) {
@@ -282,9 +283,7 @@ Answer Requests::on_export(const proto::Export& m) {
   // A reply that never leaves (its session failed for it, or closed first,
   // or sendmsg refused its descriptor) charges nothing: the outbox says so.
   if (first && r.status == 0)
-    a.unsent = [&resources = ctx_.engine.resources(), client = client_, buffer = m.buffer] {
-      resources.export_unsent(*client, buffer);
-    };
+    a.unsent = [&resources = ctx_.engine.resources(), charge] { resources.export_unsent(charge); };
   return a;
 }
 
@@ -360,9 +359,14 @@ Answer Requests::on_admin(const proto::AdminRequest& m) {
 
 Answer Requests::on_status(const proto::StatusRequest& m) {
   std::map<uid_t, size_t> connections;
-  for (const auto& [uid, row] : ctx_.users.rows())
+  size_t sessions = 0;
+  for (const auto& [uid, row] : ctx_.users.rows()) {
     if (row.sessions != 0) connections[uid] = row.sessions;
-  std::string json = status_json({ctx_.engine, ctx_.options, ctx_.stats, std::move(connections)}, peer_.cred);
+    sessions += row.sessions;
+  }
+  const size_t rows = ctx_.users.rows().size();
+  std::string json =
+      status_json({ctx_.engine, ctx_.options, ctx_.stats, std::move(connections), sessions, rows}, peer_.cred);
   if (json.size() > proto::kMaxStatusJson) json = "{\"error\":\"status too large\"}";
   auto h = proto::make<proto::StatusReply>(proto::Type::status_reply);
   h.request = m.request;
