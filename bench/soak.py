@@ -86,7 +86,7 @@ def torch_jobs(socket, device, jobs, workers, mib, batches):
 
 def killme(socket):
     """Connects, uploads in a loop, says ready: killed by the soak."""
-    sys.path.insert(0, os.path.join(HERE, "..", "python"))
+    sys.path.insert(0, os.environ.get("SOAK_PYTHON", os.path.join(HERE, "..", "python")))
     import ferry
 
     c = ferry.Client(socket, name="soak killed")
@@ -193,7 +193,6 @@ class Steady(threading.Thread):
 
     def __init__(self, socket):
         super().__init__(daemon=True)
-        sys.path.insert(0, os.path.join(HERE, "..", "python"))
         import ferry
 
         self.ferry, self.socket = ferry, socket
@@ -396,6 +395,7 @@ def main():
     if a.child_killme:
         return killme(a.child_killme)
     a.build = os.path.abspath(a.build)
+    sys.path.insert(0, os.path.abspath(a.python))  # the steady client's ferry: the jobs' one
     if a.restart_wave is None:
         a.restart_wave = (a.waves + 1) // 2 + 1 if a.waves >= 3 else 0
     if a.torch_jobs > 0:
