@@ -200,6 +200,8 @@ class Steady(threading.Thread):
         self.lat_us = []
         self.wrong = self.reconnects = 0
         self.stop = False
+        self.paused = threading.Event()  # set: no upload in flight (while a wave's end is sampled)
+        self.idle = threading.Event()
         self.c = self.buf = None
 
     def _connect(self):
@@ -209,6 +211,11 @@ class Steady(threading.Thread):
     def run(self):
         i = 0
         while not self.stop:
+            if self.paused.is_set():
+                self.idle.set()
+                time.sleep(0.005)
+                continue
+            self.idle.clear()
             try:
                 if self.c is None:
                     self._connect()
@@ -353,7 +360,9 @@ def settle(d, steady_uid):
     while True:
         st = d.status()
         names = [c["name"] for c in st["clients"]]
-        if names == ["soak steady"] and st["held"]["clients"] == 1 and not st.get("kept", {}).get("departed_clients"):
+        kept = st.get("kept", {})
+        if names == ["soak steady"] and st["held"]["clients"] == 1 and not kept.get("departed_clients") and \
+                not kept.get("copies_in_flight"):
             return st
         if time.monotonic() > deadline:
             return st
@@ -415,8 +424,11 @@ def main():
         for n in range(1, a.waves + 1):
             t0 = time.monotonic()
             r, restarted_at = wave(a, d, n, n == a.restart_wave)
+            steady.paused.set()
+            steady.idle.wait(30)
             st = settle(d, os.getuid())
             r.update(sample(a, d, st, steady))
+            steady.paused.clear()
             r["seconds"] = round(time.monotonic() - t0, 1)
             rows.append(r)
             print(f"wave {n:3}: rss {r['rss_kib']} KiB, fds {r['fds']}, threads {r['threads']}, series {r['series']}, "

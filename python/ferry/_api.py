@@ -65,6 +65,14 @@ def _u64(value, what, bits=64):
     return v
 
 
+def socket_path(socket=None):
+    """The socket a Client(socket) connects to: socket, else $FERRY_SOCKET,
+    else the default (/run/ferry/ferryd-0.sock)."""
+    if socket is not None:
+        return os.fsdecode(socket)
+    return os.fsdecode(_c.ferry_socket_path(None))
+
+
 def library_version():
     """The version of the libferry this package loaded."""
     return _c.ferry_version().decode()

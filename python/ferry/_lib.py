@@ -197,6 +197,7 @@ def _declare(lib):
         "ferry_get_info": (i32, [c_client_p, P(CInfo)]),
         "ferry_completed": (c_ticket, [c_client_p]),
         "ferry_connection_error": (i32, [c_client_p]),
+        "ferry_socket_path": (ctypes.c_char_p, [c_client_p]),
         "ferry_strerror": (ctypes.c_char_p, [i32]),
         "ferry_version": (ctypes.c_char_p, []),
         "ferry_last_error": (ctypes.c_char_p, []),

@@ -314,6 +314,10 @@ _GONE = {errno.ESHUTDOWN, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, 
          errno.ENXIO, errno.ENOENT, errno.EACCES, errno.EPROTO, errno.ETIMEDOUT}
 
 
+_FIRST_CONNECT_S = 5.0  # a loader made while its ferryd restarts waits this long for it
+_CHECK_S = 0.02  # the trainer looks at its connection this often at most
+
+
 def _gone(client):
     """Whether `client` (or None) can no longer serve: a new one is needed."""
     return client is None or client.connection_error() != 0
@@ -333,14 +337,11 @@ class _Worker:
 
     @classmethod
     def get(cls, socket):
-        """The worker's client: connected on first use, and again when its
-        ferryd went (the buffers it opened went with it). Raises ferry.Error
-        while no ferryd takes it."""
+        """The worker's client: connected on first use, and again after its
+        ferryd went (drop(): the buffers it opened went with it). Raises
+        ferry.Error while no ferryd takes it."""
         if cls.pid != os.getpid():
             cls.client, cls.pid, cls.opened, cls.pending = None, os.getpid(), {}, []
-        if cls.client is not None and _gone(cls.client):
-            old, cls.client, cls.opened, cls.pending = cls.client, None, {}, []
-            old.close()
         if cls.client is None:
             # Named for ferryctl: this process is a worker of torch's loader.
             info = _data.get_worker_info()
@@ -355,6 +356,13 @@ class _Worker:
                     pass
         cls.forget = []
         return cls.client
+
+    @classmethod
+    def drop(cls):
+        """Its ferryd went: the next batch connects anew."""
+        old, cls.client, cls.opened, cls.pending = cls.client, None, {}, []
+        if old is not None:
+            old.close()
 
     @classmethod
     def check(cls):
@@ -409,6 +417,8 @@ class _Collate:
         except _api.Error as e:
             if e.errno not in _GONE or not (_gone(_Worker.client) or e.errno == errno.EACCES):
                 raise
+            if _gone(_Worker.client):
+                _Worker.drop()
             return _Spill(_realize(structure), nbytes)  # its ferryd went: as torch would send it
         del keep  # staged: the samples may go
         _Worker.pending.append(t)
@@ -494,6 +504,7 @@ class _Pool:
         self.client = None
         self.old_clients = []  # of ferryds that went, until their slots are gone
         self.retry_at = 0.0    # no ferryd took the last connect: not asked again before this
+        self.checked_at = 0.0  # when the client's connection was last looked at
         self._connect(first=True)
         self.device = device
         self.cuda = device.type == "cuda"
@@ -522,19 +533,34 @@ class _Pool:
     def _connect(self, first=False):
         # Named for ferryctl, unless the user named the process ($FERRY_CLIENT_NAME).
         name = None if os.environ.get("FERRY_CLIENT_NAME") else "torch trainer"
-        try:
-            self.client = _api.Client(self.socket, name=name)
-        except _api.Error:
-            if first:
-                raise  # no ferryd at all: said at once, as before
-            self.retry_at = time.monotonic() + 0.5
+        # A loader made while its ferryd restarts (the socket's folder is
+        # there, the socket not yet) waits for it a little; with no ferryd
+        # at all it says so, naming the socket.
+        deadline = time.monotonic() + (_FIRST_CONNECT_S if first else 0)
+        while True:
+            try:
+                self.client = _api.Client(self.socket, name=name)
+                return
+            except _api.Error as e:
+                restarting = e.errno in (errno.ENXIO, errno.ECONNREFUSED) and os.path.isdir(
+                    os.path.dirname(os.path.abspath(_api.socket_path(self.socket))))
+                if first and not (restarting and time.monotonic() < deadline):
+                    raise
+                if not first:
+                    self.retry_at = time.monotonic() + 0.5
+                    return
+                time.sleep(0.05)
 
     def _ensure_client(self):
         """The trainer's client; connected again once its ferryd went (a
         restart): the old one's slots retire, each freed once its batch is
         done, and the old client closes after the last. None while no ferryd
         takes a connect (the batches then travel as torch's do). Lock held."""
-        if self.client is not None and not _gone(self.client):
+        # Looked at every _CHECK_S at most: the trainer hands out a task per batch.
+        now = time.monotonic()
+        if self.client is not None and (now < self.checked_at + _CHECK_S or not _gone(self.client)):
+            if now >= self.checked_at + _CHECK_S:
+                self.checked_at = now
             return self.client
         if self.client is not None:
             self.old_clients.append(self.client)

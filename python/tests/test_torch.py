@@ -426,6 +426,25 @@ class LoaderTest(unittest.TestCase):
                 second.stop()
             first.dir.cleanup()
 
+    def test_a_loader_made_while_its_ferryd_restarts_waits_for_it(self):
+        # The socket's folder is there, the socket not (yet): the loader's
+        # first connect waits for the next ferryd, a little.
+        first = Daemon("--slots", "4", "--slot-size", "65536")
+        first.proc.terminate()
+        first.proc.wait(30)
+        self.assertFalse(os.path.exists(first.socket))
+        got = []
+        t = threading.Thread(target=lambda: got.extend(
+            ft.DataLoader(Mixed(16), batch_size=4, num_workers=1, device="cpu", socket=first.socket)))
+        t.start()
+        second = Daemon("--slots", "4", "--slot-size", "65536", socket=first.socket)
+        try:
+            t.join(60)
+            self.assertEqual([int(b["label"][0]) for b in got], [0, 4, 8, 12])
+        finally:
+            second.stop()
+            first.dir.cleanup()
+
     def status_of(self, d):
         r = subprocess.run([os.environ["FERRYCTL"], "--socket", d.socket, "--json", "status"],
                            capture_output=True, text=True, check=True)
