@@ -339,6 +339,46 @@ TEST_CASE("a doorbell fed megabytes: ferryd drains it per wake-up and pauses for
   CHECK(eventually([&] { return r.completed() >= 1; }));
 }
 
+// The row of client `r` in ferryd's status.
+boost::property_tree::ptree row_of(Daemon& d, RingClient& r) {
+  const auto st = d.status();
+  for (const auto& [k, c] : st.get_child("clients"))
+    if (c.get<uint64_t>("id") == r.welcome.client_id) return c;
+  FAIL("no status row for the client");
+  return {};
+}
+
+TEST_CASE("a client whose entries the poller took first is not paused for its rings", "[ring][flood]") {
+  // An honest client rings after it published, when ferryd's poller said it
+  // sleeps; another client's socket traffic may wake the poller first, and
+  // it takes the entry: the ring then finds nothing new. That is progress
+  // of the ring all the same, and must never pause the client's doorbell
+  // (it did: 49 ms a ring once paused). A ring with nothing published since
+  // the last one still counts as in vain.
+  Daemon d;
+  RingClient r(d.socket);
+  RingClient other(d.socket);
+  for (uint64_t t = 1; t <= 12; ++t) {
+    r.publish(t, proto::Type::upload, 4096, r.buffer, 0, 0, false);  // published, not rung yet
+    // Another client's request wakes the poller, which takes the entry.
+    REQUIRE(eventually([&] {
+      other.alloc(4096);
+      return r.completed() >= t;
+    }));
+    const uint64_t rung = d.status().get<uint64_t>("poller.doorbells");
+    REQUIRE(r.ring());
+    REQUIRE(eventually([&] { return d.status().get<uint64_t>("poller.doorbells") > rung; }));
+    CHECK(row_of(d, r).get<uint32_t>("doorbell_idle_rings") == 0);
+  }
+  // Rings with nothing published since: in vain, counted (then paused).
+  for (int i = 1; i <= 3; ++i) {
+    const uint64_t rung = d.status().get<uint64_t>("poller.doorbells");
+    REQUIRE(r.ring());
+    REQUIRE(eventually([&] { return d.status().get<uint64_t>("poller.doorbells") > rung; }));
+    CHECK(row_of(d, r).get<uint32_t>("doorbell_idle_rings") == uint32_t(i));
+  }
+}
+
 TEST_CASE("wake_at: ferryd wakes a sleeping client only once completed reaches what it waits for", "[ring][wake]") {
   Daemon d;
   RingClient r(d.socket);

@@ -181,6 +181,8 @@ std::string status_json(const StatusInputs& ctx, const PeerCred& who) {
                                    {"direct_bytes", direct.bytes},
                                    {"direct_in_flight", direct.in_flight},
                                    {"staging_area_bytes", c->areas().bytes()},
+                                   // Its doorbell's rings in vain in a row (a pause past 4).
+                                   {"doorbell_idle_rings", engine.doorbell_idle_rings(*c)},
                                    {"connected_since", unix_seconds(c->since)}};
     // A process under ferry-run, as its lead client counts it (its row only).
     if (const ClientState::Run run = c->run(); run.role != 0) {

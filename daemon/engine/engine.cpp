@@ -38,6 +38,12 @@ TransferEngine::TransferEngine(boost::asio::io_context& io, std::unique_ptr<Back
 
 TransferEngine::~TransferEngine() { stop(); }
 
+uint32_t TransferEngine::doorbell_idle_rings(const ClientState& c) const {
+  for (const Ring& r : rings_)
+    if (r.c.get() == &c) return r.bell->idle_rings;
+  return 0;
+}
+
 TransferEngine::Kept TransferEngine::kept() const {
   Kept k;
   k.client_states = clients_.all().size();

@@ -90,6 +90,9 @@ class TransferEngine {
     SegmentPool::Counts segments;
   };
   Kept kept() const;
+  // Rings of a client's doorbell in a row with nothing published since the
+  // last (its listening pauses past IdlePolicy::kIdleRings); 0 without a ring.
+  uint32_t doorbell_idle_rings(const ClientState& c) const;
   // Whether the device writes clients' timelines (else the daemon does, at retire).
   bool device_timeline() const { return device_writes_; }
   // Queues one copy of `client`'s ticket. On a non-zero return nothing was
@@ -206,7 +209,8 @@ class TransferEngine {
     explicit Bell(boost::asio::io_context& io, int fd) : d(io, fd), pause(io) {}
     boost::asio::posix::stream_descriptor d;
     boost::asio::steady_timer pause;
-    uint32_t idle_rings = 0;  // rings in a row that found no new entry
+    uint32_t idle_rings = 0;  // rings in a row with no entry published since the ring before
+    uint64_t seen = 0;        // the ring's next ticket at the last ring (its progress since, whoever took it)
   };
   // Waits for the next write to a doorbell or the device's eventfd.
   void listen(std::shared_ptr<Bell> bell, std::weak_ptr<ClientState> c);

@@ -89,9 +89,16 @@ void TransferEngine::listen(std::shared_ptr<Bell> bell, std::weak_ptr<ClientStat
     ++stats_.doorbells;
     ClientRef c = client.lock();
     if (!c || !c->connected()) return;
-    // A ring that brought no entry: the next few are heard at once, then
-    // the listening pauses, longer each time, until a ring brings one.
-    bell->idle_rings = drain_ring(c) != 0 ? 0 : bell->idle_rings + 1;
+    // A ring with nothing published since the last one (the ring's own
+    // progress counts, whether this ring or the poller took the entries: a
+    // client rings only when the poller said it sleeps, and the poller may
+    // wake for another's socket and take the entry first): the next few
+    // are heard at once, then the listening pauses, longer each time, until
+    // one comes with an entry.
+    drain_ring(c);
+    const uint64_t next = c->window().next();
+    bell->idle_rings = next != bell->seen ? 0 : bell->idle_rings + 1;
+    bell->seen = next;
     const auto pause = IdlePolicy::doorbell_pause(bell->idle_rings);
     if (pause.count() == 0) return listen(std::move(bell), std::move(client));
     Bell& again = *bell;
