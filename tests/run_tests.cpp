@@ -7,12 +7,17 @@
 // to the driver behaves as it does without ferry, and is counted with its
 // reason; ferryd absent, stopped or stingy costs the program nothing but
 // speed. Also: the decision table, and a forked child's own lane.
+#include <fcntl.h>
 #include <ferry/ferry.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <boost/property_tree/json_parser.hpp>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -26,6 +31,7 @@
 
 using namespace ferry::test;
 namespace fr = ferry::run;
+namespace proto = ferry::proto;
 
 namespace {
 
@@ -377,6 +383,133 @@ TEST_CASE("ferry-run: ferryctl shows the process, its copies and what it passed"
   }
   CHECK(::pclose(p) == 0);
   ::unlink(gate.c_str());
+}
+
+// A man in the middle between libferry and a real ferryd, who changes what
+// ferryd sends: the server anyone who can bind a FERRY_SOCKET in a shared
+// folder can be. One client connection at a time, pumped both ways,
+// descriptors included; `tamper` sees each message from ferryd first.
+class Proxy {
+ public:
+  using Tamper = std::function<void(std::vector<uint8_t>& msg, std::vector<int>& fds)>;
+  Proxy(const std::string& upstream, Tamper tamper) : path(temp_socket()), upstream_(upstream), tamper_(std::move(tamper)) {
+    listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(listener_, 16) == 0);
+    acceptor_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) return;
+        const int u = connect_unix(upstream_);
+        if (u < 0) {
+          ::close(c);
+          continue;
+        }
+        std::lock_guard lock(mu_);
+        pumps_.emplace_back([c, u] { pump(c, u, nullptr); });
+        pumps_.emplace_back([this, c, u] { pump(u, c, &tamper_); });
+      }
+    });
+  }
+  ~Proxy() {
+    ::shutdown(listener_, SHUT_RDWR);
+    acceptor_.join();
+    ::close(listener_);
+    for (auto& t : pumps_) t.join();
+    ::unlink(path.c_str());
+  }
+  const std::string path;
+
+ private:
+  static void pump(int from, int to, Tamper* tamper) {
+    std::vector<uint8_t> msg;
+    std::vector<int> fds;
+    while (proto::read_message(from, msg, &fds) == 0) {
+      if (tamper != nullptr) (*tamper)(msg, fds);
+      proto::send_fds(to, msg.data(), msg.size(), fds.data(), fds.size(), MSG_NOSIGNAL);
+      for (int f : fds) ::close(f);
+      fds.clear();
+    }
+    ::shutdown(to, SHUT_RDWR);
+    ::shutdown(from, SHUT_RDWR);
+  }
+  std::string upstream_;
+  Tamper tamper_;
+  int listener_ = -1;
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> pumps_;
+};
+
+// A memfd of `bytes`, with `seals`.
+int memfd_of(uint64_t bytes, unsigned seals) {
+  const int fd = ::memfd_create("lie", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
+  if (seals != 0) REQUIRE(::fcntl(fd, F_ADD_SEALS, seals) == 0);
+  return fd;
+}
+
+TEST_CASE("ferry-run: a server that lies about a descriptor costs the program nothing but ferry", "[run][interpose]") {
+  Daemon d;
+  SECTION("a staging area smaller than it says") {
+    Proxy p(d.socket, [](std::vector<uint8_t>& msg, std::vector<int>& fds) {
+      proto::StagingReply r{};
+      if (proto::type_of(msg) != proto::Type::staging_reply || !proto::as(msg, &r) || r.status != 0 || fds.empty()) return;
+      ::close(fds[0]);
+      fds[0] = memfd_of(4096, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);  // properly sealed, and 4 KiB
+    });
+    Report r;
+    const std::string opts = r.opt();
+    // 64 MiB outgrows the segment's staging: it asks for an area.
+    const Outcome o = upload(p.path, "--mode sync 1048576 67108864 1048576", &opts, "FERRY_RUN_CONNECT_MS=60000");
+    INFO(o.out);
+    CHECK(o.rc == 0);  // not 135: no SIGBUS
+    CHECK(o.count("original") == 3);
+    CHECK(o.out.find("is no ferryd") != std::string::npos);  // said once
+    CHECK(r.only().get<uint64_t>("staged") >= 1);           // the first 1 MiB was ferry's
+  }
+  SECTION("a staging segment it can shrink after the Welcome") {
+    std::vector<int> lies;
+    std::mutex mu;
+    {
+      Proxy p(d.socket, [&](std::vector<uint8_t>& msg, std::vector<int>& fds) {
+        proto::Welcome w{};
+        if (proto::type_of(msg) != proto::Type::welcome || !proto::as(msg, &w) || fds.size() != 2) return;
+        // The same bytes, in a memfd nobody sealed: truncated once it is out.
+        const int lie = memfd_of(w.segment_bytes, 0);
+        std::vector<char> bytes(w.segment_bytes);
+        REQUIRE(::pread(fds[0], bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+        REQUIRE(::pwrite(lie, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+        ::close(fds[0]);
+        fds[0] = lie;
+        std::lock_guard lock(mu);
+        lies.push_back(::fcntl(lie, F_DUPFD_CLOEXEC, 3));
+      });
+      std::thread shrink([&] {
+        // Shrunk as soon as the proxy handed it on (the client may map it by then).
+        for (int i = 0; i < 2000; ++i) {
+          {
+            std::lock_guard lock(mu);
+            for (int fd : lies) (void)::ftruncate(fd, 0);
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      });
+      Report r;
+      const std::string opts = r.opt();
+      const Outcome o = upload(p.path, "--mode sync 1048576 1048576", &opts);
+      shrink.join();
+      INFO(o.out);
+      CHECK(o.rc == 0);  // not 135
+      CHECK(o.count("original") == 2);
+      CHECK(r.only().get<uint64_t>("staged") == 0);
+    }
+    for (int fd : lies) ::close(fd);
+  }
 }
 
 // The samples of `metrics` (ferryctl metrics) whose name starts with `prefix`.

@@ -57,7 +57,9 @@ proto::Hello hello_message(const char* given) {
 int map_segment(ferry_client* c, int seg_fd) {
   const proto::Welcome& w = c->welcome;
   // Populated now, so the first uploads do not pay a page fault per 4 KiB;
-  // never past the memfd's end (-EPROTO: the Welcome and the file disagree).
+  // never past the memfd's end, nor one that could shrink later (-EPROTO:
+  // the Welcome and the file disagree, or the server could kill us).
+  if (int r = ferry::util::sealed_for(seg_fd, w.segment_bytes); r != 0) return r;
   if (int r = c->mapping.map(seg_fd, w.segment_bytes); r != 0) return r == -EPROTO ? r : -ENOMEM;
   void* p = c->mapping.data();
   // A forked child does not inherit the segment: bytes it wrote there would
@@ -184,7 +186,9 @@ int ferry_connect_named(const char* socket_path, const char* name, ferry_client*
   r = map_segment(c.get(), seg_fd);
   ::close(seg_fd);
   if (r == -EPROTO) {
-    last_error() = "ferryd at " + path + " sent a staging segment that does not match its Welcome";
+    last_error() = "ferryd at " + path +
+                   " sent a staging segment that does not match its Welcome, or that it could shrink (not sealed): "
+                   "not used (is something other than ferryd listening there?)";
     return r;
   }
   if (r != 0) return connect_failed(path, r);

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "ferry/util/mapping.hpp"
+
 namespace ferry::client {
 
 namespace {
@@ -70,6 +72,14 @@ bool Areas::ask(uint64_t bytes, uint64_t done, Connection& conn, proto::StagingR
 }
 
 Areas::Area* Areas::adopt(const proto::StagingReply& reply, int fd, Connection& conn, int* err) {
+  // A descriptor smaller than it says, or one it could shrink later, would
+  // kill this process with SIGBUS: the server is no ferryd, and is done with.
+  if (ferry::util::sealed_for(fd, reply.bytes) != 0) {
+    ::close(fd);
+    *err = -EPROTO;
+    conn.fail(-EPROTO, "a staging area smaller than it said, or one it could shrink (not sealed)");
+    return nullptr;
+  }
   // Populated now, in one pass: an upload would otherwise take a page fault
   // per page it stages (a fresh 64 MiB area cost 250 ms in faults on a VM).
   void* p = ::mmap(nullptr, reply.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);

@@ -79,6 +79,17 @@ void Connection::close() {
   answers_.clear();
 }
 
+void Connection::fail(int why, const char* what) {
+  int expected = 0;
+  if (!failed_.compare_exchange_strong(expected, why)) return;
+  // Once per process: a program under ferry-run goes on through its driver.
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    std::fprintf(stderr, "ferry: the server of this client's socket sent %s: it is no ferryd, and is not used again\n",
+                 what);
+  ::shutdown(fd_, SHUT_RDWR);  // the receiver sees the end, and says why: failed_
+}
+
 void Connection::abandon() {
   if (fd_ >= 0) ::close(fd_);
   if (bell_ >= 0) ::close(bell_);
@@ -250,6 +261,7 @@ void Connection::receive_loop() {
     used -= off;
     if (used == buf.size()) break;  // cannot happen with fixed-size messages
   }
+  if (const int failed = failed_.load(); failed != 0) why = failed;
   {
     std::lock_guard lock(mu_);
     dead_ = why;

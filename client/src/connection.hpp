@@ -57,6 +57,11 @@ class Connection {
   void start();
   // Ends the connection and joins the receiver.
   void close();
+  // The server broke the protocol where the receiver could not see it (a
+  // descriptor that lies): the connection ends with `why` (ended(), and
+  // every call from now on), as it would for a bad message; `what` is
+  // written once to stderr: the program goes on, without ferry's staging.
+  void fail(int why, const char* what);
   // In a forked child: closes this process's copy of the socket, sends
   // nothing and joins nothing (the receiver thread is the parent's).
   void abandon();
@@ -137,6 +142,7 @@ class Connection {
   std::deque<int> fds_in_;              // received, not yet claimed
   int dead_ = 0;                        // why the connection ended
   std::atomic<int> ended_{0};           // the same, read without mu_ (ended())
+  std::atomic<int> failed_{0};          // fail(): why, for the receiver to say
 };
 
 }  // namespace ferry::client

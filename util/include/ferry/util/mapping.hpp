@@ -10,6 +10,7 @@
 // a daemon that waited on one). docs/DESIGN.md says why.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -20,6 +21,20 @@
 #include <string>
 
 namespace ferry::util {
+
+// Whether `fd` may be mapped for `bytes` without ever faulting past its end:
+// a regular file (a memfd) of at least `bytes` that nobody can shrink
+// (F_SEAL_SHRINK, and the seals themselves sealed, so none is removed). A
+// descriptor a server hands a client is the server's word only: one that
+// can shrink later would kill the client with SIGBUS at its next write.
+// 0, or -EPROTO.
+inline int sealed_for(int fd, uint64_t bytes) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || bytes == 0 || static_cast<uint64_t>(st.st_size) < bytes)
+    return -EPROTO;
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & F_SEAL_SHRINK) != 0 && (seals & F_SEAL_SEAL) != 0 ? 0 : -EPROTO;
+}
 
 class SegmentMapping {
  public:
