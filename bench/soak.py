@@ -370,11 +370,12 @@ def settle(d, steady_uid):
 
 
 def sample(a, d, st, steady):
+    counts = d.proc_counts()  # before ferryctl's own connection below, which ferryd closes in its own time
     m = d.ctl("metrics")
     series = [line for line in m.stdout.splitlines() if line and not line.startswith("#")]
     users = {str(u["uid"]): {k: v for k, v in u.items() if k not in ("uid", "connections")} for u in st["users"]}
     p50, p99 = steady.take()
-    return dict(d.proc_counts(), device_bytes=st["held"]["device_bytes"], users=users, kept=st.get("kept", {}),
+    return dict(counts, device_bytes=st["held"]["device_bytes"], users=users, kept=st.get("kept", {}),
                 series=len(series), p50_us=p50, p99_us=p99)
 
 
