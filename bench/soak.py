@@ -369,8 +369,21 @@ def settle(d, steady_uid):
         time.sleep(0.05)
 
 
-def sample(a, d, st, steady):
-    counts = d.proc_counts()  # before ferryctl's own connection below, which ferryd closes in its own time
+def sample(a, d, st, steady, before=None):
+    # Before ferryctl's own connection below, which ferryd closes in its own
+    # time; and once the descriptors settled (a session that ended, a memfd
+    # the segment pool is making): what the last wave of this ferryd left,
+    # within 10 s, else what stays.
+    counts, last, same = d.proc_counts(), None, 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if before is not None and before["pid"] == counts["pid"] and counts["fds"] == before["fds"]:
+            break
+        same = same + 1 if last is not None and counts["fds"] == last["fds"] else 0
+        if before is None and same >= 5:
+            break
+        time.sleep(0.05)
+        last, counts = counts, d.proc_counts()
     m = d.ctl("metrics")
     series = [line for line in m.stdout.splitlines() if line and not line.startswith("#")]
     users = {str(u["uid"]): {k: v for k, v in u.items() if k not in ("uid", "connections")} for u in st["users"]}
@@ -428,7 +441,7 @@ def main():
             steady.paused.set()
             steady.idle.wait(30)
             st = settle(d, os.getuid())
-            r.update(sample(a, d, st, steady))
+            r.update(sample(a, d, st, steady, rows[-1] if rows and not rows[-1]["restart"] else None))
             steady.paused.clear()
             r["seconds"] = round(time.monotonic() - t0, 1)
             rows.append(r)

@@ -6,6 +6,7 @@
 #include <ferry/ferry.h>
 #include <ferry/level_zero.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -629,6 +630,156 @@ TEST_CASE("a departed client's staging areas count against its user while its pr
   ::kill(child, SIGKILL);
   CHECK(reap(child) == 128 + SIGKILL);
   CHECK(eventually([&] { return user_staging(d) == 0; }));
+  for (int f : {ready[0], ready[1], go[0], go[1]}) ::close(f);
+}
+
+namespace {
+// A client process that grows a 4 MiB area and maps it, then lets `keep`
+// hold it (a forked child, or a keeper it sends the descriptor to) while it
+// ends its session and exits. Returns the pid that holds the area then.
+pid_t area_kept_by_another(const std::string& socket, bool fork_it) {
+  int to_keeper[2], ready[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, to_keeper) == 0);
+  REQUIRE(::pipe(ready) == 0);
+  // The keeper: maps what it is sent (or is the forked child), says ready, waits to be killed.
+  const pid_t keeper = fork_it ? -1 : fork_child([&] {
+    std::vector<uint8_t> byte;
+    std::vector<int> fds;
+    uint8_t b = 0;
+    if (proto::read_exact(to_keeper[1], &b, 1, &fds) != 0 || fds.size() != 1) return 1;
+    void* p = mmap(nullptr, 4 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    ::close(fds[0]);
+    if (p == MAP_FAILED) return 2;
+    static_cast<char*>(p)[0] = 1;
+    if (::write(ready[1], "k", 1) != 1) return 3;
+    for (;;) ::pause();
+  });
+  const pid_t client = fork_child([&] {
+    RawClient r(socket);
+    r.hello("grower");
+    auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+    grow.request = 1;
+    grow.bytes = 4 << 20;
+    r.send(grow);
+    std::vector<uint8_t> msg;
+    std::vector<int> fds;
+    if (proto::read_message(r.fd, msg, &fds) != 0 || fds.size() != 1) return 1;
+    if (fork_it) {
+      const pid_t child = ::fork();
+      if (child == 0) {
+        // The child: maps the area, ends the session (its copy of the
+        // socket), and stays; its parent has exited by then.
+        void* p = mmap(nullptr, 4 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+        ::close(fds[0]);
+        ::close(r.fd);
+        r.fd = -1;
+        if (p == MAP_FAILED || ::write(ready[1], "c", 1) != 1) ::_exit(2);
+        for (;;) ::pause();
+      }
+      char pid[16];
+      std::snprintf(pid, sizeof pid, "%d", child);
+      if (::write(to_keeper[0], pid, sizeof pid) != sizeof pid) return 3;
+    } else {
+      const uint8_t b = 1;
+      if (proto::send_fd(to_keeper[0], &b, 1, fds[0], 0) != 1) return 3;
+    }
+    return 0;  // exits: its session ends, its own files of the area go
+  });
+  CHECK(reap(client) == 0);
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  pid_t holder = keeper;
+  if (fork_it) {
+    char pid[16] = {};
+    REQUIRE(::read(to_keeper[1], pid, sizeof pid) == sizeof pid);
+    holder = static_cast<pid_t>(std::atoi(pid));
+  }
+  for (int f : {to_keeper[0], to_keeper[1], ready[0], ready[1]}) ::close(f);
+  return holder;
+}
+}  // namespace
+
+TEST_CASE("a staging area stays charged while any process holds it: a forked child, a keeper it was passed to",
+          "[direct]") {
+  // ferryd watched the pid it saw at connect: a child forked after the
+  // grow, or a keeper handed the descriptor, kept the pages alive after that
+  // process exited, charged to nobody (6 rounds: 6 x --user-staging alive).
+  Daemon d({"--user-staging", "4194304"});
+  for (bool fork_it : {true, false}) {
+    INFO((fork_it ? "a forked child" : "a keeper"));
+    const pid_t holder = area_kept_by_another(d.socket, fork_it);
+    REQUIRE(eventually([&] { return d.status().get<uint64_t>("held.clients") == 0; }));
+    CHECK(user_staging(d) == (4u << 20));  // its client exited; the holder maps it
+    RawClient again(d.socket);
+    again.hello("again");
+    auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+    grow.request = 1;
+    grow.bytes = 2 << 20;
+    again.send(grow);
+    proto::Error e{};
+    REQUIRE(again.expect(proto::Type::error, &e));
+    CHECK(e.code == -EDQUOT);  // no more than --user-staging alive
+    ::kill(holder, SIGKILL);
+    if (!fork_it) reap(holder);  // the forked child is its exited parent's: init reaps it
+    CHECK(eventually([&] { return user_staging(d) == 0; }));
+  }
+}
+
+TEST_CASE("a staging area stays charged while its client maps it, with ferryd in a pid namespace of its own",
+          "[direct]") {
+  // Under the Kubernetes DaemonSet every client's pid reads 0 to ferryd:
+  // nothing to watch, so no ended session's areas were charged at all.
+  if (::geteuid() != 0 || ::access("/usr/bin/unshare", X_OK) != 0) {
+    WARN("skipped: needs root and unshare(1) for a pid namespace");
+    return;
+  }
+  const std::string socket = temp_socket();
+  const pid_t ferryd = fork_child([&] {
+    ::execl("/usr/bin/unshare", "unshare", "--pid", "--fork", FERRYD_PATH, "--sim", "--socket", socket.c_str(),
+            "--log-level", "warn", "--user-staging", "4194304", static_cast<char*>(nullptr));
+    return 127;
+  });
+  REQUIRE(eventually([&] {
+    const int fd = connect_unix(socket);
+    if (fd >= 0) ::close(fd);
+    return fd >= 0;
+  }));
+  int ready[2], go[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(go) == 0);
+  const pid_t client = fork_child([&] {
+    RawClient r(socket);
+    r.hello("keeper");
+    auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+    grow.request = 1;
+    grow.bytes = 4 << 20;
+    r.send(grow);
+    std::vector<uint8_t> msg;
+    std::vector<int> fds;
+    if (proto::read_message(r.fd, msg, &fds) != 0 || fds.size() != 1) return 1;
+    void* p = mmap(nullptr, 4 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    ::close(fds[0]);
+    ::close(r.fd);  // the session ends; the mapping stays
+    r.fd = -1;
+    char c = 1;
+    if (p == MAP_FAILED || ::write(ready[1], &c, 1) != 1) return 2;
+    return ::read(go[0], &c, 1) >= 0 ? 0 : 3;
+  });
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  auto staging = [&] {
+    const auto st = status(socket);
+    for (const auto& [k, u] : st.get_child("users")) return u.get<uint64_t>("staging_bytes");
+    return uint64_t{0};
+  };
+  REQUIRE(eventually([&] { return status(socket).get<uint64_t>("held.clients") == 0; }));
+  CHECK(staging() == (4u << 20));
+  ::kill(client, SIGKILL);
+  reap(client);
+  CHECK(eventually([&] { return staging() == 0; }));
+  ::kill(ferryd, SIGKILL);  // unshare's child dies with it
+  reap(ferryd);
+  ::unlink(socket.c_str());
   for (int f : {ready[0], ready[1], go[0], go[1]}) ::close(f);
 }
 

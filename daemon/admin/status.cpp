@@ -39,6 +39,7 @@ json::array users_json(const StatusInputs& ctx, bool all, uid_t viewer) {
   for (const auto& [uid, n] : conns) uids.insert(uid);
   for (const auto& [id, c] : ctx.engine.clients().all()) uids.insert(c->uid);
   for (uid_t uid : ctx.engine.resources().exporters()) uids.insert(uid);  // charged with no client left
+  for (uid_t uid : ctx.engine.resources().area_holders()) uids.insert(uid);  // areas still mapped somewhere
   json::array rows;
   for (uid_t uid : uids) {
     if (!all && uid != viewer) continue;
@@ -47,7 +48,8 @@ json::array users_json(const StatusInputs& ctx, bool all, uid_t viewer) {
     rows.push_back(json::object{{"uid", uid}, {"connections", it != conns.end() ? it->second : 0}, {"clients", u.clients},
                                 {"buffers", u.buffers}, {"device_bytes", u.device_bytes}, {"grants", u.grants},
                                 {"opens", u.opens}, {"imports", u.imports}, {"event_pools", u.event_pools},
-                                {"staging_bytes", u.staging_bytes}, {"exported_bytes", u.exported_bytes},
+                                {"staging_bytes", u.staging_bytes}, {"staging_areas", u.staging_areas},
+                                {"exported_bytes", u.exported_bytes},
                                 {"exports_kept_bytes", u.exports_kept_bytes}});
   }
   return rows;
@@ -123,7 +125,7 @@ json::object kept_json(const StatusInputs& ctx) {
           {"grants", k.grants},
           {"export_rows", k.export_rows},
           {"departed_area_charges", k.departed_area_charges},
-          {"process_watches", k.process_watches},
+          {"area_watches", k.area_watches},
           {"run_rows", k.run_rows},
           {"run_exited", k.run_exited},
           {"segments_ready", k.segments.ready},

@@ -55,7 +55,7 @@ TransferEngine::Kept TransferEngine::kept() const {
   k.grants = resources_.grants();
   k.export_rows = resources_.exporters().size();
   k.departed_area_charges = resources_.departed_area_charges();
-  k.process_watches = exits_.size();
+  k.area_watches = resources_.area_watches();
   k.run_rows = clients_.run_totals().rows().size();
   k.run_exited = clients_.run_totals().recent().size();
   k.segments = clients_.pool_counts();
@@ -72,8 +72,6 @@ void TransferEngine::stop() {
     r.bell->pause.cancel();
   }
   rings_.clear();
-  for (auto& [id, d] : exits_) d->close(ec);  // their handlers see operation_aborted
-  exits_.clear();
   holds_.stop();
   clients_.stop();
   if (!records_.empty()) {

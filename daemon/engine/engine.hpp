@@ -85,7 +85,7 @@ class TransferEngine {
   // bounded (docs/DESIGN.md, "What ferryd keeps").
   struct Kept {
     size_t client_states = 0, departed_clients = 0, holders = 0, held_transfers = 0, rings = 0,
-           copies_in_flight = 0, grants = 0, export_rows = 0, departed_area_charges = 0, process_watches = 0,
+           copies_in_flight = 0, grants = 0, export_rows = 0, departed_area_charges = 0, area_watches = 0,
            run_rows = 0, run_exited = 0;
     SegmentPool::Counts segments;
   };
@@ -214,9 +214,6 @@ class TransferEngine {
   };
   // Waits for the next write to a doorbell or the device's eventfd.
   void listen(std::shared_ptr<Bell> bell, std::weak_ptr<ClientState> c);
-  // Counts a departed client's staging areas against its user until its
-  // process exits (Resources::keep_departed_areas).
-  void charge_until_exit(pid_t pid, uid_t uid, uint64_t bytes, size_t count);
   void listen_device();
 
   boost::asio::io_context& io_;
@@ -228,7 +225,7 @@ class TransferEngine {
   // Declared before everything that holds a ClientRef or BufferRef: the
   // deleters of those use both.
   Clients clients_{io_, *backend_, resources_, stats_};
-  Resources resources_{*backend_, clients_.all()};
+  Resources resources_{io_, *backend_, clients_.all()};
   std::deque<Record> records_;  // io thread only, in submission order
   uint64_t next_cookie_ = 1;
   bool device_lost_ = false;
@@ -246,9 +243,6 @@ class TransferEngine {
     std::shared_ptr<Bell> bell;
   };
   std::vector<Ring> rings_;
-  // Departed clients' processes whose exit ends their areas' charge, by the
-  // charge's id (charge_until_exit).
-  std::map<uint64_t, std::shared_ptr<boost::asio::posix::stream_descriptor>> exits_;
   std::vector<Done> reaped_;  // reap_now's batch, kept for its capacity
 };
 

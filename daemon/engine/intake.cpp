@@ -45,8 +45,8 @@ void TransferEngine::client_gone(const ClientRef& c) {
   c->window().close_at(last_published(c));
   c->disconnect();
   // Its staging areas served its own queue only; ferryd lets them go, but
-  // they count against its user until its process exits (it may map them).
-  if (const auto [bytes, count] = c->areas().clear(); count != 0) charge_until_exit(c->pid, c->uid, bytes, count);
+  // they count against its user while any process holds a file of them.
+  resources_.areas_gone(*c);
   auto it = std::find_if(rings_.begin(), rings_.end(), [&](const Ring& r) { return r.c == c; });
   if (it == rings_.end()) return;
   boost::system::error_code ec;
@@ -54,21 +54,6 @@ void TransferEngine::client_gone(const ClientRef& c) {
   it->bell->pause.cancel();
   *it = std::move(rings_.back());
   rings_.pop_back();
-}
-
-void TransferEngine::charge_until_exit(pid_t pid, uid_t uid, uint64_t bytes, size_t count) {
-  // A pidfd turns readable when the process exits. None (it exited
-  // already, or no pidfds here): nothing maps the areas any more.
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) return;
-  const uint64_t id = resources_.keep_departed_areas(uid, bytes, count);
-  auto exited = std::make_shared<stream_descriptor>(io_, pidfd);
-  exits_[id] = exited;
-  exited->async_wait(stream_descriptor::wait_read, [this, id](const boost::system::error_code& ec) {
-    if (ec == boost::asio::error::operation_aborted) return;  // stopping: exits_ is gone
-    resources_.forget_departed_areas(id);
-    exits_.erase(id);
-  });
 }
 
 void TransferEngine::listen(std::shared_ptr<Bell> bell, std::weak_ptr<ClientState> client) {

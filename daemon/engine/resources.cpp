@@ -163,19 +163,37 @@ int Resources::grow_staging(ClientState& c, uint64_t bytes, uint64_t* id, uint64
   // Whole steps: tiny areas would buy a user descriptors of ferryd's cheaply.
   bytes = (bytes + proto::kStagingAreaStep - 1) / proto::kStagingAreaStep * proto::kStagingAreaStep;
   if (int r = within(c, Quota::staging, bytes); r != 0) return r;
-  if (int r = c.areas().create(bytes, id, fd); r != 0) return r;
+  int own = -1;
+  if (int r = StagingAreas::make(bytes, &own); r != 0) return r;
+  const uint64_t key = ++next_area_;
+  if (int r = areas_.add(c.uid, key, own, fd); r != 0) return r;
+  *id = c.areas().add(bytes, key);
   *size = bytes;
   return 0;
 }
 
-int Resources::release_staging(ClientState& c, uint64_t id) { return c.areas().release(id) ? 0 : -ENOENT; }
-
-uint64_t Resources::keep_departed_areas(uid_t uid, uint64_t bytes, size_t count) {
-  departed_areas_[++next_departed_] = Departed{uid, bytes, count};
-  return next_departed_;
+int Resources::release_staging(ClientState& c, uint64_t id) {
+  StagingAreas::Area a;
+  if (!c.areas().take(id, &a)) return -ENOENT;
+  departed_areas_[a.key] = Departed{c.uid, a.bytes};  // before depart: it may settle at once
+  areas_.depart(a.key, true);
+  return 0;
 }
 
-void Resources::forget_departed_areas(uint64_t id) { departed_areas_.erase(id); }
+void Resources::areas_gone(ClientState& c) {
+  // Not punched: the client's queue may still copy from them (ferryd
+  // restarted, an admin's disconnect); they are its until it lets go.
+  for (const StagingAreas::Area& a : c.areas().take_all()) {
+    departed_areas_[a.key] = Departed{c.uid, a.bytes};
+    areas_.depart(a.key, false);
+  }
+}
+
+std::vector<uid_t> Resources::area_holders() const {
+  std::vector<uid_t> out;
+  for (const auto& [key, d] : departed_areas_) out.push_back(d.uid);
+  return out;
+}
 
 std::vector<uid_t> Resources::exporters() const {
   std::vector<uid_t> out;
@@ -189,10 +207,10 @@ Usage Resources::usage(uid_t uid) const {
     u.exported_bytes = it->second.bytes;
     u.exports_kept_bytes = it->second.kept;
   }
-  for (const auto& [id, d] : departed_areas_) {
+  for (const auto& [key, d] : departed_areas_) {
     if (d.uid != uid) continue;
     u.staging_bytes += d.bytes;
-    u.staging_areas += d.count;
+    ++u.staging_areas;
   }
   for (const auto& [id, c] : clients_) {
     if (c->uid != uid) continue;

@@ -22,6 +22,9 @@
 #include <vector>
 
 #include "device/backend.hpp"
+#include <boost/asio/io_context.hpp>
+
+#include "engine/area_watch.hpp"
 #include "engine/buffer.hpp"
 #include "engine/client.hpp"
 #include "engine/grants.hpp"
@@ -51,7 +54,8 @@ struct Usage {
 class Resources {
  public:
   // `clients`: every client whose resources exist (the engine's table).
-  Resources(Backend& backend, const std::map<uint64_t, ClientState*>& clients) : backend_(backend), clients_(clients) {}
+  Resources(boost::asio::io_context& io, Backend& backend, const std::map<uint64_t, ClientState*>& clients)
+      : backend_(backend), clients_(clients), areas_(io, [this](uint64_t key) { departed_areas_.erase(key); }) {}
 
   // The bounds kept here (per user, and allocations of all): user_memory and
   // max_buffers_total already resolved to numbers.
@@ -62,7 +66,6 @@ class Resources {
   // Users charged for exports (Usage::exported_bytes), clients or none.
   std::vector<uid_t> exporters() const;
   size_t grants() const { return grants_.size(); }
-  size_t departed_area_charges() const { return departed_areas_.size(); }
   // What the clients of `uid` hold (ClientState::uid, set at its Hello).
   Usage usage(uid_t uid) const;
   // Why the last call refused past a bound, for the client; empty for any
@@ -108,12 +111,17 @@ class Resources {
   // a descriptor for the client; -EINVAL for 0 or more than
   // proto::kMaxStagingArea, -EDQUOT past the user's --user-staging.
   int grow_staging(ClientState& c, uint64_t bytes, uint64_t* id, uint64_t* size, int* fd);
+  // Area `id` leaves c's session: its pages are freed now, and it counts
+  // against the user until no process holds a file of it (AreaWatch).
   int release_staging(ClientState& c, uint64_t id);
-  // The areas of a session that ended stay its user's while the client's
-  // process lives (it may map them still: disconnecting and connecting again
-  // buys no more staging): counted from here until forget_departed_areas(id).
-  uint64_t keep_departed_areas(uid_t uid, uint64_t bytes, size_t count);
-  void forget_departed_areas(uint64_t id);
+  // c's session ended: each of its areas counts against its user until no
+  // process holds a file of it (the client, a child, whoever it passed the
+  // descriptor to: disconnecting and connecting again buys no more staging).
+  void areas_gone(ClientState& c);
+  // Users with areas whose session ended, still charged.
+  std::vector<uid_t> area_holders() const;
+  size_t departed_area_charges() const { return departed_areas_.size(); }
+  size_t area_watches() const { return areas_.watched(); }
 
   // A client came, or its last reference went: its grants end, its event
   // pools close (its buffers go with the ClientState itself).
@@ -142,10 +150,10 @@ class Resources {
   struct Departed {
     uid_t uid;
     uint64_t bytes;
-    size_t count;
   };
-  std::map<uint64_t, Departed> departed_areas_;
-  uint64_t next_departed_ = 0;
+  std::map<uint64_t, Departed> departed_areas_;  // by AreaWatch key; before areas_, whose callback erases here
+  AreaWatch areas_;
+  uint64_t next_area_ = 0;  // AreaWatch keys
   std::string refusal_;
   bool lost_ = false;
   log::Every refused_total_{std::chrono::seconds(10)};

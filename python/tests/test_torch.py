@@ -259,8 +259,13 @@ class LoaderTest(unittest.TestCase):
         ours = ft.DataLoader(Mixed(), device="cpu", socket=self.d.socket, **kw)
         it = iter(ours)
         next(it)
-        clients = self.status()["clients"]
-        names = sorted(c["name"] for c in clients if c["pid"] != os.getpid())
+        deadline = time.monotonic() + 30
+        while True:  # the second worker connects with its first upload
+            clients = self.status()["clients"]
+            names = sorted(c["name"] for c in clients if c["pid"] != os.getpid())
+            if len(names) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         self.assertEqual(names, ["torch worker 0", "torch worker 1"])
         self.assertIn("torch trainer", [c["name"] for c in clients if c["pid"] == os.getpid()])
         self.assertNotIn("FERRY_CLIENT_NAME", os.environ)  # the trainer's environment is its own
