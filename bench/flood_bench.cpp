@@ -9,6 +9,8 @@
 //   Hello     2 threads connect, send Hello and close
 //   Welcome   2 threads connect, send Hello, read the Welcome and close
 //   doorbell  2 threads send Doorbell messages on a connection of their own
+// Then a client that uploads every 2 ms, idle, during 16 threads of status
+// requests and after them (its p99 back to idle's: no pause traps it).
 // Then a client makes one ferry_upload_after whose value never comes, and
 // ferryd's CPU time over the next seconds is read from /proc.
 //
@@ -103,8 +105,11 @@ struct Phase {
 double g_phase_seconds = 20;
 
 // The victim: `ops` uploads of 4 KiB, each waited for (at most
-// g_phase_seconds in all); then the last one read back.
-Phase victim(const std::string& name, ferry_client* c, ferry_buffer b, size_t ops, uint8_t seed) {
+// g_phase_seconds in all), `gap` apart (0: back to back; with a gap, ferryd's
+// poller sleeps between them and each upload rings its doorbell); then the
+// last one read back.
+Phase victim(const std::string& name, ferry_client* c, ferry_buffer b, size_t ops, uint8_t seed,
+             std::chrono::microseconds gap = std::chrono::microseconds(0)) {
   std::vector<uint8_t> src(4096), back(4096);
   std::vector<double> us;
   us.reserve(ops);
@@ -123,6 +128,7 @@ Phase victim(const std::string& name, ferry_client* c, ferry_buffer b, size_t op
     }
     if (r != 0) die("wait", r);
     us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (gap.count() != 0) std::this_thread::sleep_for(gap);
   }
   if (us.size() == ops || us.back() < g_phase_seconds * 1e6) {
     if (int r = ferry_download(c, b, 0, back.data(), back.size()); r != 0) die("download", r);
@@ -275,6 +281,43 @@ int main(int argc, char** argv) {
     for (int f : fds) ::close(f);
     ::close(fd);
   });
+
+  // After another user's traffic, quiet again: a client that uploads every
+  // 2 ms (its doorbell rung each time) is back to its idle p99. A ring whose
+  // entry the poller took first (woken by that traffic) once paused its
+  // doorbell for good: 49 ms a ring.
+  {
+    const auto gap = std::chrono::microseconds(2000);
+    const size_t n = std::min<size_t>(ops, 1500);
+    Phase quiet = victim("every 2 ms, idle", c, b, n, 40, gap);
+    std::atomic<bool> stop{false};
+    std::atomic<size_t> count{0};
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 16; ++k)
+      threads.emplace_back([&] {
+        auto req = proto::make<proto::StatusRequest>(proto::Type::status_request);
+        req.request = 1;
+        std::vector<uint8_t> msg;
+        while (!stop) {
+          const int fd = dial(socket);
+          if (fd < 0) continue;
+          if (proto::send_all(fd, &req, sizeof req) == 0 && proto::read_message(fd, msg) == 0) ++count;
+          ::close(fd);
+        }
+      });
+    // The victim goes on meanwhile, as an honest client would.
+    Phase during = victim("every 2 ms, 16 threads of status requests", c, b, 400, 41, gap);
+    stop = true;
+    for (auto& t : threads) t.join();
+    Phase after = victim("every 2 ms, after them", c, b, n, 42, gap);
+    std::printf("\n| a client uploading 4 KiB every 2 ms | p50 (us) | p99 (us) | p99 / idle p99 | uploads | bytes checked |\n");
+    std::printf("|---|---|---|---|---|---|\n");
+    for (const Phase& p : {quiet, during, after})
+      std::printf("| %s | %.1f | %.1f | %.2f | %zu | %s |\n", p.name.c_str(), p.p50, p.p99, p.p99 / quiet.p99, p.ops,
+                  p.verified ? "yes" : "WRONG");
+    std::printf("(status requests answered: %zu)\n", count.load());
+    for (const Phase& p : {quiet, during, after}) phases.push_back(p);
+  }
 
   // A hold that is never answered: ferryd's CPU while nothing else happens.
   // The flood's last Hellos may still hold every client place for a moment.
