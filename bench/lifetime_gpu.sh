@@ -36,11 +36,21 @@ if want tests; then
   grep ': exit [1-9]' "$OUT/tests/summary.md" | tee -a "$OUT/summary.txt"
 fi
 if want torch && [[ -n $A ]]; then
-  OUT=$OUT/torch A=$A STEPS=torch WORK=${WORK:-bytes16} WORKERS=${WORKERS:-16} REPS=${REPS:-3} bash bench/gpu.sh \
-    >"$OUT/torch.log" 2>&1
-  say "torch A/B: exit $?"
-  tar -xzf "$OUT/torch/all.tgz" -C "$OUT/torch" ./torch.A.md ./torch.B.md 2>/dev/null
-  for p in A B; do say "--- torch.$p"; cat "$OUT/torch/torch.$p.md" >>"$OUT/summary.txt" 2>/dev/null; done
+  # Two rounds, the second in the other order: A then B, B then A.
+  for r in $(seq "${TORCH_ROUNDS:-2}"); do
+    first=$A second=$B
+    ((r % 2 == 0)) && first=$B second=$A
+    OUT=$OUT/torch$r A=$first B=$second STEPS=torch WORK=${WORK:-bytes16} WORKERS=${WORKERS:-16} REPS=${REPS:-3} \
+      bash bench/gpu.sh >"$OUT/torch$r.log" 2>&1
+    say "torch round $r: exit $?"
+    tar -xzf "$OUT/torch$r/all.tgz" -C "$OUT/torch$r" ./torch.A.md ./torch.B.md 2>/dev/null
+    for p in A B; do
+      pack=$first
+      [[ $p == B ]] && pack=$second
+      say "--- round $r, $(cat "$pack/COMMIT")"
+      tail -1 "$OUT/torch$r/torch.$p.md" >>"$OUT/summary.txt" 2>/dev/null
+    done
+  done
 fi
 soak() {  # pack python label [soak.py options...]
   local pack=$1 py=$2 label=$3
