@@ -385,6 +385,25 @@ TEST_CASE("ferry-run: ferryctl shows the process, its copies and what it passed"
   ::unlink(gate.c_str());
 }
 
+TEST_CASE("ferry-run on a machine with no GPU: the simulated device, said once, and --stats whatever the program does",
+          "[run][interpose]") {
+  Daemon d;
+  // As a new user runs it: no ZE_ENABLE_ALT_DRIVERS, no FERRY_SIM_DRIVER.
+  const std::string bare = "env -u ZE_ENABLE_ALT_DRIVERS -u FERRY_SIM_DRIVER FERRY_SOCKET=" + d.socket + " ";
+  auto [rc, out] = run_command(bare + ferry_run() + " --stats -- " + ze_upload() + " --mode hazard 1048576 2>&1");
+  INFO(out);
+  const bool gpu = out.find("no GPU driver here") == std::string::npos;
+  if (!gpu) {
+    CHECK(rc == 0);
+    CHECK(parse(rc, out).count("original") == 1);  // staged, on the simulated device
+  }
+  CHECK(out.find("\"staged\":") != std::string::npos);  // the --stats line
+  // A program that fails still says what it staged (nothing).
+  auto [rc2, out2] = run_command(bare + ferry_run() + " --stats -- false 2>&1");
+  CHECK(rc2 == 1);
+  CHECK(out2.find("\"comm\":\"false\"") != std::string::npos);
+}
+
 // A man in the middle between libferry and a real ferryd, who changes what
 // ferryd sends: the server anyone who can bind a FERRY_SOCKET in a shared
 // folder can be. One client connection at a time, pumped both ways,

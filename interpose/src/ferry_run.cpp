@@ -6,6 +6,7 @@
 //   Level Zero  ZE_ENABLE_ALT_DRIVERS names ferry's wrapping driver first,
 //               which loads the program's own first driver ($FERRY_RUN_ZE_DRIVER);
 //   CUDA        LD_PRELOAD starts with libferry_cuda_run.so.
+#include <dlfcn.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,13 +80,50 @@ std::string library_dir() {
   return "";
 }
 
+// ferry's simulated Level Zero driver, as ferryd finds it: $FERRY_SIM_DRIVER,
+// installed beside this program, or in the build tree; "" if none.
+std::string sim_driver() {
+  if (const char* e = std::getenv("FERRY_SIM_DRIVER"); e != nullptr && *e != '\0') return e;
+  char exe[PATH_MAX] = {};
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "";
+  std::string dir(exe, static_cast<size_t>(n));
+  dir = dir.substr(0, dir.rfind('/'));
+  for (const std::string rel : {"/../lib/ferry", "/../" FERRY_LIBDIR "/ferry", "/../sim"}) {
+    char real[PATH_MAX];
+    if (realpath((dir + rel + "/libze_ferry_sim.so.1").c_str(), real) != nullptr) return real;
+  }
+  return "";
+}
+
+// Whether a GPU driver opens here: Level Zero's defaults, or CUDA's.
+bool gpu_driver_here() {
+  for (const char* lib : {"libze_intel_gpu.so.1", "libze_intel_vpu.so.1", "libcuda.so.1"})
+    if (void* h = dlopen(lib, RTLD_LAZY | RTLD_LOCAL)) {
+      dlclose(h);
+      return true;
+    }
+  return false;
+}
+
 // The program's Level Zero drivers: ferry's wrapper in place of the first,
 // the rest as they were. An entry is never empty (an empty one makes the
-// loader open the program itself: LEVEL_ZERO.md).
+// loader open the program itself: LEVEL_ZERO.md). On a machine with no GPU
+// driver at all, and no driver named, the program's first driver is ferry's
+// simulated device, as ferryd's is there (said once).
 bool wrap_level_zero(const std::string& shim) {
   const char* given = std::getenv("ZE_ENABLE_ALT_DRIVERS");
   std::vector<std::string> drivers;
   std::string list = given != nullptr && *given != '\0' ? given : "libze_intel_gpu.so.1,libze_intel_vpu.so.1";
+  if ((given == nullptr || *given == '\0') && !gpu_driver_here()) {
+    if (const std::string sim = sim_driver(); !sim.empty()) {
+      std::fprintf(stderr,
+                   "ferry-run: no GPU driver here: the program's Level Zero calls go to ferry's simulated device (%s; "
+                   "ZE_ENABLE_ALT_DRIVERS chooses another)\n",
+                   sim.c_str());
+      list = sim;
+    }
+  }
   for (size_t at = 0; at <= list.size();) {
     const size_t comma = std::min(list.find(',', at), list.size());
     if (comma > at) drivers.push_back(list.substr(at, comma - at));
