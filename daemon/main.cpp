@@ -26,6 +26,7 @@
 #include "device/backend.hpp"
 #include "ferry/wire.hpp"
 #include "log.hpp"
+#include "ferry/util/size.hpp"
 #include "options.hpp"
 #include "net/server.hpp"
 #include "startup.hpp"
@@ -101,6 +102,9 @@ int main(int argc, char** argv) {
   std::string user_memory = std::to_string(l.user_memory_percent) + "%";
   std::string client_memory;  // the old name of --user-memory
   std::string user_staging = "auto";
+  // Sizes as strings, read by ferry::util::parse_size: "256M", "1 GiB", bytes.
+  std::string slot_size = ferry::util::format_size(o.slot_bytes);
+  std::string sim_memory = std::to_string(o.sim_memory);
   std::string config = default_config_path();
   po::options_description cli(kUsage);
   // clang-format off
@@ -122,11 +126,13 @@ int main(int argc, char** argv) {
     ("fallback-sim", po::value(&o.fallback_sim)->default_value(o.fallback_sim),
      "with the level-zero backend, serve the simulated device where the host has no Level Zero GPU driver at "
      "all (said in the log and in `ferryctl status`); false: fail to start there")
-    ("sim-memory", po::value(&o.sim_memory)->default_value(o.sim_memory),
-     "bytes of the simulated device's memory (0: half of the host's available memory at start, at most 16 GiB; "
-     "allocations past it fail with ENOMEM)")
+    ("sim-memory", po::value(&sim_memory)->default_value(sim_memory),
+     "the simulated device's memory, in bytes or with a unit (16G, 512 MiB) (0: half of the host's available "
+     "memory at start, at most 16 GiB; allocations past it fail with ENOMEM)")
     ("backend,b", po::value(&o.backend)->default_value(o.backend), "level-zero or cuda")
-    ("slot-size", po::value(&o.slot_bytes)->default_value(o.slot_bytes), "bytes per staging slot: a multiple of 64 from 4096 (4 KiB) to 1073741824 (1 GiB)")
+    ("slot-size", po::value(&slot_size)->default_value(slot_size),
+     "size of a staging slot (the largest single copy), in bytes or with a unit (256K, 1 MiB): a multiple of 64 "
+     "from 4 KiB to 1 GiB")
     ("slots", po::value(&o.slots)->default_value(o.slots), "staging slots per client")
     ("max-clients", po::value(&l.max_clients)->default_value(l.max_clients),
      "clients of all users served at once; more are refused (EUSERS)")
@@ -149,13 +155,14 @@ int main(int argc, char** argv) {
      "device allocations of all users together (0: with --sim, what the descriptor limit leaves after the "
      "connections, since each simulated allocation holds a descriptor; otherwise no bound)")
     ("user-memory", po::value(&user_memory)->default_value(user_memory),
-     "device memory one user's clients may hold together: bytes, or a share of the device's memory such as "
-     "50% (0 or 100%: no limit); also, apart, what one user may have exported (ferry_buffer_export), charged "
-     "until ferryd restarts")
+     "device memory one user's clients may hold together: a size (bytes, or with a unit: 256M, 8 GiB), or a "
+     "share of the device's memory such as 50% (0 or 100%: no limit); also, apart, what one user may have "
+     "exported (ferry_buffer_export), charged until ferryd restarts")
     ("client-memory", po::value(&client_memory), "the old name of --user-memory (now per user, not per client)")
     ("user-staging", po::value(&user_staging)->default_value(user_staging),
-     "bytes of staging areas one user's clients may hold beyond their segments (direct uploads, ferry-run, "
-     "that outgrow their client's staging); 0: none; auto: an eighth of the host's memory, at most 4 GiB")
+     "staging areas one user's clients may hold beyond their segments (direct uploads, ferry-run, that outgrow "
+     "their client's staging), in bytes or with a unit (512M, 2 GiB); 0: none; auto: an eighth of the host's "
+     "memory, at most 4 GiB")
     ("socket-mode", po::value(&socket_mode)->default_value(socket_mode), "permissions of the socket file (octal)")
     ("socket-group", po::value(&o.socket_group), "group that owns the socket file (with --socket-mode 0660: who may connect)")
     ("admin-group", po::value(&o.admin_group),
@@ -254,9 +261,13 @@ int main(int argc, char** argv) {
               << "\n";
     return 2;
   };
-  if (o.slot_bytes < 4096 || o.slot_bytes > (1ull << 30) || o.slot_bytes % 64 != 0) {
-    return bad("slot-size", "must be a multiple of 64 between 4096 and 1 GiB (1073741824)");
+  if (!ferry::util::parse_size(slot_size, &o.slot_bytes) || o.slot_bytes < 4096 || o.slot_bytes > (1ull << 30) ||
+      o.slot_bytes % 64 != 0) {
+    return bad("slot-size", "must be a multiple of 64 between 4 KiB and 1 GiB, in bytes or with a unit such as 256K "
+                            "or 1M (got \"" + slot_size + "\")");
   }
+  if (!ferry::util::parse_size(sim_memory, &o.sim_memory))
+    return bad("sim-memory", "must be a size, in bytes or with a unit such as 4G (got \"" + sim_memory + "\")");
   if (o.slots < 1 || o.slots > 4096) {
     return bad("slots", "must be between 1 and 4096");
   }
@@ -275,16 +286,18 @@ int main(int argc, char** argv) {
     const char* const name = old_name ? "client-memory" : "user-memory";
     errno = 0;
     const unsigned long long v = std::strtoull(cm.c_str(), &end, 10);
-    const bool percent = end != nullptr && std::string(end) == "%";
-    if (cm.empty() || cm[0] == '-' || errno != 0 || end == cm.c_str() || (*end != '\0' && !percent) ||
-        (percent && v > 100)) {
-      return bad(name, "must be a number of bytes or a share from 0% to 100%, such as 50% (got \"" + cm + "\")");
+    const bool percent = end != nullptr && end != cm.c_str() && std::string(end) == "%" && cm[0] != '-' && errno == 0;
+    uint64_t bytes = 0;
+    if (percent ? v > 100 : !ferry::util::parse_size(cm, &bytes)) {
+      return bad(name, "must be a size (bytes, or with a unit: 256M, 8 GiB) or a share from 0% to 100%, such as 50% "
+                       "(got \"" + cm + "\")");
     }
-    l.user_memory = percent ? 0 : v;
+    l.user_memory = percent ? 0 : bytes;
     l.user_memory_percent = percent ? static_cast<uint32_t>(v) : 0;
   }
   if (!ferry::ferryd::parse_staging_bound(user_staging, &l.user_staging))
-    return bad("user-staging", "must be a number of bytes or auto (got \"" + user_staging + "\")");
+    return bad("user-staging", "must be a size (bytes, or with a unit: 512M, 2 GiB) or auto (got \"" + user_staging +
+                                   "\")");
   if (o.segment_pool > 64) {
     return bad("segment-pool", "must be between 0 and 64");
   }

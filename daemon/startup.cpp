@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "startup.hpp"
 
+#include "ferry/util/size.hpp"
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <level_zero/ze_api.h>
@@ -121,12 +123,7 @@ bool parse_staging_bound(const std::string& text, uint64_t* bytes) {
     *bytes = std::min<uint64_t>(host / 8, 4ull << 30);
     return true;
   }
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || text[0] == '-' || errno != 0 || end == text.c_str() || *end != '\0') return false;
-  *bytes = v;
-  return true;
+  return ferry::util::parse_size(text, bytes);
 }
 
 }  // namespace ferry::ferryd

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/run_totals.hpp"
+#include "ferry/util/size.hpp"
 
 using namespace ferry::ferryd;
 
@@ -55,4 +56,29 @@ TEST_CASE("ferry-run's counts: a client that lowers them, or overflows them, mov
   RunCounts sum = counts(UINT64_MAX - 1);
   sum.add(counts(5));
   CHECK(sum.staged == UINT64_MAX);
+}
+
+TEST_CASE("sizes read as systemd and ulimit users write them, and printed so that they read back", "[units]") {
+  using ferry::util::format_size;
+  using ferry::util::parse_size;
+  uint64_t v = 0;
+  const std::pair<const char*, uint64_t> good[] = {
+      {"4096", 4096},           {"256M", 256ull << 20}, {"256MiB", 256ull << 20}, {"256 MiB", 256ull << 20},
+      {"1G", 1ull << 30},       {"1g", 1ull << 30},     {"1.5G", 3ull << 29},     {"512K", 512ull << 10},
+      {"2T", 2ull << 40},       {"0", 0},               {"7 B", 7},               {"64kib", 64ull << 10}};
+  for (const auto& [text, bytes] : good) {
+    INFO(text);
+    REQUIRE(parse_size(text, &v));
+    CHECK(v == bytes);
+  }
+  for (const char* bad : {"", "-1", "256Q", "1.5", "0.1K", "1..5G", "M", "1GB", "16777216T", "18446744073709551616"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_size(bad, &v));
+  }
+  for (uint64_t bytes : {uint64_t{0}, uint64_t{4096}, uint64_t{256} << 20, uint64_t{3} << 29, uint64_t{1} << 40}) {
+    REQUIRE(parse_size(format_size(bytes), &v));
+    CHECK(v == bytes);
+  }
+  CHECK(format_size(256ull << 20) == "256 MiB");
+  CHECK(format_size(3ull << 29) == "1.5 GiB");
 }

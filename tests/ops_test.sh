@@ -411,6 +411,11 @@ refused admin 'slots = 8\nadmin-group = no-such-group-here\n' 'admin.conf:2: adm
 refused backend 'slots = 8\n\nbackend = opencl\n' 'backend.conf:3: backend must be level-zero or cuda'
 refused level 'log-level = info\nslots = 4\nlog-level = loud\n' 'level.conf:3'  # a key given twice: its second line
 refused level1 'log-level = loud\n' 'level1.conf:1: log-level must be'
+refused size 'slots = 8\nuser-memory = 256Q\n' 'size.conf:2: user-memory must be a size'
+# Sizes as systemd and ulimit users write them, in the file and as flags.
+printf 'user-memory = 256M\nuser-staging = 512 MiB\nslot-size = 256K\nsim-memory = 1.5G\n' >"$tmp/sizes.conf"
+"$build/daemon/ferryd" --config "$tmp/sizes.conf" --check-config >/dev/null || fail "sizes with units refused in the file"
+"$build/daemon/ferryd" --user-memory 1GiB --slot-size 1M --check-config >/dev/null || fail "sizes with units refused as flags"
 # The shipped configuration names every setting ferryd has, with its default
 # (client-memory is the old name of user-memory).
 for opt in $("$build/daemon/ferryd" --help | grep -E '^  -' | grep -oE -- '--[a-z-]+' | head -c 100000 | sed 's/^--//' |

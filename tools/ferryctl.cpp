@@ -27,6 +27,7 @@
 
 #include "ferry/util/files.hpp"
 #include "ferry/proto.hpp"
+#include "ferry/util/size.hpp"
 #include "ferry/wire.hpp"
 
 namespace proto = ferry::proto;
@@ -280,15 +281,8 @@ void paragraph(const std::string& label, const std::string& text) {
   std::printf("%s\n", line.c_str());
 }
 
-std::string human_bytes(unsigned long long b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
+// As ferryd's options read them back ("256 MiB", "1.5 GiB").
+std::string human_bytes(unsigned long long b) { return ferry::util::format_size(b); }
 
 std::string since(long long t) {
   std::time_t tt = static_cast<std::time_t>(t);
