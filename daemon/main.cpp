@@ -21,6 +21,7 @@
 #include <iostream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "ferry/proto.hpp"
 #include "device/backend.hpp"
@@ -199,6 +200,7 @@ int main(int argc, char** argv) {
   std::string where = "command line";
   std::string path;
   std::set<std::string> from_cmdline;  // settings given as flags (they win over the file)
+  std::vector<std::string> unknown;     // keys of the file that name no setting
   // The line of the configuration file that sets `name`, as "file:line", or the file.
   // The last one: a key given twice is refused at its second line.
   auto line_of = [&](const std::string& name) {
@@ -215,6 +217,22 @@ int main(int argc, char** argv) {
     }
     return at != 0 ? where + ":" + std::to_string(at) : where;
   };
+  // The unknown keys of the file set before line `before` of it (all: 0),
+  // said as the refusal of a bad setting would be; whether there was one.
+  auto say_unknown = [&](int before) {
+    bool any = false;
+    for (const std::string& key : unknown) {
+      const std::string at = line_of(key);
+      const int line = std::atoi(at.substr(at.rfind(':') + 1).c_str());
+      if (before != 0 && line >= before) continue;
+      err() << "ferryd: " << at << ": unknown setting \"" << key << "\" (ferryd --help lists them)\n";
+      any = true;
+    }
+    return any;
+  };
+  auto line_number = [&](const std::string& at) {
+    return at.rfind(':') == std::string::npos ? 0 : std::atoi(at.substr(at.rfind(':') + 1).c_str());
+  };
   try {
     auto cmdline = po::parse_command_line(argc, argv, all);
     for (const auto& opt : cmdline.options) from_cmdline.insert(opt.string_key);
@@ -225,7 +243,11 @@ int main(int argc, char** argv) {
     std::ifstream in(path);
     if (in) {
       where = path;
-      auto file = po::parse_config_file(in, desc);
+      // Unknown keys are kept aside with their lines: a bad value on an
+      // earlier line is said first (the first bad setting, in file order).
+      auto file = po::parse_config_file(in, desc, true);
+      for (const auto& opt : file.options)
+        if (opt.unregistered) unknown.push_back(opt.string_key);
       refuse_negative(file);
       po::store(file, vm);
     } else if (!vm["config"].defaulted()) {
@@ -243,6 +265,7 @@ int main(int argc, char** argv) {
       while (!name.empty() && name[0] == '-') name.erase(0, 1);
       if (from_cmdline.count(name) == 0) at = line_of(name);
     }
+    if (at != "command line") say_unknown(line_number(at));
     err() << "ferryd: " << at << ": " << e.what() << "\n(try ferryd --help)\n";
     return 2;
   }
@@ -257,8 +280,9 @@ int main(int argc, char** argv) {
   // A setting out of its range: said with where it was set (file:line, or the command line).
   auto bad = [&](const std::string& name, const std::string& rule) {
     const bool in_file = where != "command line" && from_cmdline.count(name) == 0 && !vm[name].defaulted();
-    err() << "ferryd: " << (in_file ? line_of(name) : std::string("command line")) << ": " << name << " " << rule
-              << "\n";
+    const std::string at = in_file ? line_of(name) : std::string("command line");
+    say_unknown(in_file ? line_number(at) : 0);  // those above it in the file, or all (a flag's is said first)
+    err() << "ferryd: " << at << ": " << name << " " << rule << "\n";
     return 2;
   };
   if (!ferry::util::parse_size(slot_size, &o.slot_bytes) || o.slot_bytes < 4096 || o.slot_bytes > (1ull << 30) ||
@@ -344,6 +368,7 @@ int main(int argc, char** argv) {
     const std::string& g = std::string(name) == "socket-group" ? o.socket_group : o.admin_group;
     if (!group_exists(g)) return bad(name, "names a group this host does not have: \"" + g + "\" (getent group " + g + ")");
   }
+  if (say_unknown(0)) return 2;
   if (vm.count("check-config")) {
     std::cout << "ferryd: settings valid (configuration file: " << (where == "command line" ? "none read" : where)
               << "; device " << o.device << ", backend " << (o.sim ? "simulated level-zero" : o.backend)
@@ -353,6 +378,13 @@ int main(int argc, char** argv) {
   if (o.socket.rfind("/run/ferry/", 0) == 0) ::mkdir("/run/ferry", 0755);
 
   std::string why;
+  // Under socket activation systemd hands over the listening socket (fd 3).
+  const int passed = ferry::ferryd::systemd::listen_fd();
+  // A second ferryd on a socket one serves: said before any device is opened.
+  if (passed < 0 && ferry::ferryd::socket_served(o.socket, &why)) {
+    FERRY_LOG(error, "%s", why.c_str());
+    return 1;
+  }
   ferry::ferryd::OpenedDevice opened = ferry::ferryd::open_device(o, why);
   std::unique_ptr<ferry::ferryd::Backend> backend = std::move(opened.backend);
   if (!backend) {
@@ -382,8 +414,6 @@ int main(int argc, char** argv) {
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   boost::asio::io_context io(1);
   ferry::ferryd::Server server(io, o, std::move(backend));
-  // Under socket activation systemd hands over the listening socket (fd 3).
-  const int passed = ferry::ferryd::systemd::listen_fd();
   if (passed >= 0) FERRY_LOG(info, "using the socket passed by systemd (socket activation)");
   if (server.listen(o.socket, passed, why) != 0) {
     FERRY_LOG(error, "%s", why.c_str());

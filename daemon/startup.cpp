@@ -14,9 +14,12 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "ferry/util/files.hpp"
 #include "ferry/proto.hpp"
+#include "ferry/wire.hpp"
+#include "ferry/fdpass.hpp"
 #include "log.hpp"
 
 namespace ferry::ferryd {
@@ -114,6 +117,21 @@ void RunningMarker::remove() {
     if (n > 0 && std::strtol(buf, nullptr, 10) == ::getpid()) ::unlink(path_.c_str());
   }
   path_.clear();
+}
+
+bool socket_served(const std::string& socket, std::string* why) {
+  int fd = -1;
+  if (proto::connect_unix(socket, &fd) != 0) return false;
+  ::close(fd);
+  std::string pid;
+  if (std::ifstream marker(proto::running_marker_path(socket)); marker && std::getline(marker, pid) &&
+      !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos)
+    pid = " (pid " + pid + ")";
+  else
+    pid.clear();
+  *why = "another ferryd" + pid + " already serves " + socket +
+         ": stop it first (ferryctl drain, or systemctl stop ferryd@N), or give this one another --socket";
+  return true;
 }
 
 bool parse_staging_bound(const std::string& text, uint64_t* bytes) {

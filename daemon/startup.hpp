@@ -21,6 +21,12 @@ struct OpenedDevice {
 // Called before any thread starts (it may fork a probe).
 OpenedDevice open_device(const Options& o, std::string& why);
 
+// Whether a daemon already listens on `socket` (it accepts a connection):
+// then *why names it, with its pid where its running marker does, and says
+// what to do. Asked before the device is opened: a second ferryd on the
+// same socket goes at once, touching no GPU.
+bool socket_served(const std::string& socket, std::string* why);
+
 // --user-staging: a number of bytes, or "auto" (an eighth of the host's
 // memory, at most 4 GiB). False for anything else.
 bool parse_staging_bound(const std::string& text, uint64_t* bytes);

@@ -181,6 +181,10 @@ d5=$!
 pids+=($d5)
 wait_for_socket "$sock5"
 "$build/examples/multi_upload" -s "$sock5" -p 1 -n 2 -b 1000 >/dev/null || fail "uploads with -v"
+# A second ferryd on the same socket: refused before it opens any device, naming the first.
+if "$build/daemon/ferryd" --sim --socket "$sock5" -v 2>"$tmp/second.log"; then fail "a second ferryd on one socket ran"; fi
+grep -q "another ferryd (pid $d5) already serves $sock5" "$tmp/second.log" || fail "the second ferryd: $(cat "$tmp/second.log")"
+! grep -q "device 0:" "$tmp/second.log" || fail "the second ferryd opened the device first: $(cat "$tmp/second.log")"
 kill -TERM "$d5"
 wait "$d5" || true
 grep -q "^debug: client 1: alloc" "$tmp/verbose.log" || fail "-v showed no debug lines: $(head -5 "$tmp/verbose.log")"
@@ -412,6 +416,9 @@ refused backend 'slots = 8\n\nbackend = opencl\n' 'backend.conf:3: backend must 
 refused level 'log-level = info\nslots = 4\nlog-level = loud\n' 'level.conf:3'  # a key given twice: its second line
 refused level1 'log-level = loud\n' 'level1.conf:1: log-level must be'
 refused size 'slots = 8\nuser-memory = 256Q\n' 'size.conf:2: user-memory must be a size'
+# The first bad setting in the file's order: a bad value before an unknown key, and after one.
+refused order1 'slots = 0\nnosuch = 3\n' 'order1.conf:1: slots must be between 1 and 4096'
+refused order2 'nosuch = 3\nslots = 0\n' 'order2.conf:1: unknown setting "nosuch"'
 # Sizes as systemd and ulimit users write them, in the file and as flags.
 printf 'user-memory = 256M\nuser-staging = 512 MiB\nslot-size = 256K\nsim-memory = 1.5G\n' >"$tmp/sizes.conf"
 "$build/daemon/ferryd" --config "$tmp/sizes.conf" --check-config >/dev/null || fail "sizes with units refused in the file"

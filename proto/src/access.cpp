@@ -35,6 +35,12 @@ std::string access_refusal(const std::string& path) {
   if (member)
     return s + "this process is in " + group +
            ", yet is refused: another permission (its directory, or a security module) stands in the way";
+  // root's own group: ferryd was started by root and given no group to serve
+  // (nobody should join root's group to upload).
+  if (st.st_gid == 0)
+    return s + "the socket belongs to root's group, so ferryd serves root alone: start it with --socket-group "
+               "GROUP (members of GROUP may connect; the packages use \"ferry\") or --socket-mode 0666 (anyone "
+               "may), or use the daemon of the packages (/run/ferry/ferryd-N.sock)";
   return s + "ask to be added to " + group + " (then log in again)";
 }
 
