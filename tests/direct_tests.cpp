@@ -735,7 +735,7 @@ TEST_CASE("a staging area stays charged while its client maps it, with ferryd in
   }
   const std::string socket = temp_socket();
   const pid_t ferryd = fork_child([&] {
-    ::execl("/usr/bin/unshare", "unshare", "--pid", "--fork", FERRYD_PATH, "--sim", "--socket", socket.c_str(),
+    ::execl("/usr/bin/unshare", "unshare", "--pid", "--fork", "--kill-child", FERRYD_PATH, "--sim", "--socket", socket.c_str(),
             "--log-level", "warn", "--user-staging", "4194304", static_cast<char*>(nullptr));
     return 127;
   });
@@ -777,7 +777,7 @@ TEST_CASE("a staging area stays charged while its client maps it, with ferryd in
   ::kill(client, SIGKILL);
   reap(client);
   CHECK(eventually([&] { return staging() == 0; }));
-  ::kill(ferryd, SIGKILL);  // unshare's child dies with it
+  ::kill(ferryd, SIGKILL);  // unshare; --kill-child: its child, ferryd, goes with it
   reap(ferryd);
   ::unlink(socket.c_str());
   for (int f : {ready[0], ready[1], go[0], go[1]}) ::close(f);

@@ -339,6 +339,7 @@ int ferry_get_info(ferry_client* c, ferry_info* out) {
   i.slot_count = c->slot_count;
   std::snprintf(i.device, sizeof i.device, "%s", proto::get_text(c->welcome.device).c_str());
   std::snprintf(i.backend, sizeof i.backend, "%s", proto::get_text(c->welcome.backend).c_str());
+  i.daemon_pid = c->conn.peer_pid();
   return fc::fill_versioned(out, i, "ferry_get_info");
 }
 

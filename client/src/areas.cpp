@@ -92,6 +92,10 @@ Areas::Area* Areas::adopt(const proto::StagingReply& reply, int fd, Connection& 
     drop(a, &conn);
     return nullptr;
   }
+  // Not inherited by a forked child (a DataLoader's workers, say), as the
+  // segment is not: it could not use it (its calls are refused), and its
+  // mapping would keep a released area charged to the user for its life.
+  (void)::madvise(a.base, a.bytes, MADV_DONTFORK);
   if (int r = hooks_.attach(hooks_.ctx, a.base, a.bytes); r != 0) {
     *err = r < 0 ? r : -EIO;
     ::munmap(a.base, a.bytes);

@@ -30,6 +30,9 @@ int Connection::open(const std::string& path, const proto::Hello& hello, proto::
     if (v > 0 && v < 86'400'000) timeout_ms_ = static_cast<int>(v);
   }
   if (int r = proto::connect_unix(path, &fd_, timeout_ms()); r != 0) return r;
+  ucred peer{};
+  socklen_t len = sizeof peer;
+  if (::getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0) peer_pid_ = peer.pid;
   // A daemon that refuses the connection at once (a bound of its users)
   // writes why and closes, maybe before the Hello is out: read it anyway.
   const bool sent = proto::send_all(fd_, &hello, sizeof hello) == 0;

@@ -72,6 +72,8 @@ class Connection {
   int ring();
   // 0 while connected; why the connection ended once it did.
   int ended() const { return ended_.load(std::memory_order_acquire); }
+  // The daemon's pid as the kernel saw it at connect (SO_PEERCRED; 0: out of sight).
+  pid_t peer_pid() const { return peer_pid_; }
 
   // Sends a request and waits for its answer, copied into *out; the request
   // id is written to *request_field first. *reply_fd gets a descriptor that
@@ -130,6 +132,7 @@ class Connection {
   int fd_ = -1;
   int bell_ = -1;  // the doorbell of the Welcome (a socket)
   int timeout_ms_ = 30'000;
+  pid_t peer_pid_ = 0;
   std::string refusal_;
   std::thread receiver_;
   std::mutex send_mu_;  // one message at a time on the socket

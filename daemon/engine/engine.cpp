@@ -72,6 +72,7 @@ void TransferEngine::stop() {
     r.bell->pause.cancel();
   }
   rings_.clear();
+  holds_.drop_all();
   holds_.stop();
   clients_.stop();
   if (!records_.empty()) {

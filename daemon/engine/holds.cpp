@@ -61,6 +61,15 @@ size_t Holds::drop_departed(std::optional<uid_t> uid) {
   return gone;
 }
 
+void Holds::drop_all() {
+  for (const ClientRef& c : holders_) {
+    for (const ClientState::Held& h : c->held()) drop(c, h);
+    c->held().clear();
+    c->marks.holder = false;
+  }
+  holders_.clear();
+}
+
 size_t Holds::poll() {
   size_t released = 0;
   for (size_t i = 0; i < holders_.size();) {

@@ -47,6 +47,10 @@ class Holds {
   // their state goes: a user at its bound of clients makes room with its
   // own departed ones. How many clients let go.
   size_t drop_departed(std::optional<uid_t> uid);
+  // ferryd stops with holds left past its drain time: each is given up as
+  // a departed client's is (a fence it would publish into marked failed),
+  // so that no consumer's queue waits for ever on a fence nobody will write.
+  void drop_all();
   // While the poller sleeps: a look after a while.
   void arm();
   void stop() { timer_.cancel(); }

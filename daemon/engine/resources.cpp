@@ -166,7 +166,7 @@ int Resources::grow_staging(ClientState& c, uint64_t bytes, uint64_t* id, uint64
   int own = -1;
   if (int r = StagingAreas::make(bytes, &own); r != 0) return r;
   const uint64_t key = ++next_area_;
-  if (int r = areas_.add(c.uid, key, own, fd); r != 0) return r;
+  if (int r = areas_.add(key, own, fd); r != 0) return r;
   *id = c.areas().add(bytes, key);
   *size = bytes;
   return 0;

@@ -85,7 +85,7 @@ void Lanes::sweep() {
   // last of it (every number written): then it goes, registrations first.
   for (auto it = lanes_.begin(); it != lanes_.end();) {
     Lane& l = **it;
-    if (!l.dead || l.users != 0 || ferry_flush(l.c, 0) != 0) {
+    if (!l.dead || l.users != 0 || publishing_.load(std::memory_order_seq_cst) != 0 || ferry_flush(l.c, 0) != 0) {
       ++it;
       continue;
     }
@@ -232,8 +232,16 @@ void Lanes::passed(int why, uint64_t bytes) {
 }
 
 void Lanes::publish(bool force) {
-  ferry_client* lead = lead_.load(std::memory_order_acquire);
-  if (lead == nullptr || !force) return;
+  if (!force) return;
+  // Counted before the lead is read: sweep() disconnects no lane while a
+  // publisher may still hold one it read before the lead moved on.
+  publishing_.fetch_add(1, std::memory_order_seq_cst);
+  struct Done {
+    std::atomic<uint32_t>& n;
+    ~Done() { n.fetch_sub(1, std::memory_order_seq_cst); }
+  } done{publishing_};
+  ferry_client* lead = lead_.load(std::memory_order_seq_cst);
+  if (lead == nullptr) return;
   ferry_run_counts rc{};
   rc.size = sizeof rc;
   rc.role = FERRY_RUN_LEAD;

@@ -110,6 +110,7 @@ class Lanes {
   uint64_t connects_ = 0;  // connects finished (either way)
   Clock::time_point retry_at_{};
   std::atomic<ferry_client*> lead_{nullptr};
+  std::atomic<uint32_t> publishing_{0};  // publish() calls under way (sweep)
   std::atomic<uint64_t> staged_{0}, staged_bytes_{0}, passed_bytes_{0};
   std::atomic<uint64_t> passed_[FERRY_PASS_REASONS] = {};
 };

@@ -6,6 +6,7 @@ import ctypes
 import errno as _errno
 import os
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 
@@ -162,6 +163,7 @@ class Info:
     slot_count: int
     device: str
     backend: str
+    daemon_pid: int = 0  # ferryd's process as this one sees it (0: out of sight, another pid namespace)
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,7 @@ class Client:
         r = _c.ferry_connect_named(path, label, ctypes.byref(self._c))
         if r != 0:
             raise Error(r, "connect")  # the library's words say which socket and what to do
+        self._daemon_pid = self.info().daemon_pid
 
     # ---- lifetime
     def close(self):
@@ -543,7 +546,7 @@ class Client:
         i = _lib.CInfo(size=ctypes.sizeof(_lib.CInfo))
         _check(self._call(_c.ferry_get_info, ctypes.byref(i)), "info")
         return Info(i.client_id, i.slot_bytes, i.slot_count, i.device.decode(errors="replace"),
-                    i.backend.decode(errors="replace"))
+                    i.backend.decode(errors="replace"), i.daemon_pid)
 
 
 def _forked(client, what):
@@ -680,6 +683,20 @@ class Fence:
 
         self._word(store)
 
+    def _fail_up_to(self, value):
+        """Marks `value` failed and published, from the host, unless it was
+        published already: for a fence whose ferryd went without a word (it
+        was killed), so that a queue waiting on it goes on, and its consumer
+        hears that the upload failed."""
+        v = _u64(value, "value")
+
+        def store():
+            if self._f.ready[0] < v:
+                self._f.failed[0] = v
+                self._f.ready[0] = v
+
+        self._word(store)
+
     def wait(self, value, timeout=None):
         """Until an upload published `value` (or more) into this fence, on the
         host; raises ferry.Error (EIO) if that upload failed, or on timeout."""
@@ -689,6 +706,52 @@ class Fence:
 
     def __repr__(self):
         return f"<ferry.Fence of buffer {self.buffer.id}: ready {self.ready}, released {self.released}>"
+
+
+# Memory of imports whose ferryd went, given back once its process is gone
+# (or, where its pid is out of sight, after a while): (pid, deadline, give_back).
+_after_daemons = []
+_after_lock = threading.Lock()
+_after_thread = None
+
+
+def _give_back_after(pid, give_back):
+    global _after_thread
+    with _after_lock:
+        _after_daemons.append((pid, time.monotonic() + (60 if pid > 0 else 10), give_back))
+        if _after_thread is None or not _after_thread.is_alive():
+            _after_thread = threading.Thread(target=_give_back_due, name="ferry-give-back", daemon=True)
+            _after_thread.start()
+
+
+def _give_back_due():
+    while True:
+        time.sleep(0.05)
+        now, due = time.monotonic(), []
+        with _after_lock:
+            for item in list(_after_daemons):
+                pid, deadline, _ = item
+                if (pid > 0 and not _alive(pid)) or now >= deadline:
+                    _after_daemons.remove(item)
+                    due.append(item[2])
+            left = bool(_after_daemons)
+        for give_back in due:
+            try:
+                give_back()
+            except Exception:  # noqa: BLE001 - a driver gone too: nothing to give back
+                pass
+        if not left:
+            return
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 def _buffer_id(buffer):
@@ -781,11 +844,18 @@ class Buffer:
                 r = self.client._call(_c.ferry_buffer_free, self.id)
             except Error as e:  # the client is closed
                 r = -e.errno
-            # An import of a client whose ferryd went (a restart): nobody maps
-            # it any more, and the memory is this process's to give back.
-            if r != 0 and not (self._unmapped is not None and self.client.connection_error() != 0):
+            gone = r != 0 and self._unmapped is not None and self.client.connection_error() != 0
+            if r != 0 and not gone:
                 _check(r, f"free buffer {self.id}")
             self.id = 0
+            if gone:
+                # An import of a client whose ferryd went (a restart): its
+                # memory is given back once that ferryd's process is gone,
+                # since it may map it until then (CUDA: freeing memory another
+                # process maps is undefined).
+                unmapped, self._unmapped = self._unmapped, None
+                _give_back_after(self.client._daemon_pid, unmapped)
+                return
         # ferryd answered the free of an import once it no longer mapped it.
         unmapped, self._unmapped = self._unmapped, None
         if unmapped is not None:

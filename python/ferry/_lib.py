@@ -121,6 +121,8 @@ class CInfo(ctypes.Structure):
         ("slot_bytes", ctypes.c_uint64),
         ("device", ctypes.c_char * 64),
         ("backend", ctypes.c_char * 16),
+        ("daemon_pid", ctypes.c_int32),
+        ("reserved", ctypes.c_uint32),
     ]
 
 

@@ -449,6 +449,7 @@ class _Slot:
         self.token = self.buffer.grant(_api.RIGHT_UPLOAD)
         self.fence = self.buffer.fence
         self.released = 0     # the value whose release was queued last: the next upload waits for it
+        self.last = 0         # the last value an upload into it was to publish
         # "task": a worker fills it; "arrived": its batch came, not delivered yet;
         # "out": a delivered batch's tensors live; "orphan": a batch that will
         # never be delivered (an epoch ended first) is landing in it (`pending`);
@@ -563,9 +564,19 @@ class _Pool:
                 self.checked_at = now
             return self.client
         if self.client is not None:
-            self.old_clients.append(self.client)
-            self.client = None
+            old, self.client = self.client, None
+            self.old_clients.append(old)
+            # Killed or crashed (not stopped: a stop drains, and fails what
+            # it drops): no upload it took will write its fence any more.
+            # Said on the host, so that no stream waits for ever on one; a
+            # batch that did not land is then raised as failed.
+            killed = old.connection_error() not in (0, -errno.ESHUTDOWN)
             for s in self.slots.values():
+                if killed and s.last and s.buffer.client is old:
+                    try:
+                        s.fence._fail_up_to(s.last)
+                    except _api.Error:
+                        pass
                 if not s.retired:
                     s.retired = True
                     self.forgotten.append(s.id)
@@ -613,6 +624,7 @@ class _Pool:
                 return _Job(0, None, self.capacity, 0, 0, forget)
             s.state = "task"
             self.value += 1
+            s.last = self.value
             self.by_task[task] = s
             return _Job(s.id, s.token, s.capacity, s.released, self.value, forget)
 
@@ -691,6 +703,7 @@ class _Pool:
         template, spans, keep, nbytes = _layout(structure)
         if nbytes == 0:
             return _map(template, lambda x: self._empty(x), lambda x: isinstance(x, _Leaf))
+        s = None
         try:
             with self.lock:
                 self.capacity = max(self.capacity, _round(nbytes))
@@ -700,11 +713,18 @@ class _Pool:
                 s = self._slot(self.capacity)
                 s.state = "task"
                 self.value += 1
-                value = self.value
+                value = s.last = self.value
             c._upload_spans(s.buffer.id, spans, 0, release_after=s.released or None, publish=value)
         except _api.Error as e:
             if e.errno not in _GONE or not _gone(self.client):
                 raise
+            if s is not None:
+                with self.lock:  # nothing landed in it: free, and gone with its ferryd
+                    s.state = "free"
+                    if not s.retired:
+                        self._retire(s)
+                    else:
+                        self._reap()
             return self._direct(structure)  # its ferryd went meanwhile
         del keep
         return self._tensors(_Batch(template, nbytes, s.id, value), s)

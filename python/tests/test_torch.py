@@ -431,6 +431,35 @@ class LoaderTest(unittest.TestCase):
                 second.stop()
             first.dir.cleanup()
 
+    def test_a_ferryd_killed_under_a_running_loader_costs_an_error_at_most_never_a_hang(self):
+        # Killed, ferryd drains nothing and writes no fence: batches on their
+        # way may never land. The loader says so (ferry.Error or
+        # RuntimeError) or goes on (torch's path for what comes after); it
+        # never waits for ever on a fence nobody will write.
+        first = Daemon("--slots", "4", "--slot-size", "65536")
+        self.addCleanup(first.dir.cleanup)
+        loader = ft.DataLoader(Mixed(400), batch_size=4, num_workers=2, device="cpu", socket=first.socket)
+        loader._ferry_views = True
+        outcome = {}
+
+        def run():
+            n = 0
+            try:
+                for b in loader:
+                    n += 1
+                    if n == 10:
+                        first.proc.kill()
+                        first.proc.wait(30)
+                outcome["done"] = n
+            except (ferry.Error, RuntimeError) as e:
+                outcome["error"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join(120)
+        self.assertFalse(t.is_alive(), "the loader hung after its ferryd was killed")
+        self.assertTrue(outcome.get("done") == 100 or "error" in outcome, outcome)
+
     def test_a_loader_made_while_its_ferryd_restarts_waits_for_it(self):
         # The socket's folder is there, the socket not (yet): the loader's
         # first connect waits for the next ferryd, a little.

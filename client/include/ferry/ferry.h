@@ -531,6 +531,8 @@ typedef struct ferry_info {
   uint64_t slot_bytes;
   char device[64];  /* device name */
   char backend[16]; /* "level-zero", "cuda" */
+  int32_t daemon_pid; /* the daemon's process as this process sees it (0: in a pid namespace out of sight) */
+  uint32_t reserved;
 } ferry_info;
 int ferry_get_info(ferry_client *c, ferry_info *out);
 
