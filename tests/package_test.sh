@@ -38,8 +38,10 @@ done
 export DEBIAN_FRONTEND=noninteractive
 tmp=$(mktemp -d)
 daemon=""
+# leave_daemon: the package's own removal must stop the ferryd started
+# "Without systemd" (checked after); otherwise (a failure on the way) it goes first.
 purge() {
-  if [[ -n $daemon ]]; then
+  if [[ -n $daemon && ${1:-} != leave_daemon ]]; then
     kill -TERM "$daemon" 2>/dev/null || true
     wait "$daemon" 2>/dev/null || true
     daemon=""
@@ -109,6 +111,13 @@ else
   [[ ! -e /run/ferry ]] || fail "/run/ferry exists before the daemon was started (left by something else?)"
   # The postinst said how (and that systemd does not run here).
   grep -q "setpriv --reuid ferry" "$tmp/apt.log" || fail "the postinst did not say how to start ferryd without systemd"
+  # Every line the README gives, the postinst prints too (its own comments aside).
+  while IFS= read -r line; do
+    line=${line%%#*}
+    line=${line%"${line##*[![:space:]]}"}
+    [[ -z $line ]] && continue
+    grep -qF -- "$line" "$tmp/apt.log" || fail "the postinst does not print the README's line: $line"
+  done < <(sed -n '/^# ferryd without systemd: begin/,/^# ferryd without systemd: end/p' "$root/README.md" | grep -v '^#')
   # README, "Without systemd": these lines, as they are there.
   readme=$(sed -n '/^# ferryd without systemd: begin/,/^# ferryd without systemd: end/p' "$root/README.md" | grep -v '^#')
   [[ -n $readme ]] || fail "README.md has no 'ferryd without systemd' command"
@@ -233,8 +242,14 @@ print('ferry.torch as a member of group ferry: 64 samples verified')
   userdel nonmember 2>/dev/null || true
 fi
 
-echo "== apt-get purge: nothing of the packages is left"
-purge || fail "apt-get purge"
+echo "== apt-get purge: nothing of the packages is left, no ferryd either (however it was started)"
+purge leave_daemon || fail "apt-get purge"
+if [[ -n $daemon ]]; then
+  kill -0 "$daemon" 2>/dev/null && fail "the ferryd started without systemd (pid $daemon) runs on after the purge"
+  grep -q "stopping the ferryd not started by systemd" "$tmp/purge.log" || fail "the purge did not say it stopped ferryd"
+  daemon=""
+fi
+pgrep -u ferry -x ferryd >/dev/null && fail "a ferryd of user ferry runs on after the purge: $(pgrep -a -u ferry -x ferryd)"
 dpkg-query -W -f='${Status}' ferryd 2>/dev/null | grep -q "ok installed" && fail "ferryd still installed after the purge"
 left=()
 while IFS= read -r f; do
