@@ -9,9 +9,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/scripts/setup.sh"
 
-# The isolation tests run a client as another user: make one (as root).
+# The isolation tests run a client as another user: make one (as root),
+# and remove it again at the end when this run made it.
 if [[ $(id -u) -eq 0 ]]; then
-  id ferrytest >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin ferrytest
+  if ! id ferrytest >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin ferrytest
+    trap 'userdel ferrytest 2>/dev/null || true' EXIT
+  fi
   export FERRY_TEST_USER=ferrytest
 fi
 
@@ -24,9 +28,12 @@ skip_reasons() {
   local name
   for name in $(sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (Skipped)$/\1/p' "$log"); do
     local why
+    # What the test printed (after "Output:"), not its command line, which
+    # may hold the same words.
     why=$(awk -v t="$name" '
-      / Testing: / { inside = ($NF == t) }
-      inside && /skipped: / { sub(/.*skipped: /, ""); print; exit }' "$dir"/Testing/Temporary/LastTest*.log 2>/dev/null)
+      / Testing: / { inside = ($NF == t); out = 0 }
+      inside && /^Output:/ { out = 1 }
+      inside && out && /skipped: / { sub(/.*skipped: /, ""); print; exit }' "$dir"/Testing/Temporary/LastTest*.log 2>/dev/null)
     skips+="  $(basename "$dir")/$name: ${why:-no reason printed}"$'\n'
   done
 }
