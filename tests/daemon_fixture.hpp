@@ -90,6 +90,15 @@ inline int reap(pid_t pid) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+// Maps a staging area's descriptor `fd` (`bytes` long) and closes it; nullptr
+// when it cannot be mapped.
+inline void* map_area(int fd, size_t bytes) {
+  if (fd < 0) return nullptr;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
 // Runs a shell command; its exit code and everything it wrote (stdout and stderr).
 inline std::pair<int, std::string> run_command(const std::string& cmd) {
   FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
@@ -444,6 +453,43 @@ class RawClient {
         std::memcpy(out, last.data(), sizeof(T));
         return true;
       }
+    }
+  }
+  // Asks for a staging area of `bytes` (one StagingGrow).
+  void ask_staging(uint64_t bytes, uint64_t request = 1) {
+    auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
+    grow.request = request;
+    grow.bytes = bytes;
+    send(grow);
+  }
+  // Asks for an area and returns its descriptor, -1 when none came (no
+  // REQUIRE: a forked child may call it).
+  int grown_area(uint64_t bytes) {
+    ask_staging(bytes);
+    std::vector<uint8_t> msg;
+    std::vector<int> fds;
+    if (proto::read_message(fd, msg, &fds) != 0 || fds.size() != 1) {
+      for (int f : fds) ::close(f);
+      return -1;
+    }
+    return fds[0];
+  }
+  // Ends the session (its socket closed) while what it mapped stays.
+  void end_session() {
+    ::close(fd);
+    fd = -1;
+  }
+  // Another 2 MiB area: the error code of its refusal, 0 when granted.
+  int32_t refusal_of_more_staging() {
+    ask_staging(2 << 20, 99);
+    for (;;) {
+      const uint16_t got = read_message();
+      if (got == static_cast<uint16_t>(proto::Type::error)) {
+        proto::Error e{};
+        std::memcpy(&e, last.data(), sizeof e);
+        return e.code;
+      }
+      if (got == 0 || got == static_cast<uint16_t>(proto::Type::staging_reply)) return 0;
     }
   }
   // Bytes that came and were not read yet.

@@ -597,17 +597,8 @@ TEST_CASE("a departed client's staging areas count against its user while its pr
   const pid_t child = fork_child([&] {
     RawClient r(d.socket);
     r.hello("keeper");
-    auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
-    grow.request = 1;
-    grow.bytes = 4 << 20;
-    r.send(grow);
-    std::vector<uint8_t> msg;
-    std::vector<int> fds;
-    if (proto::read_message(r.fd, msg, &fds) != 0 || fds.size() != 1) return 1;
-    void* p = mmap(nullptr, 4 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-    if (p == MAP_FAILED) return 2;
-    ::close(r.fd);  // the session ends; the mapping stays
-    r.fd = -1;
+    if (map_area(r.grown_area(4 << 20), 4 << 20) == nullptr) return 2;
+    r.end_session();  // the mapping stays
     char c = 1;
     if (::write(ready[1], &c, 1) != 1) return 3;
     return ::read(go[0], &c, 1) >= 0 ? 0 : 4;
@@ -619,13 +610,7 @@ TEST_CASE("a departed client's staging areas count against its user while its pr
   // Another session of the same user gets no more past the bound.
   RawClient again(d.socket);
   again.hello("again");
-  auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
-  grow.request = 1;
-  grow.bytes = 2 << 20;
-  again.send(grow);
-  proto::Error e{};
-  REQUIRE(again.expect(proto::Type::error, &e));
-  CHECK(e.code == -EDQUOT);
+  CHECK(again.refusal_of_more_staging() == -EDQUOT);
   // The process goes: so does the charge.
   ::kill(child, SIGKILL);
   CHECK(reap(child) == 128 + SIGKILL);
@@ -657,23 +642,16 @@ pid_t area_kept_by_another(const std::string& socket, bool fork_it) {
   const pid_t client = fork_child([&] {
     RawClient r(socket);
     r.hello("grower");
-    auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
-    grow.request = 1;
-    grow.bytes = 4 << 20;
-    r.send(grow);
-    std::vector<uint8_t> msg;
-    std::vector<int> fds;
-    if (proto::read_message(r.fd, msg, &fds) != 0 || fds.size() != 1) return 1;
+    const int area = r.grown_area(4 << 20);
+    if (area < 0) return 1;
     if (fork_it) {
       const pid_t child = ::fork();
       if (child == 0) {
         // The child: maps the area, ends the session (its copy of the
         // socket), and stays; its parent has exited by then.
-        void* p = mmap(nullptr, 4 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-        ::close(fds[0]);
-        ::close(r.fd);
-        r.fd = -1;
-        if (p == MAP_FAILED || ::write(ready[1], "c", 1) != 1) ::_exit(2);
+        const bool mapped = map_area(area, 4 << 20) != nullptr;
+        r.end_session();
+        if (!mapped || ::write(ready[1], "c", 1) != 1) ::_exit(2);
         for (;;) ::pause();
       }
       char pid[16];
@@ -681,7 +659,7 @@ pid_t area_kept_by_another(const std::string& socket, bool fork_it) {
       if (::write(to_keeper[0], pid, sizeof pid) != sizeof pid) return 3;
     } else {
       const uint8_t b = 1;
-      if (proto::send_fd(to_keeper[0], &b, 1, fds[0], 0) != 1) return 3;
+      if (proto::send_fd(to_keeper[0], &b, 1, area, 0) != 1) return 3;
     }
     return 0;  // exits: its session ends, its own files of the area go
   });
@@ -712,13 +690,7 @@ TEST_CASE("a staging area stays charged while any process holds it: a forked chi
     CHECK(user_staging(d) == (4u << 20));  // its client exited; the holder maps it
     RawClient again(d.socket);
     again.hello("again");
-    auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
-    grow.request = 1;
-    grow.bytes = 2 << 20;
-    again.send(grow);
-    proto::Error e{};
-    REQUIRE(again.expect(proto::Type::error, &e));
-    CHECK(e.code == -EDQUOT);  // no more than --user-staging alive
+    CHECK(again.refusal_of_more_staging() == -EDQUOT);  // no more than --user-staging alive
     ::kill(holder, SIGKILL);
     if (!fork_it) reap(holder);  // the forked child is its exited parent's: init reaps it
     CHECK(eventually([&] { return user_staging(d) == 0; }));
@@ -750,19 +722,10 @@ TEST_CASE("a staging area stays charged while its client maps it, with ferryd in
   const pid_t client = fork_child([&] {
     RawClient r(socket);
     r.hello("keeper");
-    auto grow = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
-    grow.request = 1;
-    grow.bytes = 4 << 20;
-    r.send(grow);
-    std::vector<uint8_t> msg;
-    std::vector<int> fds;
-    if (proto::read_message(r.fd, msg, &fds) != 0 || fds.size() != 1) return 1;
-    void* p = mmap(nullptr, 4 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-    ::close(fds[0]);
-    ::close(r.fd);  // the session ends; the mapping stays
-    r.fd = -1;
+    const bool mapped = map_area(r.grown_area(4 << 20), 4 << 20) != nullptr;
+    r.end_session();  // the mapping stays
     char c = 1;
-    if (p == MAP_FAILED || ::write(ready[1], &c, 1) != 1) return 2;
+    if (!mapped || ::write(ready[1], &c, 1) != 1) return 2;
     return ::read(go[0], &c, 1) >= 0 ? 0 : 3;
   });
   char c = 0;

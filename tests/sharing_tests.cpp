@@ -195,29 +195,42 @@ TEST_CASE("export: the consumer opens a daemon buffer in its own context and che
   ferry_disconnect(c);
 }
 
+namespace {
+// The consumer's allocation `mine` imported by an owner session and granted
+// for uploads to a producer session, which opened it.
+struct GrantedImport {
+  ferry_client* owner = nullptr;
+  ferry_client* producer = nullptr;
+  ferry_buffer mine{};    // the owner's handle of the import
+  ferry_buffer theirs{};  // the producer's
+  GrantedImport(const std::string& socket, Consumer& k, void* memory, uint64_t bytes) {
+    ferry_ipc_handle h = k.ipc_handle(memory, bytes);
+    REQUIRE(ferry_connect(socket.c_str(), &owner) == 0);
+    REQUIRE(ferry_buffer_import(owner, &h, &mine) == 0);
+    ferry_token tok{};
+    REQUIRE(ferry_buffer_grant(owner, mine, FERRY_RIGHT_UPLOAD, &tok) == 0);
+    REQUIRE(ferry_connect(socket.c_str(), &producer) == 0);
+    REQUIRE(ferry_buffer_open(producer, &tok, &theirs, nullptr) == 0);
+  }
+};
+}  // namespace
+
 TEST_CASE("import: uploads through ferry land in an allocation of the consumer's own context", "[sharing][import]") {
   Daemon d;
   Consumer k;
   const uint64_t bytes = 300000;
   void* mine = k.device_alloc(bytes);
-  ferry_ipc_handle h = k.ipc_handle(mine, bytes);
-
-  ferry_client* c = nullptr;
-  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b{};
-  REQUIRE(ferry_buffer_import(c, &h, &b) == 0);
+  GrantedImport gi(d.socket, k, mine, bytes);
+  ferry_client* c = gi.owner;
+  const ferry_buffer b = gi.mine;
   // It has a fence, and is granted as an allocation is: a producer's upload
   // into it publishes into that fence.
   ferry_fence f{};
   REQUIRE(ferry_buffer_fence(c, b, &f) == 0);
   CHECK(*f.ready == 0);
-  ferry_token tok{};
-  REQUIRE(ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
   {
-    ferry_client* p = nullptr;
-    REQUIRE(ferry_connect(d.socket.c_str(), &p) == 0);
-    ferry_buffer pb{};
-    REQUIRE(ferry_buffer_open(p, &tok, &pb, nullptr) == 0);
+    ferry_client* p = gi.producer;
+    const ferry_buffer pb = gi.theirs;
     auto other = frame(bytes, 9);
     ferry_iovec part{other.data(), bytes};
     ferry_upload_opts o{};
@@ -246,6 +259,7 @@ TEST_CASE("import: uploads through ferry land in an allocation of the consumer's
   ZE_OK(zeEventHostSynchronize(e, UINT64_MAX));
   CHECK(back == src);
   // A claim larger than the allocation is refused.
+  ferry_ipc_handle h = k.ipc_handle(mine, bytes);
   h.bytes = bytes * 2;
   ferry_buffer big{};
   CHECK(ferry_buffer_import(c, &h, &big) == -EINVAL);
@@ -264,17 +278,9 @@ TEST_CASE("the free of an import returns once ferryd no longer maps it: its copy
   Consumer k;
   const uint64_t bytes = 262144;
   void* mine = k.device_alloc(bytes);
-  ferry_ipc_handle h = k.ipc_handle(mine, bytes);
-  ferry_client* c = nullptr;
-  REQUIRE(ferry_connect(d.socket.c_str(), &c) == 0);
-  ferry_buffer b{};
-  REQUIRE(ferry_buffer_import(c, &h, &b) == 0);
-  ferry_token tok{};
-  REQUIRE(ferry_buffer_grant(c, b, FERRY_RIGHT_UPLOAD, &tok) == 0);
-  ferry_client* p = nullptr;
-  REQUIRE(ferry_connect(d.socket.c_str(), &p) == 0);
-  ferry_buffer pb{};
-  REQUIRE(ferry_buffer_open(p, &tok, &pb, nullptr) == 0);
+  GrantedImport gi(d.socket, k, mine, bytes);
+  ferry_client *c = gi.owner, *p = gi.producer;
+  const ferry_buffer b = gi.mine, pb = gi.theirs;
   auto src = frame(bytes, 3);
   ferry_ticket t = 0;
   REQUIRE(ferry_upload(p, pb, 0, src.data(), bytes, &t) == 0);
@@ -350,16 +356,8 @@ TEST_CASE("what ferryd keeps returns to idle after every kind of client came and
       ferry_disconnect(p);  // its hold stays: the owner may still release
     }
     // An IPC event pool, and a hold on the owner's own value that never comes.
-    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr,
-                            ZE_EVENT_POOL_FLAG_HOST_VISIBLE | ZE_EVENT_POOL_FLAG_IPC, 2};
     ze_event_pool_handle_t pool = nullptr;
-    ZE_OK(zeEventPoolCreate(k.ctx, &pd, 1, &k.dev, &pool));
-    ze_ipc_event_pool_handle_t ph{};
-    ZE_OK(zeEventPoolGetIpcHandle(pool, &ph));
-    ferry_ipc_handle peh{};
-    peh.kind = FERRY_IPC_LEVEL_ZERO;
-    std::memcpy(peh.data, ph.data, sizeof peh.data);
-    std::memcpy(&peh.fd, ph.data, sizeof peh.fd);
+    const ferry_ipc_handle peh = k.ipc_event_pool(2, &pool);
     uint64_t pool_id = 0;
     REQUIRE(ferry_event_pool_register(owner, &peh, 2, &pool_id) == 0);
     std::vector<uint8_t> src(4096, 1);
@@ -369,12 +367,7 @@ TEST_CASE("what ferryd keeps returns to idle after every kind of client came and
     const pid_t grower = fork_child([&] {
       RawClient r(d.socket);
       r.hello("grower");
-      auto g = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
-      g.request = 5;
-      g.bytes = 1 << 20;
-      r.send(g);
-      proto::StagingReply sr{};
-      return r.expect(proto::Type::staging_reply, &sr) && sr.status == 0 ? 0 : 3;
+      return r.grown_area(1 << 20) >= 0 ? 0 : 3;  // held until it exits
     });
     CHECK(reap(grower) == 0);
     // A session closed for bad input.
@@ -766,15 +759,7 @@ TEST_CASE("imports and event pools are bounded per user", "[sharing][limits][sim
   ze_event_pool_handle_t pools[2]{};
   uint64_t ids[2]{};
   for (int i = 0; i < 2; ++i) {
-    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr,
-                            ZE_EVENT_POOL_FLAG_HOST_VISIBLE | ZE_EVENT_POOL_FLAG_IPC, 4};
-    ZE_OK(zeEventPoolCreate(k.ctx, &pd, 1, &k.dev, &pools[i]));
-    ze_ipc_event_pool_handle_t ph{};
-    ZE_OK(zeEventPoolGetIpcHandle(pools[i], &ph));
-    ferry_ipc_handle h{};
-    h.kind = FERRY_IPC_LEVEL_ZERO;
-    std::memcpy(h.data, ph.data, sizeof h.data);
-    std::memcpy(&h.fd, ph.data, sizeof h.fd);
+    const ferry_ipc_handle h = k.ipc_event_pool(4, &pools[i]);
     CHECK(ferry_event_pool_register(c, &h, 4, &ids[i]) == (i == 0 ? 0 : -EDQUOT));
   }
   ferry_disconnect(c);
@@ -890,16 +875,8 @@ TEST_CASE("what a client held goes back at free and at disconnect: the daemon's 
     ferry_ipc_handle ih = k.ipc_handle(theirs.back(), 4096);
     ferry_buffer imported{};
     REQUIRE(ferry_buffer_import(c, &ih, &imported) == 0);
-    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr,
-                            ZE_EVENT_POOL_FLAG_HOST_VISIBLE | ZE_EVENT_POOL_FLAG_IPC, 4};
     pools.emplace_back();
-    ZE_OK(zeEventPoolCreate(k.ctx, &pd, 1, &k.dev, &pools.back()));
-    ze_ipc_event_pool_handle_t ph{};
-    ZE_OK(zeEventPoolGetIpcHandle(pools.back(), &ph));
-    ferry_ipc_handle eh{};
-    eh.kind = FERRY_IPC_LEVEL_ZERO;
-    std::memcpy(eh.data, ph.data, sizeof eh.data);
-    std::memcpy(&eh.fd, ph.data, sizeof eh.fd);
+    const ferry_ipc_handle eh = k.ipc_event_pool(4, &pools.back());
     uint64_t pool = 0;
     REQUIRE(ferry_event_pool_register(c, &eh, 4, &pool) == 0);
   }

@@ -86,6 +86,20 @@ struct Consumer {
     std::memcpy(&h.fd, zh.data, sizeof h.fd);
     return h;
   }
+  // A host-visible pool of `events` events that may be shared (IPC), and
+  // the handle ferry_event_pool_register takes for it.
+  ferry_ipc_handle ipc_event_pool(uint32_t events, ze_event_pool_handle_t* pool) {
+    ze_event_pool_desc_t pd{ZE_STRUCTURE_TYPE_EVENT_POOL_DESC, nullptr,
+                            ZE_EVENT_POOL_FLAG_HOST_VISIBLE | ZE_EVENT_POOL_FLAG_IPC, events};
+    ZE_OK(zeEventPoolCreate(ctx, &pd, 1, &dev, pool));
+    ze_ipc_event_pool_handle_t ph{};
+    ZE_OK(zeEventPoolGetIpcHandle(*pool, &ph));
+    ferry_ipc_handle h{};
+    h.kind = FERRY_IPC_LEVEL_ZERO;
+    std::memcpy(h.data, ph.data, sizeof h.data);
+    std::memcpy(&h.fd, ph.data, sizeof h.fd);
+    return h;
+  }
   uint64_t read_u64(void* dev_ptr, ze_event_handle_t e) {
     uint64_t v = 0;
     ZE_OK(zeEventHostReset(e));
