@@ -22,10 +22,13 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import numpy as np  # noqa: E402
+import numpy as np
 
-import ferry  # noqa: E402
+try:
+    import ferry  # installed: the packages, the wheel, pip
+except ImportError:  # run from the source tree: its python/
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import ferry
 
 
 def batch(b, nbytes):

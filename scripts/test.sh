@@ -141,6 +141,10 @@ run_script package_test "$root/tests/package_test.sh" "$root/build/deb"
 # (on CI, as root), used, and removed again (tests/install_test.sh).
 echo "== the README's \"Building by hand\" install"
 run_script install_test "$root/tests/install_test.sh" "$root/build"
+# The wheel (README, "From Python"): built, installed offline into a plain
+# venv and one with Debian's torch, its tests and ferry-run run from there.
+echo "== the wheel"
+run_script wheel_test "$root/tests/wheel_test.sh" "$root/build"
 if [[ ${FERRY_TEST_QUICK:-0} != 1 ]]; then
   # The sanitizer runtime must not trip over the loader's own leaks at exit.
   export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1

@@ -81,7 +81,8 @@ std::string library_dir() {
 }
 
 // ferry's simulated Level Zero driver, as ferryd finds it: $FERRY_SIM_DRIVER,
-// installed beside this program, or in the build tree; "" if none.
+// installed beside this program, in the build tree, or in the same folder
+// (the wheel's ferry/_native); "" if none.
 std::string sim_driver() {
   if (const char* e = std::getenv("FERRY_SIM_DRIVER"); e != nullptr && *e != '\0') return e;
   char exe[PATH_MAX] = {};
@@ -89,7 +90,7 @@ std::string sim_driver() {
   if (n <= 0) return "";
   std::string dir(exe, static_cast<size_t>(n));
   dir = dir.substr(0, dir.rfind('/'));
-  for (const std::string rel : {"/../lib/ferry", "/../" FERRY_LIBDIR "/ferry", "/../sim"}) {
+  for (const std::string rel : {"/../lib/ferry", "/../" FERRY_LIBDIR "/ferry", "/../sim", ""}) {
     char real[PATH_MAX];
     if (realpath((dir + rel + "/libze_ferry_sim.so.1").c_str(), real) != nullptr) return real;
   }

@@ -130,6 +130,11 @@ def _candidates():
     env = os.environ.get("FERRY_LIBRARY")
     if env:
         yield env
+    # The wheel's own (scripts/wheel.sh): beside ferry-run and its interposers.
+    here = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(here, "_native", "libferry.so.0")
+    if os.path.exists(bundled):
+        yield bundled
     # Where `cmake --install` put the library this package came with.
     try:
         from ._build import LIBRARY
@@ -142,7 +147,6 @@ def _candidates():
         yield found
     yield "libferry.so.0"
     # An installed package next to an installed library (prefix/lib/...).
-    here = os.path.dirname(os.path.abspath(__file__))
     for up in ("../../..", "../../../.."):
         base = os.path.normpath(os.path.join(here, up))
         for sub in ("lib", "lib64", "lib/x86_64-linux-gnu"):

@@ -2,7 +2,8 @@
 """The Python package against a real ferryd on the simulated device.
 
 Run by ctest (python_tests): FERRYD names the daemon binary and
-FERRY_LIBRARY the library; the package is imported from python/.
+FERRY_LIBRARY the library; the package is imported from python/, or with
+FERRY_TEST_INSTALLED=1 the one installed (tests/wheel_test.sh: the wheel's).
 """
 
 import ctypes
@@ -16,7 +17,8 @@ import threading
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+if not os.environ.get("FERRY_TEST_INSTALLED"):  # else the ferry installed (tests/wheel_test.sh: the wheel's)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import ferry  # noqa: E402
 
 try:
@@ -51,6 +53,11 @@ class Daemon:
         self.proc.terminate()
         self.proc.wait(10)
         self.dir.cleanup()
+
+
+def example_env():
+    """The environment of an example run by a test: it imports the ferry this test did."""
+    return dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(ferry.__file__))))
 
 
 class FerryTest(unittest.TestCase):
@@ -453,7 +460,7 @@ class FerryTest(unittest.TestCase):
         r = subprocess.run(
             [sys.executable, example, "--socket", self.d.socket, "--workers", "3", "--batches", "30",
              "--batch-bytes", "200000", "--buffers", "4"],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True, text=True, timeout=120, env=example_env(),
         )
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("30 verified, 0 wrong", r.stdout)
@@ -466,7 +473,7 @@ class FerryTest(unittest.TestCase):
         r = subprocess.run(
             [sys.executable, example, "--socket", self.d.socket, "--socket", second.socket, "--workers", "3",
              "--batches", "31", "--batch-bytes", "100000", "--buffers", "2"],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True, text=True, timeout=120, env=example_env(),
         )
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("31 verified, 0 wrong (GPU 0: 16, GPU 1: 15)", r.stdout)
