@@ -25,9 +25,13 @@ one() {
 env=/tmp/ferry-wheel-venv
 rm -rf "$env"
 python3 -m venv --system-site-packages "$env" >/dev/null || { log "no venv"; exit 1; }
+# The machine's torch where its python3 finds it (a venv leaves out the user's
+# site and PYTHONPATH): the venv reads that folder as its own.
+site=$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' >"$site/machine-torch.pth" 2>/dev/null
 "$env/bin/pip" install -q --no-index "$P"/wheel/ferry-*.whl >"$OUT/pip.log" 2>&1 || { log "pip install failed"; cat "$OUT/pip.log"; exit 1; }
 log "$(nvidia-smi -L | head -1); pack $(cat "$P/COMMIT"); $(basename "$P"/wheel/ferry-*.whl); glibc $(ldd --version | head -1 | awk '{print $NF}')"
-log "installed: $(cd /tmp && "$env/bin/python" -c 'import ferry, ferry._api as a, torch; print(ferry.__file__, a._c._name, "torch", torch.__version__)')"
+log "installed: $(cd /tmp && "$env/bin/python" -c 'import ferry, ferry._api as a, torch; print(ferry.__file__, a._c._name, "torch", torch.__version__, torch.__file__)' 2>&1 | tail -1)"
 
 sock=/tmp/ferry-wheel-gpu.sock
 "$P/daemon/ferryd" --backend cuda --socket "$sock" --log-level warn >"$OUT/ferryd.log" 2>&1 &
