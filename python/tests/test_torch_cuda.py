@@ -160,7 +160,7 @@ class CudaLoaderTest(unittest.TestCase):
         # producer uploads after 0.5 s: the launch must return then, not hang.
         code = textwrap.dedent(f"""
             import os, sys, time, threading
-            sys.path.insert(0, {os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')!r})
+            sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(ferry.__file__)))!r})  # this test's ferry
             import torch, ferry, ferry.device
             torch.cuda.init()
             c = ferry.Client({SOCKET!r}); buf = c.alloc(1 << 20)
