@@ -300,7 +300,7 @@ step_mps-users() {
   done
 }
 
-# summary.md: what bench/sim.sh puts into docs/BENCHMARKS.md (kept as bench/gpu_latest.md),
+# summary.md: what bench/sim.sh puts into docs/BENCHMARKS-SIM.md (kept as bench/gpu_latest.md),
 # written however the run ends (a stop by SIGTERM, from `timeout`, included; the
 # step under way ends first).
 finish() {

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Every benchmark on the simulated device (this machine kind's script; bench/gpu.sh
 # is the NVIDIA GPU's).
-#   bash bench/sim.sh                 full run: writes docs/BENCHMARKS.md and docs/bench_sim.png
+#   bash bench/sim.sh                 full run: writes docs/BENCHMARKS-SIM.md and docs/bench_sim.png
 #   bash bench/sim.sh --quick         every scenario briefly, to stdout only (CI)
 #   A=BUILD [B=BUILD] [SECTIONS=1234] [ROUNDS=3] bash bench/sim.sh --ab
 #                                     ferry_bench sections of two builds, alternating
@@ -137,9 +137,12 @@ data=$(mktemp -d)
 body=$("$build/bench/ferry_bench" --socket "$sock" --daemon-pid $daemon --data "$data")
 stop_ferryd
 profile=$(bash "$root/bench/profile.sh" "$build" 20000)
-out=$root/docs/BENCHMARKS.md
+out=$root/docs/BENCHMARKS-SIM.md
 {
-  echo "# Benchmarks"
+  echo "# Benchmarks: the simulated device, and the last \`bench/gpu.sh\` run"
+  echo
+  echo "Written by \`bash bench/sim.sh\` (which rewrites this file); today's figures for each claim"
+  echo "of the README are in \`docs/BENCHMARKS.md\`, earlier rounds in \`docs/BENCHMARKS-HISTORY.md\`."
   echo
   echo "Produced by \`bash bench/sim.sh\` on $(date -u +%Y-%m-%d), commit $(git -C "$root" rev-parse --short HEAD)."
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'),"
@@ -162,8 +165,6 @@ out=$root/docs/BENCHMARKS.md
     cat "$root/bench/gpu_latest.md"
     echo
   fi
-  # Before/after comparisons of changes and what was tried, written up by hand.
-  cat "$root/bench/written_sections.md"
 } >"$out"
 bash "$root/bench/plot.sh" "$data/bandwidth.tsv" "$root/docs/bench_sim.png" \
   "Pageable uploads on the simulated device (${FERRY_SIM_BANDWIDTH_GBPS:-12} GB/s link): sync = append + wait, staged = in-process host USM"
