@@ -88,7 +88,14 @@ check_env() {
   # ferry-run --stats -- python3 -c '...': the environment's python3, and
   # ferry.torch where torch is.
   local code='import ferry; print("ok")'
-  "$env/bin/python" -c 'import torch' 2>/dev/null && code='import torch, ferry.torch; print("ok")'
+  if "$env/bin/python" -c 'import torch' 2>/dev/null; then
+    code='import torch, ferry.torch; print("ok")'
+  else
+    # Without torch, ferry.torch says what to install.
+    out=$(cd "$tmp" && "$env/bin/python" -c 'import ferry.torch' 2>&1) && fail "$name: ferry.torch imported without torch"
+    [[ $out == *"ferry.torch needs PyTorch in this environment"*"pip install torch"* ]] ||
+      fail "$name: import ferry.torch without torch: $out"
+  fi
   out=$(cd "$tmp" && env -u FERRY_LIBRARY PATH="$env/bin:$PATH" ferry-run --stats --socket "$sock" -- python3 -c "$code" 2>"$tmp/run.log") ||
     { cat "$tmp/run.log"; fail "$name: ferry-run --stats -- python3 -c '$code'"; }
   [[ $out == ok ]] && grep -q '^ferry-run: {"pid":' "$tmp/run.log" ||

@@ -73,7 +73,13 @@ import time
 import warnings
 import weakref
 
-import torch
+try:
+    import torch
+except ImportError as e:  # ferry itself needs no torch; this module is torch's loader
+    raise ImportError(
+        f"ferry.torch needs PyTorch in this environment ({sys.executable}): pip install torch, "
+        "or use ferry without .torch"
+    ) from e
 import torch.utils.data as _data
 from torch.utils.data import dataloader as _dl
 from torch.utils.data._utils import collate as _collate
