@@ -14,7 +14,7 @@ namespace ferry::client {
 
 // The constants of the policy. The defaults are what ships; a build with
 // FERRY_TUNING_ENV reads overrides from the environment, for measuring them
-// (tuning_from_environment()).
+// (tuning()).
 struct StagingTuning {
   uint64_t min_piece = 256 * 1024;      // every piece costs ferryd a submission
   uint64_t min_pieces = 4;              // an upload of a few slots: this many, to overlap staging and copying

@@ -62,7 +62,7 @@ struct TimelineWrite {
 };
 
 // The words one submission writes after its copy, in this order: the
-// client's timeline and, for an UploadFenced, the fence of the buffer's owner.
+// client's timeline and, for an upload_fenced entry, the fence of the buffer's owner.
 struct DeviceWrites {
   TimelineWrite w[2];
   size_t n = 0;

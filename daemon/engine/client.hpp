@@ -146,7 +146,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // they wait for (a fence's word, written by the device, say).
   void wake_sleepers() { wake(false); }
 
-  // ---- holds (UploadAfter, UploadFenced): transfers waiting for a value
+  // ---- holds (upload_after, upload_fenced entries): transfers waiting for a value
   struct Held {
     Entry e;  // e.after 0: no value of its own, only behind an earlier hold
     // upload_fenced: the destination's fence released (e.pool, 0: no wait)

@@ -97,7 +97,7 @@ class TransferEngine {
   bool device_timeline() const { return device_writes_; }
   // Queues one copy of `client`'s ticket. On a non-zero return nothing was
   // queued and the caller fails the ticket itself.
-  // A fence's ready word written after a copy (UploadFenced::publish).
+  // A fence's ready word written after a copy (an upload_fenced entry's publish).
   struct FenceWrite {
     ClientRef owner;  // whose segment holds it: kept until the write is done
     uint32_t fence = 0;

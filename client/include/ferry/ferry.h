@@ -168,9 +168,9 @@ int ferry_upload_gather(ferry_client *c, ferry_buffer dst, uint64_t dst_offset, 
  * with its own context like the timeline (ferry/cuda.h). A producer that
  * opened the buffer through a grant uploads with `publish` = v; the
  * device writes v into `ready` right after the copy, so the owner's queue
- * waits for `ready` >= v (cuStreamWaitValue64, zexCommandListAppendWait-
- * OnMemory64) with no host round trip, even though the ticket means nothing
- * in the owner's process. Once the owner's queue is done reading, it writes
+ * waits for `ready` >= v (cuStreamWaitValue64,
+ * zexCommandListAppendWaitOnMemory64) with no host round trip, even though
+ * the ticket means nothing in the owner's process. Once the owner's queue is done reading, it writes
  * v into `released` (cuStreamWriteValue64), and the producer's next upload,
  * made with after_release = v, starts only then (write after read). A
  * release that never comes stalls only the producers of that buffer.

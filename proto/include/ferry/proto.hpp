@@ -59,7 +59,7 @@ inline constexpr uint16_t kVersion = 8;
 
 // Welcome::flags: the one thing that differs between daemons of this
 // version. Everything else the protocol names is always there (the
-// timeline counter, downloads, status, UploadAfter, fences: the feature bits
+// timeline counter, downloads, status, upload_after, fences: the feature bits
 // of protocols 1 to 5, which a Hello no longer sends).
 //   kDeviceTimeline: Segment::device_completed is written by the device
 //   itself, in queue order (where the backend can and the segment is
@@ -445,10 +445,10 @@ static_assert(sizeof(Result) == 16);
 // Ordering across processes, on the device: each allocation has a fence,
 // two words in its owner's segment. Whoever uploads into the buffer (its
 // owner, or a producer that opened it through a grant) may have the device
-// write a value into `ready` right after the copy (UploadFenced::publish),
+// write a value into `ready` right after the copy (an upload_fenced entry's publish),
 // so that the owner's queue waits for the bytes with no host round trip;
 // the owner's queue (or the owner) writes `released` once it is done
-// reading, and an upload may be held until it is (UploadFenced::release).
+// reading, and an upload may be held until it is (its release).
 // ferryd writes `ready` (or has the device write it) and `failed`, and
 // zeroes the words when it hands the fence to a new allocation; it reads
 // `released` as a number that decides only when uploads into that owner's
@@ -505,7 +505,7 @@ struct alignas(64) Segment {
   // a queue of the application may wait on it (read after upload).
   alignas(64) std::atomic<uint64_t> device_completed;
   // The application's own timeline, written by its queue (or by the client);
-  // UploadAfter waits for it (write after read).
+  // An upload_after entry waits for it (write after read).
   alignas(64) std::atomic<uint64_t> app_value;
   // A futex word: the daemon bumps it and wakes it after moving `completed`
   // while `sleepers` is non-zero.
