@@ -143,150 +143,178 @@ json::object limits_json(const Limits& l) {
 }
 }  // namespace
 
+namespace {
+json::value or_null(const std::string& s) { return s.empty() ? json::value(nullptr) : json::value(s); }
+
+// One client's row: its ring, its holdings, its counts.
+json::object client_json(const TransferEngine& engine, const ClientState& c) {
+  const ClientStats& cs = c.stats();
+  const ClientState::Direct direct = c.direct();
+  json::object row{{"id", c.id()},
+                   {"pid", c.pid},
+                   {"uid", c.uid},
+                   {"name", c.name},
+                   {"slots", c.slot_count()},
+                   {"entries", c.ring_entries()},
+                   {"transfers_in_flight", c.in_flight()},
+                   {"bytes_in_flight", c.in_flight_bytes()},
+                   {"buffers", c.buffer_count()},
+                   {"device_bytes", c.device_bytes()},
+                   {"uploads", cs.uploads},
+                   {"upload_pieces", cs.upload_pieces},
+                   {"upload_bytes", cs.upload_bytes},
+                   {"downloads", cs.downloads},
+                   {"errors", cs.errors},
+                   {"completed", c.completed()},
+                   // As the client reports them (ferry_upload_direct): its row only.
+                   {"direct_uploads", direct.uploads},
+                   {"direct_bytes", direct.bytes},
+                   {"direct_in_flight", direct.in_flight},
+                   {"staging_area_bytes", c.areas().bytes()},
+                   // Its doorbell's rings in vain in a row (a pause past 4).
+                   {"doorbell_idle_rings", engine.doorbell_idle_rings(c)},
+                   {"connected_since", unix_seconds(c.since)}};
+  // A process under ferry-run, as its lead client counts it (its row only).
+  if (const ClientState::Run run = c.run(); run.role != 0) {
+    json::object r = run_json(run.counts);
+    r["role"] = run.role == proto::kRunLead ? "lead" : "lane";
+    row["run"] = std::move(r);
+  }
+  return row;
+}
+
+// What one viewer may see: every client's traffic (an admin), or its own
+// clients' alone, their ring counts, totals, holdings and histograms included.
+struct Seen {
+  json::array clients;
+  uint64_t entries = 0, busy = 0, bytes_busy = 0;
+  ClientStats totals{};
+  uint64_t connections = 0, copies = 0;
+  Holdings held{};
+  Histogram latency{}, slot_wait{}, hold_wait{};
+  EngineStats poll{};
+};
+
+Seen seen_by(const StatusInputs& ctx, bool all, uid_t viewer) {
+  const TransferEngine& engine = ctx.engine;
+  const EngineStats& st = engine.stats();
+  Seen s;
+  if (all) {
+    s.totals = ClientStats{st.uploads, st.upload_pieces, st.upload_bytes, st.downloads, st.failed};
+    s.connections = ctx.stats.clients;
+    s.copies = st.in_flight;
+    s.held = engine.resources().holdings();
+    s.latency = st.upload_latency;
+    s.slot_wait = engine.clients().slot_waits();
+    s.hold_wait = engine.hold_waits();
+    s.poll = st;
+  }
+  for (const auto& [id, c] : engine.clients().all()) {
+    if (!c->connected() || (!all && c->uid != viewer)) continue;
+    s.entries += c->ring_entries();
+    s.busy += c->in_flight();
+    s.bytes_busy += c->in_flight_bytes();
+    s.clients.push_back(client_json(engine, *c));
+    if (all) continue;
+    const ClientStats& cs = c->stats();
+    s.totals.uploads += cs.uploads;
+    s.totals.upload_pieces += cs.upload_pieces;
+    s.totals.upload_bytes += cs.upload_bytes;
+    s.totals.downloads += cs.downloads;
+    s.totals.errors += cs.errors;
+    ++s.connections;
+    s.copies += c->in_flight();
+    ++s.held.clients;
+    s.held.buffers += c->buffer_count();
+    s.held.device_bytes += c->device_bytes();
+  }
+  if (all) s.bytes_busy = st.in_flight_bytes;
+  return s;
+}
+
+json::object device_json(const StatusInputs& ctx) {
+  const DeviceInfo& info = ctx.engine.device();
+  return {{"index", ctx.options.device},
+          {"backend", info.backend},
+          {"name", info.name},
+          {"driver", info.driver},
+          {"memory_bytes", info.memory_bytes},
+          {"copy_engine", info.copy_engine},
+          {"host_import", info.host_import},
+          {"lost", ctx.engine.device_lost()},
+          {"timeline", ctx.engine.device_timeline() ? "device" : "host"},
+          {"sharing", or_null(info.sharing)},
+          {"fallback", or_null(info.fallback)},
+          {"uuid", or_null(info.uuid)},
+          {"pci_bus_id", or_null(info.pci_bus_id)}};
+}
+
+json::object ring_json(const Options& opts, const Seen& s) {
+  return {{"slot_bytes", opts.slot_bytes},
+          {"slots_per_client", opts.slots},
+          {"entries_per_client", proto::ring_entries(opts.slots)},
+          {"max_clients", opts.limits.max_clients},
+          {"entries_total", s.entries},
+          {"transfers_in_flight", s.busy},
+          {"entries_free", s.entries - s.busy},
+          {"bytes_in_flight", s.bytes_busy}};
+}
+
+// uploads: ferry_upload calls done; upload_pieces: the copies they took.
+// connections: clients (Hellos), not status requests such as ferryctl's.
+json::object totals_json(const StatusInputs& ctx, const Seen& s, bool all) {
+  const ServerStats& st = ctx.stats;
+  return {{"uploads", s.totals.uploads},
+          {"upload_pieces", s.totals.upload_pieces},
+          {"upload_bytes", s.totals.upload_bytes},
+          {"downloads", s.totals.downloads},
+          {"failed", s.totals.errors},
+          {"connections", s.connections},
+          {"status_requests", all ? st.connections - st.clients : 0},
+          {"connections_refused", all ? st.refused : 0},
+          {"accept_failures", all ? st.accept_failures : 0},
+          {"hellos_gone", all ? st.hellos_gone : 0},
+          {"log_lines_left_out", all ? st.log_lines_left_out : 0}};
+}
+
+json::object poller_json(const EngineStats& poll) {
+  return {{"ring_entries", poll.ring_entries},        {"doorbells", poll.doorbells},
+          {"device_wakes", poll.device_wakes},        {"sleeps", poll.poller_sleeps},
+          {"naps", poll.poller_naps},                 {"segments_pooled", poll.segments_pooled},
+          {"segments_ordered", poll.segments_ordered}, {"segments_made", poll.segments_made}};
+}
+}  // namespace
+
 std::string status_json(const StatusInputs& ctx, const PeerCred& who) {
   const uid_t viewer = who.uid;
-  const TransferEngine& engine = ctx.engine;
-  const Options& opts = ctx.options;
-  const DeviceInfo& info = engine.device();
-  const EngineStats& st = engine.stats();
-  const bool all = is_admin(opts, who);
+  const bool all = is_admin(ctx.options, who);
   // The ring's counts, as everything below, are of the clients the viewer
   // may see: another user's traffic is theirs.
-  uint64_t entries_total = 0, busy = 0, bytes_busy = 0;
-  json::array clients;
-  for (const auto& [id, c] : engine.clients().all()) {
-    if (!c->connected()) continue;
-    if (!all && c->uid != viewer) continue;
-    entries_total += c->ring_entries();
-    busy += c->in_flight();
-    bytes_busy += c->in_flight_bytes();
-    const ClientStats& cs = c->stats();
-    const ClientState::Direct direct = c->direct();
-    json::object row{{"id", c->id()},
-                                   {"pid", c->pid},
-                                   {"uid", c->uid},
-                                   {"name", c->name},
-                                   {"slots", c->slot_count()},
-                                   {"entries", c->ring_entries()},
-                                   {"transfers_in_flight", c->in_flight()},
-                                   {"bytes_in_flight", c->in_flight_bytes()},
-                                   {"buffers", c->buffer_count()},
-                                   {"device_bytes", c->device_bytes()},
-                                   {"uploads", cs.uploads},
-                                   {"upload_pieces", cs.upload_pieces},
-                                   {"upload_bytes", cs.upload_bytes},
-                                   {"downloads", cs.downloads},
-                                   {"errors", cs.errors},
-                                   {"completed", c->completed()},
-                                   // As the client reports them (ferry_upload_direct): its row only.
-                                   {"direct_uploads", direct.uploads},
-                                   {"direct_bytes", direct.bytes},
-                                   {"direct_in_flight", direct.in_flight},
-                                   {"staging_area_bytes", c->areas().bytes()},
-                                   // Its doorbell's rings in vain in a row (a pause past 4).
-                                   {"doorbell_idle_rings", engine.doorbell_idle_rings(*c)},
-                                   {"connected_since", unix_seconds(c->since)}};
-    // A process under ferry-run, as its lead client counts it (its row only).
-    if (const ClientState::Run run = c->run(); run.role != 0) {
-      json::object r = run_json(run.counts);
-      r["role"] = run.role == proto::kRunLead ? "lead" : "lane";
-      row["run"] = std::move(r);
-    }
-    clients.push_back(std::move(row));
-  }
-  // What other users did is theirs: a viewer who sees only its own clients
-  // gets totals, holdings and histograms of its own clients too.
-  ClientStats totals{st.uploads, st.upload_pieces, st.upload_bytes, st.downloads, st.failed};
-  uint64_t client_connections = ctx.stats.clients, copies = st.in_flight;
-  Holdings h = engine.resources().holdings();
-  Histogram latency = st.upload_latency, slot_wait = engine.clients().slot_waits(), hold_wait = engine.hold_waits();
-  EngineStats poll = st;
-  if (!all) {
-    totals = ClientStats{};
-    client_connections = copies = 0;
-    h = Holdings{};
-    latency = slot_wait = hold_wait = Histogram{};
-    poll = EngineStats{};
-    for (const auto& [id, c] : engine.clients().all()) {
-      if (!c->connected() || c->uid != viewer) continue;
-      const ClientStats& cs = c->stats();
-      totals.uploads += cs.uploads;
-      totals.upload_pieces += cs.upload_pieces;
-      totals.upload_bytes += cs.upload_bytes;
-      totals.downloads += cs.downloads;
-      totals.errors += cs.errors;
-      ++client_connections;
-      copies += c->in_flight();
-      ++h.clients;
-      h.buffers += c->buffer_count();
-      h.device_bytes += c->device_bytes();
-    }
-  }
+  Seen s = seen_by(ctx, all, viewer);
+  const auto& run_totals = ctx.engine.clients().run_totals();
   json::object doc{
       {"version", FERRY_VERSION},
       {"pid", ::getpid()},
       {"started", ctx.stats.started_unix},
-      {"device",
-       {{"index", opts.device},
-        {"backend", info.backend},
-        {"name", info.name},
-        {"driver", info.driver},
-        {"memory_bytes", info.memory_bytes},
-        {"copy_engine", info.copy_engine},
-        {"host_import", info.host_import},
-        {"lost", engine.device_lost()},
-        {"timeline", engine.device_timeline() ? "device" : "host"},
-        {"sharing", info.sharing.empty() ? json::value(nullptr) : json::value(info.sharing)},
-        {"fallback", info.fallback.empty() ? json::value(nullptr) : json::value(info.fallback)},
-        {"uuid", info.uuid.empty() ? json::value(nullptr) : json::value(info.uuid)},
-        {"pci_bus_id", info.pci_bus_id.empty() ? json::value(nullptr) : json::value(info.pci_bus_id)}}},
-      {"ring",
-       {{"slot_bytes", opts.slot_bytes},
-        {"slots_per_client", opts.slots},
-        {"entries_per_client", proto::ring_entries(opts.slots)},
-        {"max_clients", opts.limits.max_clients},
-        {"entries_total", entries_total},
-        {"transfers_in_flight", busy},
-        {"entries_free", entries_total - busy},
-        {"bytes_in_flight", all ? st.in_flight_bytes : bytes_busy}}},
-      // uploads: ferry_upload calls done; upload_pieces: the copies they took.
-      // connections: clients (Hellos), not status requests such as ferryctl's.
-      {"totals",
-       {{"uploads", totals.uploads},
-        {"upload_pieces", totals.upload_pieces},
-        {"upload_bytes", totals.upload_bytes},
-        {"downloads", totals.downloads},
-        {"failed", totals.errors},
-        {"connections", client_connections},
-        {"status_requests", all ? ctx.stats.connections - ctx.stats.clients : 0},
-        {"connections_refused", all ? ctx.stats.refused : 0},
-        {"accept_failures", all ? ctx.stats.accept_failures : 0},
-        {"hellos_gone", all ? ctx.stats.hellos_gone : 0},
-        {"log_lines_left_out", all ? ctx.stats.log_lines_left_out : 0}}},
-      {"poller",
-       {{"ring_entries", poll.ring_entries},
-        {"doorbells", poll.doorbells},
-        {"device_wakes", poll.device_wakes},
-        {"sleeps", poll.poller_sleeps},
-        {"naps", poll.poller_naps},
-        {"segments_pooled", poll.segments_pooled},
-        {"segments_ordered", poll.segments_ordered},
-        {"segments_made", poll.segments_made}}},
+      {"device", device_json(ctx)},
+      {"ring", ring_json(ctx.options, s)},
+      {"totals", totals_json(ctx, s, all)},
+      {"poller", poller_json(s.poll)},
       {"held",
-       {{"clients", h.clients},
-        {"buffers", h.buffers},
-        {"device_bytes", h.device_bytes},
-        {"copies_in_flight", copies}}},
-      {"clients", std::move(clients)},
+       {{"clients", s.held.clients},
+        {"buffers", s.held.buffers},
+        {"device_bytes", s.held.device_bytes},
+        {"copies_in_flight", s.copies}}},
+      {"clients", std::move(s.clients)},
       {"users", users_json(ctx, all, viewer)},
-      {"run_totals", run_totals_json(engine, ctx.engine.clients().run_totals(), all, viewer)},
-      {"run_exited", run_exited_json(ctx.engine.clients().run_totals(), all, viewer)},
-      {"limits", limits_json(opts.limits)},
+      {"run_totals", run_totals_json(ctx.engine, run_totals, all, viewer)},
+      {"run_exited", run_exited_json(run_totals, all, viewer)},
+      {"limits", limits_json(ctx.options.limits)},
       {"kept", all ? kept_json(ctx) : json::object{}},
       {"all_clients_visible", all},
       {"scope", all ? "daemon" : "own clients"},
-      {"histograms", {{"upload_latency", histogram_json(latency)}, {"slot_wait", histogram_json(slot_wait)},
-                      {"hold_wait", histogram_json(hold_wait)}}}};
+      {"histograms", {{"upload_latency", histogram_json(s.latency)}, {"slot_wait", histogram_json(s.slot_wait)},
+                      {"hold_wait", histogram_json(s.hold_wait)}}}};
   return json::serialize(doc);
 }
 
