@@ -205,7 +205,7 @@ rm -f /tmp/ferry.sock
     eval "$line" 2>&1 | tee -a "$tmp/readme-out.log" || exit 1
   done <<<"$block"
   # From Python: the install command into a plain venv, then the example, as written.
-  py=$(readme_block "### From Python")
+  py=$(readme_block_with "### From Python" "python3 -m venv")
   [[ $py == *"python3 -m venv"* ]] || { echo "README, From Python: no venv command: $py"; exit 1; }
   echo "\$ $py"
   # Debian's python3, as on the fresh bookworm machine the README is written for (a
