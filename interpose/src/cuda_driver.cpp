@@ -11,6 +11,7 @@
 
 #include "lanes.hpp"
 #include "policy.hpp"
+#include "stage.hpp"
 
 extern "C" {
 __attribute__((visibility("hidden"))) void* (*ferry_real_dlsym)(void*, const char*) = nullptr;
@@ -184,7 +185,20 @@ struct CuCopy {
   CUdeviceptr dst;
   CUcontext ctx;
   CUdeviceptr word;  // the direct timeline word, as the device sees it
+  bool sync_first;   // a synchronous copy: the stream is waited for first
 };
+
+// The lane's timeline word as the device sees it; the stream waited for
+// first when the copy is synchronous, as the driver's own does.
+int cu_before(ferry_client* c, void* p) {
+  auto* cc = static_cast<CuCopy*>(p);
+  ferry_timeline tl{};
+  tl.size = sizeof tl;
+  if (int r = ferry_get_timeline(c, &tl); r != 0) return r;
+  if (cc->d->host_device_ptr(&cc->word, const_cast<uint64_t*>(tl.direct_completed), 0) != kCudaSuccess) return -EIO;
+  if (cc->sync_first && cc->d->stream_sync(cc->stream) != kCudaSuccess) return -EIO;
+  return 0;
+}
 
 int cu_copy(void* p, uint64_t off, const void* staging, uint64_t n) {
   auto* c = static_cast<CuCopy*>(p);
@@ -198,6 +212,28 @@ int cu_write(void* p, volatile uint64_t*, uint64_t value) {
   return c->d->write64(c->stream, c->word, value, 0) == kCudaSuccess ? 0 : -EIO;
 }
 
+}  // namespace
+
+namespace {
+// What the policy needs to know of a copy on `stream`, and the stream's context.
+Copy cuda_facts(const Driver* d, void* dst, const void* src, size_t n, CUstream stream, uint64_t min_bytes,
+                CUcontext* ctx) {
+  Copy facts;
+  facts.bytes = n;
+  facts.min_bytes = min_bytes;
+  bool unified = false;
+  facts.dst = classify(d, dst, &unified);
+  facts.src = classify(d, src);
+  // A copy into memory the host may read or write too (managed, unified)
+  // is synchronous with the host in CUDA's contract: the driver's.
+  if (unified) facts.queue = FERRY_PASS_UNSUPPORTED;
+  int capture = kCuStreamCaptureStatusNone;
+  if (d->capturing(stream, &capture) != kCudaSuccess || d->stream_ctx(stream, ctx) != kCudaSuccess || *ctx == nullptr)
+    facts.queue = FERRY_PASS_UNSUPPORTED;
+  else if (capture != kCuStreamCaptureStatusNone)
+    facts.queue = FERRY_PASS_CAPTURED;
+  return facts;
+}
 }  // namespace
 
 // Stages a copy of n bytes from src into dst on `stream` (NULL: the
@@ -220,65 +256,28 @@ bool staged(void* dst, const void* src, size_t n, CUstream stream, bool per_thre
   Inside guard;
   if (stream == nullptr) stream = per_thread ? kCuStreamPerThread : kCuStreamLegacy;
   per_thread = stream == kCuStreamPerThread;
-  Copy facts;
-  facts.bytes = n;
-  facts.min_bytes = lanes.settings().cuda_min_bytes;
-  bool unified = false;
-  facts.dst = classify(d, dst, &unified);
-  facts.src = classify(d, src);
-  // A copy into memory the host may read or write too (managed, unified)
-  // is synchronous with the host in CUDA's contract: the driver's.
-  if (unified) facts.queue = FERRY_PASS_UNSUPPORTED;
-  int capture = kCuStreamCaptureStatusNone;
   CUcontext ctx = nullptr;
-  if (d->capturing(stream, &capture) != kCudaSuccess || d->stream_ctx(stream, &ctx) != kCudaSuccess || ctx == nullptr)
-    facts.queue = FERRY_PASS_UNSUPPORTED;
-  else if (capture != kCuStreamCaptureStatusNone)
-    facts.queue = FERRY_PASS_CAPTURED;
-  const Verdict v = decide(facts);
-  if (!v.stage) {
-    lanes.passed(v.why, n);
-    return false;
-  }
+  const Copy facts = cuda_facts(d, dst, src, n, stream, lanes.settings().cuda_min_bytes, &ctx);
   // A per-thread stream is another stream on each thread: named by both.
-  const uint64_t queue = per_thread ? (static_cast<uint64_t>(pthread_self()) | 1) : reinterpret_cast<uint64_t>(stream);
-  int why = FERRY_PASS_ERROR;
-  ferry_client* c = lanes.acquire(queue, reinterpret_cast<uint64_t>(ctx), 0, prepare, unprepare, ctx, &why);
-  if (c == nullptr) {
-    lanes.passed(why, n);
-    return false;
-  }
-  ferry_timeline tl{};
-  tl.size = sizeof tl;
-  CuCopy cc{d, stream, reinterpret_cast<CUdeviceptr>(dst), ctx, 0};
-  int r = ferry_get_timeline(c, &tl);
-  if (r == 0 && d->host_device_ptr(&cc.word, const_cast<uint64_t*>(tl.direct_completed), 0) != kCudaSuccess) r = -EIO;
-  if (r == 0 && sync_first && d->stream_sync(stream) != kCudaSuccess) r = -EIO;
-  if (r == 0) {
-    ferry_direct_ops ops{};
-    ops.size = sizeof ops;
-    // An asynchronous copy with no room and no area to be had waits for
-    // room: the driver's own path for it would wait for the whole stream.
-    // A synchronous copy waited for its stream already: it never waits, and
-    // a new staging area (registering it costs more than the driver's copy)
-    // would not pay.
-    ops.flags = (per_thread ? FERRY_DIRECT_CALLER_THREAD : 0u) |
-                (sync_first ? FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_NO_GROW : 0u);
-    ops.ctx = &cc;
-    ops.queue = queue;
-    ops.queue_context = reinterpret_cast<uint64_t>(ctx);
-    ops.copy = cu_copy;
-    ops.write = cu_write;
-    r = ferry_upload_direct(c, src, n, &ops, nullptr);
-  }
-  lanes.done(c, r);
-  if (r != 0) {
-    // Nothing appended, or part: the driver's copy, in full, after it.
-    lanes.passed(r == -EAGAIN ? FERRY_PASS_NO_ROOM : FERRY_PASS_ERROR, n);
-    return false;
-  }
-  lanes.staged(n);
-  return true;
+  Queue q;
+  q.id = per_thread ? (static_cast<uint64_t>(pthread_self()) | 1) : reinterpret_cast<uint64_t>(stream);
+  q.context = reinterpret_cast<uint64_t>(ctx);
+  q.prepare = prepare;
+  q.unprepare = unprepare;
+  q.arg = ctx;
+  CuCopy cc{d, stream, reinterpret_cast<CUdeviceptr>(dst), ctx, 0, sync_first};
+  ferry_direct_ops ops{};
+  // An asynchronous copy with no room and no area to be had waits for
+  // room: the driver's own path for it would wait for the whole stream.
+  // A synchronous copy waited for its stream already: it never waits, and
+  // a new staging area (registering it costs more than the driver's copy)
+  // would not pay.
+  ops.flags = (per_thread ? FERRY_DIRECT_CALLER_THREAD : 0u) |
+              (sync_first ? FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_NO_GROW : 0u);
+  ops.ctx = &cc;
+  ops.copy = cu_copy;
+  ops.write = cu_write;
+  return stage(facts, q, src, ops, cu_before, &cc) == kStaged;
 }
 
 }  // namespace ferry::run

@@ -15,6 +15,7 @@
 
 #include "lanes.hpp"
 #include "policy.hpp"
+#include "stage.hpp"
 #include "ze_shim.hpp"
 
 namespace ferry::run {
@@ -227,7 +228,8 @@ struct ZeCopy {
   ze_event_handle_t signal;
   uint32_t waits;
   ze_event_handle_t* wait_events;
-  WriteFn write;
+  ze_driver_handle_t drv;
+  WriteFn write = nullptr;  // found by ze_before
   uint64_t appended = 0;  // copies appended so far
   uint64_t copied = 0;    // their bytes
   bool signalled = false;  // the program's event is on a barrier
@@ -256,6 +258,13 @@ static int ze_copy(void* p, uint64_t off, const void* staging, uint64_t n) {
   return 0;
 }
 
+// The driver's write-to-memory, found once the lane was prepared for it.
+static int ze_before(ferry_client*, void* p) {
+  auto* z = static_cast<ZeCopy*>(p);
+  z->write = extension<WriteFn>(z->drv, "zexCommandListAppendWriteToMemory", known().write_fn);
+  return z->write != nullptr ? 0 : -ENOTSUP;
+}
+
 static int ze_write(void* p, volatile uint64_t* word, uint64_t value) {
   auto* z = static_cast<ZeCopy*>(p);
   // The write comes after every copy before it; after the last one the
@@ -267,6 +276,30 @@ static int ze_write(void* p, volatile uint64_t* word, uint64_t value) {
   return z->write(z->list, &desc, const_cast<uint64_t*>(word), value) == ZE_RESULT_SUCCESS ? 0 : -EIO;
 }
 
+// What the policy needs to know of a copy on `list`, and the list's driver.
+static Copy list_facts(ze_command_list_handle_t list, void* dst, const void* src, size_t size, uint64_t min_bytes,
+                       ze_driver_handle_t* drv) {
+  ListInfo info;
+  {
+    std::shared_lock lock(known().mu);
+    auto it = known().lists.find(list);
+    if (it != known().lists.end()) info = it->second;
+    if (auto c = known().contexts.find(info.ctx); c != known().contexts.end()) *drv = c->second;
+    if (*drv == nullptr && known().drivers.size() == 1) *drv = known().drivers.front();
+  }
+  Copy facts;
+  facts.bytes = size;
+  facts.min_bytes = min_bytes;
+  facts.dst = classify(info.ctx, dst);
+  facts.src = classify(info.ctx, src);
+  // A list it never saw made (none should be) is judged unknown.
+  facts.queue = info.ctx == nullptr ? FERRY_PASS_UNSUPPORTED
+                : !info.immediate   ? FERRY_PASS_REPLAYABLE
+                : *drv == nullptr   ? FERRY_PASS_UNSUPPORTED
+                                    : -1;
+  return facts;
+}
+
 ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* src, size_t size,
                         ze_event_handle_t signal, uint32_t waits, ze_event_handle_t* wait_events) {
   auto pass = [&](int why) {
@@ -275,55 +308,27 @@ ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* sr
   };
   Lanes& lanes = Lanes::get();
   if (small(size, lanes.settings().ze_min_bytes) || dst == nullptr || src == nullptr) return pass(FERRY_PASS_SMALL);
-  ListInfo info;
   ze_driver_handle_t drv = nullptr;
-  {
-    std::shared_lock lock(known().mu);
-    auto it = known().lists.find(list);
-    if (it != known().lists.end()) info = it->second;
-    if (auto c = known().contexts.find(info.ctx); c != known().contexts.end()) drv = c->second;
-    if (drv == nullptr && known().drivers.size() == 1) drv = known().drivers.front();
-  }
-  Copy facts;
-  facts.bytes = size;
-  facts.min_bytes = lanes.settings().ze_min_bytes;
-  facts.dst = classify(info.ctx, dst);
-  facts.src = classify(info.ctx, src);
-  // A list it never saw made (none should be) is judged unknown.
-  facts.queue = info.ctx == nullptr ? FERRY_PASS_UNSUPPORTED
-                : !info.immediate   ? FERRY_PASS_REPLAYABLE
-                : drv == nullptr    ? FERRY_PASS_UNSUPPORTED
-                                    : -1;
-  const Verdict v = decide(facts);
-  if (!v.stage) return pass(v.why);
-  int why = FERRY_PASS_ERROR;
-  ferry_client* c = lanes.acquire(reinterpret_cast<uint64_t>(list), 0, reinterpret_cast<uint64_t>(drv), prepare,
-                                  unprepare, nullptr, &why, Lanes::kConnectWaitUnsafe);
-  if (c == nullptr) return pass(why);
-  ZeCopy z{list, static_cast<char*>(dst), size, signal, waits, wait_events,
-           extension<WriteFn>(drv, "zexCommandListAppendWriteToMemory", known().write_fn)};
+  const Copy facts = list_facts(list, dst, src, size, lanes.settings().ze_min_bytes, &drv);
+  Queue q;
+  q.id = reinterpret_cast<uint64_t>(list);
+  q.context = 0;  // a list's handle names it in the whole process
+  q.key = reinterpret_cast<uint64_t>(drv);
+  q.prepare = prepare;
+  q.unprepare = unprepare;
+  q.connect_wait = Lanes::kConnectWaitUnsafe;
+  ZeCopy z{list, static_cast<char*>(dst), size, signal, waits, wait_events, drv};
   ferry_direct_ops ops{};
-  ops.size = sizeof ops;
   ops.flags = FERRY_DIRECT_NO_WAIT;
   ops.ctx = &z;
-  ops.queue = reinterpret_cast<uint64_t>(list);
-  ops.queue_context = 0;  // a list's handle names it in the whole process
   ops.copy = ze_copy;
   ops.write = ze_write;
-  const int r = ferry_upload_direct(c, src, size, &ops, nullptr);
-  lanes.done(c, r);
-  if (r == 0) {
-    lanes.staged(size);
-    return ZE_RESULT_SUCCESS;
-  }
+  if (stage(facts, q, src, ops, ze_before, &z) == kStaged) return ZE_RESULT_SUCCESS;
   // The driver refused the copy itself: what the call would have said.
-  if (z.refused != ZE_RESULT_SUCCESS && z.appended == 0) {
-    lanes.passed(FERRY_PASS_ERROR, size);
-    return z.refused;
-  }
+  if (z.refused != ZE_RESULT_SUCCESS && z.appended == 0) return z.refused;
   // Nothing appended (no room now), or part of it: the driver's own copy,
   // in full, after whatever went before.
-  return pass(r == -EAGAIN ? FERRY_PASS_NO_ROOM : FERRY_PASS_ERROR);
+  return real().list.pfnAppendMemoryCopy(list, dst, src, size, signal, waits, wait_events);
 }
 
 }  // namespace ferry::run
