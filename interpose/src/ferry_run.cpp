@@ -146,16 +146,47 @@ bool preload(const std::string& lib) {
   return setenv("LD_PRELOAD", value.c_str(), 1) == 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// What the command line asked for.
+struct Run {
   bool cuda = true, level_zero = true;
+  int command = 0;  // argv's index of the program to run
+};
+
+// --report's file, absolute: a program that changes directory still writes there.
+int set_report(const char* v) {
+  if (v == nullptr || *v == '\0') return fail("--report needs a file");
+  std::string path = v;
+  if (path[0] != '/') {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd) == nullptr) return fail("cannot tell the current directory for --report");
+    path = std::string(cwd) + "/" + path;
+  }
+  setenv("FERRY_RUN_REPORT", path.c_str(), 1);
+  return -1;
+}
+
+// One option that takes a value, at argv[*i] (the value next): -1 when it
+// was one and was good, 0 when it is none of these, else the exit status.
+int value_option(const std::string& a, int argc, char** argv, int* i) {
+  if (a != "--socket" && a != "--min-bytes" && a != "--lanes" && a != "--report") return 0;
+  const char* v = *i + 1 < argc ? argv[++*i] : nullptr;
+  if (a == "--report") return set_report(v);
+  if (a == "--socket") {
+    if (v == nullptr || *v == '\0') return fail("--socket needs a path");
+    setenv("FERRY_SOCKET", v, 1);
+    return -1;
+  }
+  if (!is_number(v)) return fail(a + " needs a number (got " + (v != nullptr ? "\"" + std::string(v) + "\"" : "nothing") + ")");
+  if (a == "--lanes" && (std::strtoull(v, nullptr, 10) < 1 || std::strtoull(v, nullptr, 10) > 64))
+    return fail("--lanes must be from 1 to 64");
+  setenv(a == "--lanes" ? "FERRY_RUN_LANES" : "FERRY_RUN_MIN_BYTES", v, 1);
+  return -1;
+}
+
+// The options before the command: -1 with run->command set, else the exit
+// status (0 after --help or --version).
+int read_options(int argc, char** argv, Run* run) {
   int i = 1;
-  auto value = [&](const char* opt) -> const char* {
-    if (i + 1 >= argc) return nullptr;
-    (void)opt;
-    return argv[++i];
-  };
   for (; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--") {
@@ -171,52 +202,38 @@ int main(int argc, char** argv) {
       std::printf("ferry-run %s\n", ferry_version());
       return 0;
     }
-    if (a == "--socket") {
-      const char* v = value("--socket");
-      if (v == nullptr || *v == '\0') return fail("--socket needs a path");
-      setenv("FERRY_SOCKET", v, 1);
-    } else if (a == "--min-bytes" || a == "--lanes") {
-      const char* v = value(a.c_str());
-      if (!is_number(v)) return fail(a + " needs a number (got " + (v != nullptr ? "\"" + std::string(v) + "\"" : "nothing") + ")");
-      if (a == "--lanes" && (std::strtoull(v, nullptr, 10) < 1 || std::strtoull(v, nullptr, 10) > 64))
-        return fail("--lanes must be from 1 to 64");
-      setenv(a == "--lanes" ? "FERRY_RUN_LANES" : "FERRY_RUN_MIN_BYTES", v, 1);
-    } else if (a == "--report") {
-      const char* v = value("--report");
-      if (v == nullptr || *v == '\0') return fail("--report needs a file");
-      // Absolute: a program that changes directory still writes here.
-      std::string path = v;
-      if (path[0] != '/') {
-        char cwd[PATH_MAX];
-        if (getcwd(cwd, sizeof cwd) == nullptr) return fail("cannot tell the current directory for --report");
-        path = std::string(cwd) + "/" + path;
-      }
-      setenv("FERRY_RUN_REPORT", path.c_str(), 1);
-    } else if (a == "--stats") {
-      setenv("FERRY_RUN_STATS", "1", 1);
-    } else if (a == "--off") {
-      setenv("FERRY_RUN_OFF", "1", 1);
-    } else if (a == "--no-cuda") {
-      cuda = false;
-    } else if (a == "--no-level-zero") {
-      level_zero = false;
+    if (int r = value_option(a, argc, argv, &i); r != 0) {
+      if (r > 0) return r;
+    } else if (a == "--stats" || a == "--off") {
+      setenv(a == "--stats" ? "FERRY_RUN_STATS" : "FERRY_RUN_OFF", "1", 1);
+    } else if (a == "--no-cuda" || a == "--no-level-zero") {
+      (a == "--no-cuda" ? run->cuda : run->level_zero) = false;
     } else {
       return fail("unknown option " + a + " (ferry-run --help lists them)");
     }
   }
   if (i >= argc) return fail("no command to run (ferry-run --help)");
+  run->command = i;
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Run run;
+  if (int r = read_options(argc, argv, &run); r >= 0) return r;
   const std::string dir = library_dir();
   if (dir.empty()) return fail("cannot find ferry's interposers (libferry_ze_run.so.1): set FERRY_RUN_LIBDIR");
-  if (level_zero && !wrap_level_zero(dir + "/libferry_ze_run.so.1")) return fail("cannot set ZE_ENABLE_ALT_DRIVERS");
-  if (cuda && !preload(dir + "/libferry_cuda_run.so")) return fail("cannot set LD_PRELOAD");
+  if (run.level_zero && !wrap_level_zero(dir + "/libferry_ze_run.so.1")) return fail("cannot set ZE_ENABLE_ALT_DRIVERS");
+  if (run.cuda && !preload(dir + "/libferry_cuda_run.so")) return fail("cannot set LD_PRELOAD");
   // Copies go to the driver while no daemon answers; say so once, here.
   const char* socket = ferry_socket_path(nullptr);
   struct stat st{};
   if (socket != nullptr && ::stat(socket, &st) != 0)
     std::fprintf(stderr, "ferry-run: no ferryd socket at %s: the program's copies go to the driver until one listens\n",
                  socket);
-  execvp(argv[i], argv + i);
+  execvp(argv[run.command], argv + run.command);
   const int e = errno;
-  std::fprintf(stderr, "ferry-run: %s: %s\n", argv[i], std::strerror(e));
+  std::fprintf(stderr, "ferry-run: %s: %s\n", argv[run.command], std::strerror(e));
   return e == ENOENT ? 127 : 126;
 }
