@@ -155,59 +155,64 @@ bool Connection::dispatch(proto::Type type, const uint8_t* m, size_t n, int* why
     case T::token_reply:
     case T::buffer_reply:
     case T::staging_reply:
-    case T::export_reply: {
-      uint64_t request;
-      std::memcpy(&request, m + sizeof(proto::Header), sizeof request);
-      Answer a{type, std::vector<uint8_t>(m, m + n), -1};
-      std::lock_guard lock(mu_);
-      if (type == T::export_reply) {
-        proto::ExportReply e;
-        std::memcpy(&e, m, sizeof e);
-        // Its descriptor came with these bytes, so it is the oldest unclaimed one.
-        if (e.status == 0 && e.kind == proto::kIpcLevelZero && !fds_in_.empty()) {
-          a.fd = fds_in_.front();
-          fds_in_.pop_front();
-        }
-      } else if (type == T::staging_reply) {
-        proto::StagingReply s;
-        std::memcpy(&s, m, sizeof s);
-        if (s.status == 0 && !fds_in_.empty()) {
-          a.fd = fds_in_.front();
-          fds_in_.pop_front();
-        }
-      }
-      if (abandoned_.erase(request) != 0) {
-        if (a.fd >= 0) ::close(a.fd);
-        if (type == T::staging_reply) {
-          proto::StagingReply s;
-          std::memcpy(&s, m, sizeof s);
-          if (s.status == 0) release_late_area(s.area);  // counted against the user until it is
-        }
-        return true;
-      }
-      answers_[request] = std::move(a);
-      break;
-    }
-    case T::error: {
-      proto::Error e;
-      std::memcpy(&e, m, sizeof e);
-      if (e.h.flags & proto::kErrorFatal) {
-        *why = e.code != 0 ? e.code : -EPROTO;
-        return false;
-      }
-      if (e.request == 0) return true;
-      // A refused request: answered as a Reply with the error.
-      auto r = proto::make<proto::Reply>(proto::Type::reply);
-      r.request = e.request;
-      r.status = e.code;
-      const auto* p = reinterpret_cast<const uint8_t*>(&r);
-      std::lock_guard lock(mu_);
-      if (abandoned_.erase(e.request) != 0) return true;
-      answers_[e.request] = Answer{T::reply, std::vector<uint8_t>(p, p + sizeof r), -1, proto::get_text(e.text)};
-      break;
-    }
+    case T::export_reply:
+      take_answer(type, m, n);
+      return true;
+    case T::error:
+      return take_error(m, why);
     default:
       return true;  // nothing else is meant for a client; ignore it
+  }
+}
+
+// A reply: kept for the request's caller with the descriptor it brought,
+// or, for a request its caller gave up on, let go of.
+void Connection::take_answer(proto::Type type, const uint8_t* m, size_t n) {
+  using T = proto::Type;
+  uint64_t request;
+  std::memcpy(&request, m + sizeof(proto::Header), sizeof request);
+  Answer a{type, std::vector<uint8_t>(m, m + n), -1};
+  proto::ExportReply e{};
+  proto::StagingReply s{};
+  if (type == T::export_reply) std::memcpy(&e, m, sizeof e);
+  if (type == T::staging_reply) std::memcpy(&s, m, sizeof s);
+  // Its descriptor came with these bytes, so it is the oldest unclaimed one.
+  const bool has_fd = (type == T::export_reply && e.status == 0 && e.kind == proto::kIpcLevelZero) ||
+                      (type == T::staging_reply && s.status == 0);
+  {
+    std::lock_guard lock(mu_);
+    if (has_fd && !fds_in_.empty()) {
+      a.fd = fds_in_.front();
+      fds_in_.pop_front();
+    }
+    if (abandoned_.erase(request) != 0) {
+      if (a.fd >= 0) ::close(a.fd);
+      if (type == T::staging_reply && s.status == 0) release_late_area(s.area);  // counted against the user until it is
+      return;
+    }
+    answers_[request] = std::move(a);
+  }
+  cv_.notify_all();
+}
+
+// An error: fatal (false, *why set), or a refused request, answered as a
+// Reply with the error.
+bool Connection::take_error(const uint8_t* m, int* why) {
+  proto::Error e;
+  std::memcpy(&e, m, sizeof e);
+  if (e.h.flags & proto::kErrorFatal) {
+    *why = e.code != 0 ? e.code : -EPROTO;
+    return false;
+  }
+  if (e.request == 0) return true;
+  auto r = proto::make<proto::Reply>(proto::Type::reply);
+  r.request = e.request;
+  r.status = e.code;
+  const auto* p = reinterpret_cast<const uint8_t*>(&r);
+  {
+    std::lock_guard lock(mu_);
+    if (abandoned_.erase(e.request) != 0) return true;
+    answers_[e.request] = Answer{proto::Type::reply, std::vector<uint8_t>(p, p + sizeof r), -1, proto::get_text(e.text)};
   }
   cv_.notify_all();
   return true;

@@ -127,6 +127,8 @@ class Connection {
   void receive_loop();
   // Handles one message; false when the connection must end (*why set).
   bool dispatch(proto::Type type, const uint8_t* m, size_t n, int* why);
+  void take_answer(proto::Type type, const uint8_t* m, size_t n);
+  bool take_error(const uint8_t* m, int* why);
 
   Timeline& timeline_;
   int fd_ = -1;
