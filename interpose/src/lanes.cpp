@@ -105,59 +105,9 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
   if (settings_.connect_ms >= 0) connect_wait = std::chrono::milliseconds(settings_.connect_ms);
   std::unique_lock lock(mu_);
   sweep();
-  Lane* lane = nullptr;
-  for (auto& l : lanes_)
-    if (!l->dead && l->queue == queue && l->context == context) lane = l.get();
-  // An idle lane takes the queue on: its numbers are all written, so the
-  // queue switch costs no wait. A fresh one is left to the copies waiting
-  // for connects (each started one): taken here, a waiter whose connect made
-  // it would wait out its whole wait for a connect that never comes.
-  for (size_t i = 0; lane == nullptr && i < lanes_.size(); ++i)
-    if (!lanes_[i]->dead && idle(*lanes_[i]) && (!lanes_[i]->fresh || waiting_ == 0)) lane = lanes_[i].get();
-  // A new lane: connected by a thread of its own, waited for a little, never
-  // long (a stopped daemon would hold the program for $FERRY_TIMEOUT_MS).
-  // Several threads that need one at once each start a connect.
-  const auto deadline = Clock::now() + connect_wait;
-  bool started = false;
-  // A connect under way for longer than a copy waits (a daemon stopped, or
-  // slow to answer) is not waited for again by every copy after it.
-  if (lane == nullptr && connecting_ != 0 && Clock::now() - *connect_started_.begin() > connect_wait) {
-    *why = FERRY_PASS_NO_DAEMON;
-    return nullptr;
-  }
-  while (lane == nullptr) {
-    uint32_t live = 0;
-    for (auto& l : lanes_) live += l->dead ? 0 : 1;
-    if (!started && live + connecting_ < settings_.max_lanes) {
-      if (dead_ >= kMaxDead || (connecting_ == 0 && Clock::now() < retry_at_)) {
-        *why = FERRY_PASS_NO_DAEMON;
-        return nullptr;
-      }
-      connect_async();
-      started = true;
-    }
-    if (connecting_ == 0 && !started) {
-      *why = FERRY_PASS_BUSY;
-      return nullptr;
-    }
-    const uint64_t seen = connects_;
-    ++waiting_;
-    const bool moved = cv_.wait_until(lock, deadline, [&] { return connects_ != seen; });
-    --waiting_;
-    if (!moved) {
-      *why = FERRY_PASS_NO_DAEMON;  // still connecting: copies go to the driver meanwhile
-      return nullptr;
-    }
-    for (auto& l : lanes_)
-      if (lane == nullptr && !l->dead && l->fresh) lane = l.get();
-    if (lane == nullptr && connecting_ == 0 && Clock::now() < retry_at_) {
-      *why = FERRY_PASS_NO_DAEMON;
-      return nullptr;
-    }
-    // Every connect ended and none left a lane for this copy (a copy that
-    // started none took it): it may start one again, or is told busy.
-    if (lane == nullptr && connecting_ == 0) started = false;
-  }
+  Lane* lane = lane_for(queue, context);
+  if (lane == nullptr) lane = new_lane(lock, connect_wait, why);
+  if (lane == nullptr) return nullptr;
   lane->fresh = false;
   lane->queue = queue;
   lane->context = context;
@@ -170,6 +120,54 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
   }
   ++lane->users;
   return lane->c;
+}
+
+Lanes::Lane* Lanes::lane_for(uint64_t queue, uint64_t context) {
+  for (auto it = lanes_.rbegin(); it != lanes_.rend(); ++it)  // the newest, should there be two
+    if (!(*it)->dead && (*it)->queue == queue && (*it)->context == context) return it->get();
+  // An idle lane takes the queue on: its numbers are all written, so the
+  // queue switch costs no wait. A fresh one is left to the copies waiting
+  // for connects (each started one): taken here, a waiter whose connect made
+  // it would wait out its whole wait for a connect that never comes.
+  for (auto& l : lanes_)
+    if (!l->dead && idle(*l) && (!l->fresh || waiting_ == 0)) return l.get();
+  return nullptr;
+}
+
+// A new lane: connected by a thread of its own, waited for a little, never
+// long (a stopped daemon would hold the program for $FERRY_TIMEOUT_MS).
+// Several threads that need one at once each start a connect.
+Lanes::Lane* Lanes::new_lane(std::unique_lock<std::mutex>& lock, Clock::duration connect_wait, int* why) {
+  const auto deadline = Clock::now() + connect_wait;
+  // A connect under way for longer than a copy waits (a daemon stopped, or
+  // slow to answer) is not waited for again by every copy after it.
+  *why = FERRY_PASS_NO_DAEMON;
+  if (connecting_ != 0 && Clock::now() - *connect_started_.begin() > connect_wait) return nullptr;
+  bool started = false;
+  for (;;) {
+    uint32_t live = 0;
+    for (auto& l : lanes_) live += l->dead ? 0 : 1;
+    if (!started && live + connecting_ < settings_.max_lanes) {
+      if (dead_ >= kMaxDead || (connecting_ == 0 && Clock::now() < retry_at_)) return nullptr;
+      connect_async();
+      started = true;
+    }
+    if (connecting_ == 0 && !started) {
+      *why = FERRY_PASS_BUSY;
+      return nullptr;
+    }
+    const uint64_t seen = connects_;
+    ++waiting_;
+    const bool moved = cv_.wait_until(lock, deadline, [&] { return connects_ != seen; });
+    --waiting_;
+    if (!moved) return nullptr;  // still connecting: copies go to the driver meanwhile
+    for (auto& l : lanes_)
+      if (!l->dead && l->fresh) return l.get();
+    if (connecting_ == 0 && Clock::now() < retry_at_) return nullptr;
+    // Every connect ended and none left a lane for this copy (a copy that
+    // started none took it): it may start one again, or is told busy.
+    if (connecting_ == 0) started = false;
+  }
 }
 
 void Lanes::connect_async() {

@@ -84,6 +84,11 @@ class Lanes {
     std::map<uint64_t, Undo> prepared;  // keys prepare() ran for, and how to undo each
   };
   Lanes();
+  // mu_ held: the queue's own lane, else an idle one that may take it on.
+  Lane* lane_for(uint64_t queue, uint64_t context);
+  // mu_ held (by lock, which the wait lets go): a lane just connected, or
+  // nullptr with *why.
+  Lane* new_lane(std::unique_lock<std::mutex>& lock, Clock::duration connect_wait, int* why);
   void publish(bool force);
   static bool idle(const Lane& l);
   // mu_ held: lanes whose connection ended are marked dead; dead ones whose
