@@ -102,31 +102,7 @@ class Cuda final : public Backend {
   }
 
   bool open(uint32_t index, std::string& why) {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      why = "CUDA backend unavailable: the NVIDIA driver library libcuda.so.1 is not installed";
-      return false;
-    }
-    using gpa_t = CUresult (*)(const char*, void**, int, cuuint64_t, void* /* CUdriverProcAddressQueryResult*, CUDA 12 */);
-    auto gpa = reinterpret_cast<gpa_t>(dlsym(lib, "cuGetProcAddress_v2"));
-    if (gpa == nullptr) {
-      why = "CUDA backend unavailable: the driver predates CUDA 12 (no cuGetProcAddress_v2)";
-      return false;
-    }
-#define X(name, decl)                                                                          \
-  if (gpa(#name, reinterpret_cast<void**>(&cu_.name), 12000, CU_GET_PROC_ADDRESS_DEFAULT,      \
-          nullptr) != CUDA_SUCCESS ||                                                          \
-      cu_.name == nullptr) {                                                                   \
-    why = "CUDA backend unavailable: the driver lacks " #name;                                 \
-    return false;                                                                              \
-  }
-    FERRY_CU_FUNCS(X)
-#undef X
-#define X(name, decl) \
-  if (gpa(#name, reinterpret_cast<void**>(&cu_.name), 12000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr) != CUDA_SUCCESS) \
-    cu_.name = nullptr;
-    FERRY_CU_OPTIONAL(X)
-#undef X
+    if (!load_driver(why)) return false;
     const bool mps = mps_control_present();
     const auto slow = guard_cuda_open(mps);  // MPS's mode, and a context that does not come
     if (CUresult r = cu_.cuInit(0); r != CUDA_SUCCESS) {
@@ -155,6 +131,42 @@ class Cuda final : public Backend {
       why = "CUDA: cuStreamCreate failed: " + error(r);
       return false;
     }
+    describe(mps);
+    return true;
+  }
+
+  // libcuda's functions, at the CUDA 12.0 API.
+  bool load_driver(std::string& why) {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      why = "CUDA backend unavailable: the NVIDIA driver library libcuda.so.1 is not installed";
+      return false;
+    }
+    using gpa_t = CUresult (*)(const char*, void**, int, cuuint64_t, void* /* CUdriverProcAddressQueryResult*, CUDA 12 */);
+    auto gpa = reinterpret_cast<gpa_t>(dlsym(lib, "cuGetProcAddress_v2"));
+    if (gpa == nullptr) {
+      why = "CUDA backend unavailable: the driver predates CUDA 12 (no cuGetProcAddress_v2)";
+      return false;
+    }
+#define X(name, decl)                                                                          \
+  if (gpa(#name, reinterpret_cast<void**>(&cu_.name), 12000, CU_GET_PROC_ADDRESS_DEFAULT,      \
+          nullptr) != CUDA_SUCCESS ||                                                          \
+      cu_.name == nullptr) {                                                                   \
+    why = "CUDA backend unavailable: the driver lacks " #name;                                 \
+    return false;                                                                              \
+  }
+    FERRY_CU_FUNCS(X)
+#undef X
+#define X(name, decl) \
+  if (gpa(#name, reinterpret_cast<void**>(&cu_.name), 12000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr) != CUDA_SUCCESS) \
+    cu_.name = nullptr;
+    FERRY_CU_OPTIONAL(X)
+#undef X
+    return true;
+  }
+
+  // The device as status shows it, and what it can do.
+  void describe(bool mps) {
     char name[256] = {};
     cu_.cuDeviceGetName(name, sizeof name, dev_);
     size_t mem = 0;
@@ -188,7 +200,6 @@ class Cuda final : public Backend {
     if (cu_.cuDeviceGetPCIBusId != nullptr && cu_.cuDeviceGetPCIBusId(bus, sizeof bus - 1, dev_) == CUDA_SUCCESS &&
         std::sscanf(bus, "%x:%x:%x.%x", &domain, &b, &d, &f) == 4)
       info_.pci_bus_id = format_pci_bus_id(domain, b, d, f);
-    return true;
   }
 
   const DeviceInfo& info() const override { return info_; }

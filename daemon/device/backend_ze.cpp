@@ -208,17 +208,39 @@ class LevelZero final : public Backend {
 
  private:
   bool setup(std::string& why) {
+    describe();
+    ze_context_desc_t cd{ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
+    if (ze_.zeContextCreate(driver_, &cd, &ctx_) != ZE_RESULT_SUCCESS) {
+      why = "Level Zero: zeContextCreate failed";
+      return false;
+    }
+    events_.open(ctx_, device_);
+    const int ordinal = copy_ordinal();
+    if (ordinal < 0) {
+      why = "Level Zero: the device has no queue group that copies";
+      return false;
+    }
+    ze_command_queue_desc_t qd{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr, static_cast<uint32_t>(ordinal), 0, 0,
+                               ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+    if (ze_.zeCommandListCreateImmediate(ctx_, device_, &qd, &list_) != ZE_RESULT_SUCCESS) {
+      why = "Level Zero: zeCommandListCreateImmediate failed";
+      return false;
+    }
+    find_extensions();
+    return true;
+  }
+
+  // The device as status shows it: name, UUID, PCI address, driver, memory.
+  void describe() {
     ze_device_properties_t dp{};
     dp.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
     ze_.zeDeviceGetProperties(device_, &dp);
     info_.backend = "level-zero";
     info_.name = dp.name;
-    {
-      unsigned char id[16];
-      static_assert(sizeof dp.uuid.id >= sizeof id);
-      std::memcpy(id, dp.uuid.id, sizeof id);
-      info_.uuid = format_uuid(id, "");
-    }
+    unsigned char id[16];
+    static_assert(sizeof dp.uuid.id >= sizeof id);
+    std::memcpy(id, dp.uuid.id, sizeof id);
+    info_.uuid = format_uuid(id, "");
     // An extension (ZE_extension_pci_properties): the loader may lack it, a
     // driver may not support it.
     using pci_t = ze_result_t (*)(ze_device_handle_t, ze_pci_ext_properties_t*);
@@ -237,41 +259,33 @@ class LevelZero final : public Backend {
     mp.stype = ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES;
     if (ze_.zeDeviceGetMemoryProperties(device_, &nmem, &mp) == ZE_RESULT_SUCCESS && nmem > 0)
       info_.memory_bytes = mp.totalSize;
+  }
 
-    ze_context_desc_t cd{ZE_STRUCTURE_TYPE_CONTEXT_DESC, nullptr, 0};
-    if (ze_.zeContextCreate(driver_, &cd, &ctx_) != ZE_RESULT_SUCCESS) {
-      why = "Level Zero: zeContextCreate failed";
-      return false;
-    }
-    events_.open(ctx_, device_);
-    // Prefer a copy-only queue group: uploads then never queue behind kernels
-    // of other users of the device.
+  // The queue group the uploads go to, or -1: a copy-only one where there is
+  // one, so that uploads never queue behind kernels of other users of the
+  // device; else any that copies.
+  int copy_ordinal() {
     uint32_t ngroups = 0;
     ze_.zeDeviceGetCommandQueueGroupProperties(device_, &ngroups, nullptr);
     std::vector<ze_command_queue_group_properties_t> groups(ngroups);
     for (auto& g : groups) g.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES;
     ze_.zeDeviceGetCommandQueueGroupProperties(device_, &ngroups, groups.data());
-    int ordinal = -1;
     for (uint32_t i = 0; i < ngroups; ++i) {
       const auto f = groups[i].flags;
       if ((f & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY) && !(f & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE)) {
-        ordinal = static_cast<int>(i);
         info_.copy_engine = true;
-        break;
+        return static_cast<int>(i);
       }
     }
-    for (uint32_t i = 0; ordinal < 0 && i < ngroups; ++i)
-      if (groups[i].flags & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY) ordinal = static_cast<int>(i);
-    if (ordinal < 0) {
-      why = "Level Zero: the device has no queue group that copies";
-      return false;
-    }
-    ze_command_queue_desc_t qd{ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, nullptr, static_cast<uint32_t>(ordinal), 0, 0,
-                               ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
-    if (ze_.zeCommandListCreateImmediate(ctx_, device_, &qd, &list_) != ZE_RESULT_SUCCESS) {
-      why = "Level Zero: zeCommandListCreateImmediate failed";
-      return false;
-    }
+    for (uint32_t i = 0; i < ngroups; ++i)
+      if (groups[i].flags & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY) return static_cast<int>(i);
+    return -1;
+  }
+
+  // The driver's extensions ferryd uses: host import, and the device's
+  // write of each client's timeline (Intel's memory-sync extension, where
+  // the segment can be registered for it).
+  void find_extensions() {
     // Extension functions take the driver's own handle, not the loader's.
     native_driver_ = driver_;
     if (ze_.translate != nullptr)
@@ -284,8 +298,6 @@ class LevelZero final : public Backend {
       release_ = reinterpret_cast<release_fn>(f);
     if (import_ == nullptr || release_ == nullptr) import_ = nullptr, release_ = nullptr;
     info_.host_import = import_ != nullptr;
-    // The device writes each client's timeline where the driver has Intel's
-    // memory-sync extension (and the segment can be registered for it).
     f = nullptr;
     if (import_ != nullptr &&
         ze_.zeDriverGetExtensionFunctionAddress(driver_, "zexCommandListAppendWriteToMemory", &f) == ZE_RESULT_SUCCESS)
@@ -294,7 +306,6 @@ class LevelZero final : public Backend {
     if (ze_.translate != nullptr)
       ze_.translate(ZEL_HANDLE_COMMAND_LIST, list_, reinterpret_cast<void**>(&native_list_));
     info_.device_writes = write_ != nullptr;
-    return true;
   }
 
   struct ClientPool {
