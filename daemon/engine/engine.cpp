@@ -272,6 +272,36 @@ bool TransferEngine::settle(const ClientRef& client, uint64_t ticket, uint64_t b
   return r.room;
 }
 
+// The fence's owner hears of the copy once it is done: from the device's
+// own write (its sleepers are woken now), or from this one.
+void TransferEngine::fence_done(const Record& r, int status) {
+  if (!r.fence.owner) return;
+  if (r.fence_on_device && status == 0) {
+    r.fence.owner->wake_sleepers();
+  } else {
+    write_fence(r.fence, status != 0);
+  }
+}
+
+// A transfer done well, counted for the daemon and its client.
+void TransferEngine::count_done(const Record& r) {
+  ClientStats& cs = r.client->stats();
+  if (r.download) {
+    ++stats_.downloads;
+    ++cs.downloads;
+    return;
+  }
+  // A call is counted when its last piece is done (a device queue runs a
+  // client's pieces in order); pieces apart.
+  stats_.uploads += r.last_piece;
+  ++stats_.upload_pieces;
+  stats_.upload_bytes += r.bytes;
+  stats_.upload_latency.add(now_ns() - r.submitted_ns);
+  cs.uploads += r.last_piece;
+  ++cs.upload_pieces;
+  cs.upload_bytes += r.bytes;
+}
+
 void TransferEngine::retire(const std::vector<Done>& batch) {
   std::vector<ClientRef> room;  // rings waiting for a large transfer to retire, now with room
   for (const Done& d : batch) {
@@ -283,15 +313,7 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
     records_.pop_front();
     --stats_.in_flight;
     stats_.in_flight_bytes -= r.bytes;
-    // The fence's owner hears of the copy once it is done: from the device's
-    // own write (its sleepers are woken now), or from this one.
-    if (r.fence.owner) {
-      if (r.fence_on_device && d.status == 0) {
-        r.fence.owner->wake_sleepers();
-      } else {
-        write_fence(r.fence, d.status != 0);
-      }
-    }
+    fence_done(r, d.status);
     if (r.ticket == 0) {  // timeline writes alone
       if (d.status != 0) device_writes_ = false;
       r.client->marks.lone_write = false;
@@ -299,23 +321,7 @@ void TransferEngine::retire(const std::vector<Done>& batch) {
       if (d.status == 0) queue_lone_write(r.client, nullptr);
       continue;
     }
-    if (d.status == 0) {
-      ClientStats& cs = r.client->stats();
-      if (r.download) {
-        ++stats_.downloads;
-        ++cs.downloads;
-      } else {
-        // A call is counted when its last piece is done (a device queue
-        // runs a client's pieces in order); pieces apart.
-        stats_.uploads += r.last_piece;
-        ++stats_.upload_pieces;
-        stats_.upload_bytes += r.bytes;
-        stats_.upload_latency.add(now_ns() - r.submitted_ns);
-        cs.uploads += r.last_piece;
-        ++cs.upload_pieces;
-        cs.upload_bytes += r.bytes;
-      }
-    }
+    if (d.status == 0) count_done(r);
     // A queue that failed a copy writes no more: the retire path keeps every
     // client's device word from now on, so waits on it still end.
     if (d.status != 0) device_writes_ = false;

@@ -197,6 +197,8 @@ class TransferEngine {
   static void add_fence_write(const FenceWrite& f, DeviceWrites* w);
   void retire(const std::vector<Done>& batch);
   bool settle(const ClientRef& client, uint64_t ticket, uint64_t bytes, int status);
+  void fence_done(const Record& r, int status);
+  void count_done(const Record& r);
   // Asleep and not polled after this wake-up (no poller, or one that never
   // polls): the device's eventfd must say when the oldest copy ends.
   void rest();
