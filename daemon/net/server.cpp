@@ -105,59 +105,65 @@ int Server::apply_perms(const std::string& path, std::string& why) {
 }
 
 int Server::listen(const std::string& path, int fd, std::string& why) {
-  boost::system::error_code ec;
   path_ = path;
-  if (fd >= 0) {
-    acceptor_.assign(stream(), fd, ec);
-    if (ec) {
-      why = "cannot adopt the socket passed in: " + ec.message();
-      return -EINVAL;
-    }
-    // Whoever made the socket (systemd-socket-activate, a container's init)
-    // may not have given it the mode and group asked for here: applied to
-    // the file the socket is bound to. (systemd's own SocketMode and
-    // SocketGroup need no flag: ferryd@.socket sets them.)
-    if (opts_.socket_perms_given) {
-      sockaddr_un a{};
-      socklen_t len = sizeof a;
-      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && a.sun_family == AF_UNIX &&
-          a.sun_path[0] != '\0') {
-        const std::string bound(a.sun_path, ::strnlen(a.sun_path, sizeof a.sun_path));
-        if (int r = apply_perms(bound, why); r != 0) return r;
-      }
-    }
-  } else {
-    if (path.size() >= sizeof(sockaddr_un::sun_path)) {
-      why = "socket path too long: " + path;
-      return -ENAMETOOLONG;
-    }
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) {
-      if (someone_listens(path)) {
-        why = "another daemon already listens on " + path;
-        return -EADDRINUSE;
-      }
-      ::unlink(path.c_str());  // left behind by a daemon that died
-    }
-    acceptor_.open(stream(), ec);
-    if (!ec) acceptor_.bind(stream::endpoint(path), ec);
-    if (ec) {
-      why = "cannot bind " + path + ": " + ec.message();
-      return -ec.value();
-    }
-    owns_path_ = ::lstat(path.c_str(), &bound_) == 0;
-    if (int r = apply_perms(path, why); r != 0) return r;
-    acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      why = "cannot listen on " + path + ": " + ec.message();
-      return -ec.value();
-    }
-  }
+  if (int r = fd >= 0 ? adopt(fd, why) : bind_path(path, why); r != 0) return r;
   systemd::notify("READY=1\nSTATUS=" + status_line(engine_));
   status_tick();
   ctx_.request_stop = [this] { boost::asio::post(io_, [this] { stop(); }); };
   wait_signal();
   accept();
+  return 0;
+}
+
+// A listening socket handed over (socket activation).
+int Server::adopt(int fd, std::string& why) {
+  boost::system::error_code ec;
+  acceptor_.assign(stream(), fd, ec);
+  if (ec) {
+    why = "cannot adopt the socket passed in: " + ec.message();
+    return -EINVAL;
+  }
+  // Whoever made the socket (systemd-socket-activate, a container's init)
+  // may not have given it the mode and group asked for here: applied to
+  // the file the socket is bound to. (systemd's own SocketMode and
+  // SocketGroup need no flag: ferryd@.socket sets them.)
+  if (!opts_.socket_perms_given) return 0;
+  sockaddr_un a{};
+  socklen_t len = sizeof a;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sun_family != AF_UNIX || a.sun_path[0] == '\0')
+    return 0;
+  return apply_perms(std::string(a.sun_path, ::strnlen(a.sun_path, sizeof a.sun_path)), why);
+}
+
+// A socket of ferryd's own at path: one left by a daemon that died is
+// replaced, one that another daemon listens on is not.
+int Server::bind_path(const std::string& path, std::string& why) {
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    why = "socket path too long: " + path;
+    return -ENAMETOOLONG;
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (someone_listens(path)) {
+      why = "another daemon already listens on " + path;
+      return -EADDRINUSE;
+    }
+    ::unlink(path.c_str());  // left behind by a daemon that died
+  }
+  boost::system::error_code ec;
+  acceptor_.open(stream(), ec);
+  if (!ec) acceptor_.bind(stream::endpoint(path), ec);
+  if (ec) {
+    why = "cannot bind " + path + ": " + ec.message();
+    return -ec.value();
+  }
+  owns_path_ = ::lstat(path.c_str(), &bound_) == 0;
+  if (int r = apply_perms(path, why); r != 0) return r;
+  acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    why = "cannot listen on " + path + ": " + ec.message();
+    return -ec.value();
+  }
   return 0;
 }
 

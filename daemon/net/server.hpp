@@ -44,6 +44,8 @@ class Server {
  private:
   // --socket-group and --socket-mode on the socket file at `path`: 0, or -EPERM with why.
   int apply_perms(const std::string& path, std::string& why);
+  int adopt(int fd, std::string& why);
+  int bind_path(const std::string& path, std::string& why);
   void accept();
   void wait_signal();
   // Why a new connection (its socket) is refused, or empty: the bounds of
