@@ -95,32 +95,9 @@ Answer Requests::on_hello(const proto::Hello& m) {
     ++ctx_.stats.hellos_gone;
     return Answer::close();
   }
+  if (std::optional<Answer> refused = refuse_admission()) return std::move(*refused);
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
-  const Limits& l = o.limits;
-  // Every client state counts, those kept after their session for held
-  // transfers too; at the bound such holds are given up first (as a user's
-  // own are at its share, below), so departed clients never lock out live ones.
-  auto states = [&] { return engine.clients().connected() + engine.clients().departed() + ctx_.users.hellos(); };
-  if (states() >= l.max_clients) engine.drop_departed_holds(std::nullopt);
-  if (states() >= l.max_clients) {
-    const std::string why = "ferryd serves " + std::to_string(l.max_clients) +
-                            " clients of all users, those still finishing copies included (--max-clients)";
-    return Answer::error(0, -EUSERS, why, true);
-  }
-  // No user but an admin takes more than its share: the rest stays for the others.
-  admin_ = is_admin(o, peer_.cred);
-  // Its departed clients count until their held transfers go; at its bound,
-  // those holds are given up to make room (their states go with them).
-  uint64_t mine = engine.resources().usage(peer_.uid).clients + ctx_.users.of(peer_.uid).hellos;
-  if (!admin_ && mine >= l.share_of(l.max_clients) && engine.drop_departed_holds(peer_.uid) != 0)
-    mine = engine.resources().usage(peer_.uid).clients + ctx_.users.of(peer_.uid).hellos;
-  if (!admin_ && mine >= l.share_of(l.max_clients)) {
-    const std::string why = "uid " + std::to_string(peer_.uid) + " has " + std::to_string(mine) +
-                            " clients, its most of --max-clients " + std::to_string(l.max_clients) + " (--user-share " +
-                            std::to_string(l.user_share) + "%)";
-    return Answer::error(0, -EUSERS, why, true);
-  }
   // The Welcome is the first thing this session sends: it carries the segment.
   if (!flow.untouched) return Answer::error(0, -EPROTO, "Hello after other requests", true);
   const uint32_t slots = m.slots_wanted == 0 ? o.slots : std::min(m.slots_wanted, o.slots);
@@ -133,6 +110,58 @@ Answer Requests::on_hello(const proto::Hello& m) {
                                 answer(welcome(m, r, std::move(c)));
                               });
   return {};
+}
+
+// The bounds on clients a Hello must pass: all users' (--max-clients) and
+// its user's share. Each counts the client states kept after their
+// sessions for held transfers too; at a bound such holds are given up first,
+// so departed clients never lock out live ones. The refusal, or nothing.
+std::optional<Answer> Requests::refuse_admission() {
+  TransferEngine& engine = ctx_.engine;
+  const Limits& l = ctx_.options.limits;
+  auto states = [&] { return engine.clients().connected() + engine.clients().departed() + ctx_.users.hellos(); };
+  if (states() >= l.max_clients) engine.drop_departed_holds(std::nullopt);
+  if (states() >= l.max_clients) {
+    const std::string why = "ferryd serves " + std::to_string(l.max_clients) +
+                            " clients of all users, those still finishing copies included (--max-clients)";
+    return Answer::error(0, -EUSERS, why, true);
+  }
+  // No user but an admin takes more than its share: the rest stays for the others.
+  admin_ = is_admin(ctx_.options, peer_.cred);
+  if (admin_) return std::nullopt;
+  auto mine = [&] { return engine.resources().usage(peer_.uid).clients + ctx_.users.of(peer_.uid).hellos; };
+  if (mine() >= l.share_of(l.max_clients)) engine.drop_departed_holds(peer_.uid);
+  if (const uint64_t n = mine(); n >= l.share_of(l.max_clients)) {
+    const std::string why = "uid " + std::to_string(peer_.uid) + " has " + std::to_string(n) +
+                            " clients, its most of --max-clients " + std::to_string(l.max_clients) + " (--user-share " +
+                            std::to_string(l.user_share) + "%)";
+    return Answer::error(0, -EUSERS, why, true);
+  }
+  return std::nullopt;
+}
+
+// What a Welcome tells the client: its segment's layout, the device.
+proto::Welcome Requests::welcome_message(const ClientState& c) const {
+  const TransferEngine& engine = ctx_.engine;
+  const DeviceInfo& info = engine.device();
+  auto w = proto::make<proto::Welcome>(proto::Type::welcome);
+  w.magic = proto::kMagic;
+  w.version = proto::kVersion;
+  w.flags = engine.device_timeline() && c.registered() ? proto::kDeviceTimeline : 0;
+  w.client_id = c.id();
+  w.segment_bytes = c.segment().bytes();
+  w.slot_bytes = c.slot_bytes();
+  w.slot_count = c.slot_count();
+  w.ring_entries = c.ring_entries();
+  w.slots_offset = c.segment().slots_offset();
+  w.ring_offset = proto::ring_offset();
+  w.fences_offset = c.segment().fences_offset();
+  w.results_offset = c.segment().results_offset();
+  const Limits& l = ctx_.options.limits;
+  w.max_buffer_bytes = l.user_memory != 0 ? l.user_memory : info.memory_bytes;
+  proto::set_text(w.device, info.name);
+  proto::set_text(w.backend, info.backend);
+  return w;
 }
 
 Answer Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
@@ -148,23 +177,7 @@ Answer Requests::welcome(const proto::Hello& m, int r, ClientRef c) {
   c->name = printable(proto::get_text(m.name));
   c->sink = peer_.sink();
 
-  const DeviceInfo& info = engine.device();
-  auto w = proto::make<proto::Welcome>(proto::Type::welcome);
-  w.magic = proto::kMagic;
-  w.version = proto::kVersion;
-  w.flags = engine.device_timeline() && c->registered() ? proto::kDeviceTimeline : 0;
-  w.client_id = c->id();
-  w.segment_bytes = c->segment().bytes();
-  w.slot_bytes = c->slot_bytes();
-  w.slot_count = c->slot_count();
-  w.ring_entries = c->ring_entries();
-  w.slots_offset = c->segment().slots_offset();
-  w.ring_offset = proto::ring_offset();
-  w.fences_offset = c->segment().fences_offset();
-  w.results_offset = c->segment().results_offset();
-  w.max_buffer_bytes = o.limits.user_memory != 0 ? o.limits.user_memory : info.memory_bytes;
-  proto::set_text(w.device, info.name);
-  proto::set_text(w.backend, info.backend);
+  const proto::Welcome w = welcome_message(*c);
   const int fd = ::fcntl(c->segment().fd(), F_DUPFD_CLOEXEC, 3);
   if (fd < 0) return Answer::error(0, -errno, "cannot pass the staging segment", true);
   const int bell = engine.use_ring(c);
