@@ -228,45 +228,55 @@ Usage Resources::usage(uid_t uid) const {
 }
 
 int Resources::within(const ClientState& c, Quota q, uint64_t bytes) {
-  auto refuse = [&](std::string why) {
-    refusal_ = std::move(why);
-    return -EDQUOT;
-  };
   const Usage u = usage(c.uid);
   const std::string who = "uid " + std::to_string(c.uid);  // for a refusal's text
+  std::string why = q == Quota::memory || q == Quota::exports || q == Quota::staging ? bytes_refusal(q, u, bytes, who)
+                                                                                     : count_refusal(c, q, u, who);
+  if (why.empty()) return 0;
+  refusal_ = std::move(why);
+  return -EDQUOT;
+}
+
+// Why `bytes` more of device memory, exports or staging would pass the
+// user's bound, or empty.
+std::string Resources::bytes_refusal(Quota q, const Usage& u, uint64_t bytes, const std::string& who) const {
   if (q == Quota::memory) {
     const uint64_t bound = limits_.user_memory;
-    if (bound == 0 || (bytes <= bound && u.device_bytes <= bound - bytes)) return 0;
-    return refuse(who + " holds " + std::to_string(u.device_bytes) + " B of device memory; " +
-                  std::to_string(bytes) + " B more would pass --user-memory " + std::to_string(bound));
+    if (bound == 0 || (bytes <= bound && u.device_bytes <= bound - bytes)) return {};
+    return who + " holds " + std::to_string(u.device_bytes) + " B of device memory; " + std::to_string(bytes) +
+           " B more would pass --user-memory " + std::to_string(bound);
   }
   if (q == Quota::exports) {
     // What one user keeps alive never passes twice --user-memory: its live
     // allocations (bounded above) and its exports, kept after their free.
     const uint64_t bound = limits_.user_memory;
-    if (bound == 0 || (bytes <= bound && u.exported_bytes <= bound - bytes)) return 0;
-    return refuse(who + ": exports " + std::to_string(u.exported_bytes) + " B + " + std::to_string(bytes) +
-                  " B > export allowance --user-memory " + std::to_string(bound));
+    if (bound == 0 || (bytes <= bound && u.exported_bytes <= bound - bytes)) return {};
+    return who + ": exports " + std::to_string(u.exported_bytes) + " B + " + std::to_string(bytes) +
+           " B > export allowance --user-memory " + std::to_string(bound);
   }
-  if (q == Quota::staging) {
-    if (u.staging_areas >= proto::kMaxStagingAreas)
-      return refuse(who + " holds " + std::to_string(u.staging_areas) + " staging areas, the most one user may (" +
-                    std::to_string(proto::kMaxStagingAreas) + ")");
-    const uint64_t bound = limits_.user_staging;
-    if (bytes <= bound && u.staging_bytes <= bound - bytes) return 0;
-    return refuse(who + " holds " + std::to_string(u.staging_bytes) + " B of staging areas; " + std::to_string(bytes) +
-                  " B more would pass --user-staging " + std::to_string(bound));
-  }
+  if (u.staging_areas >= proto::kMaxStagingAreas)
+    return who + " holds " + std::to_string(u.staging_areas) + " staging areas, the most one user may (" +
+           std::to_string(proto::kMaxStagingAreas) + ")";
+  const uint64_t bound = limits_.user_staging;
+  if (bytes <= bound && u.staging_bytes <= bound - bytes) return {};
+  return who + " holds " + std::to_string(u.staging_bytes) + " B of staging areas; " + std::to_string(bytes) +
+         " B more would pass --user-staging " + std::to_string(bound);
+}
+
+// Why one more allocation, grant, open, import or event pool would pass a
+// bound (all users' allocations, the user's share of them, the user's
+// own), or empty.
+std::string Resources::count_refusal(const ClientState& c, Quota q, const Usage& u, const std::string& who) {
   if (q == Quota::buffers && limits_.max_buffers_total != 0) {
     const uint64_t total = limits_.max_buffers_total;
     if (holdings_.buffers >= total) {
       refused_total_.note("allocation refused: all users together hold --max-buffers-total allocations");
-      return refuse("all users together hold " + std::to_string(holdings_.buffers) +
-                    " allocations (--max-buffers-total " + std::to_string(total) + ")");
+      return "all users together hold " + std::to_string(holdings_.buffers) + " allocations (--max-buffers-total " +
+             std::to_string(total) + ")";
     }
     if (!c.admin && u.buffers >= limits_.share_of(total))
-      return refuse(who + " holds " + std::to_string(u.buffers) + " allocations, its most of --max-buffers-total " +
-                    std::to_string(total) + " (--user-share " + std::to_string(limits_.user_share) + "%)");
+      return who + " holds " + std::to_string(u.buffers) + " allocations, its most of --max-buffers-total " +
+             std::to_string(total) + " (--user-share " + std::to_string(limits_.user_share) + "%)";
   }
   struct Bound {
     uint64_t have, most;
@@ -278,9 +288,9 @@ int Resources::within(const ClientState& c, Quota q, uint64_t bytes) {
                 : q == Quota::opens    ? Bound{u.opens, limits_.max_opens, "buffers opened through grants", "--max-opens"}
                 : q == Quota::imports  ? Bound{u.imports, limits_.max_imports, "imported allocations", "--max-imports"}
                                        : Bound{u.event_pools, limits_.max_event_pools, "IPC event pools", "--max-event-pools"};
-  if (b.have < b.most) return 0;
-  return refuse(who + " holds " + std::to_string(b.have) + " " + b.what + ", the most one user may (" + b.flag + " " +
-                std::to_string(b.most) + ")");
+  if (b.have < b.most) return {};
+  return who + " holds " + std::to_string(b.have) + " " + b.what + ", the most one user may (" + b.flag + " " +
+         std::to_string(b.most) + ")";
 }
 
 }  // namespace ferry::ferryd

@@ -133,6 +133,8 @@ class Resources {
   // 0 when one more of `q` (`bytes` more, for memory) keeps c's user within
   // its bounds; else -EDQUOT with refusal_ set.
   int within(const ClientState& c, Quota q, uint64_t bytes = 0);
+  std::string bytes_refusal(Quota q, const Usage& u, uint64_t bytes, const std::string& who) const;
+  std::string count_refusal(const ClientState& c, Quota q, const Usage& u, const std::string& who);
   BufferRef lend(void* ptr, uint64_t bytes, bool imported);
 
   Backend& backend_;

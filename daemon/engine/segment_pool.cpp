@@ -84,6 +84,30 @@ void SegmentPool::drop(std::deque<Entry>& dead) {
   dead.clear();  // munmap and close
 }
 
+// An order filled (or its cancel answered), outside the lock: one of the
+// pool's own segments, if it has one of this geometry by now, else a new one.
+void SegmentPool::fill(Order& o) {
+  if (o.cancelled->load()) {
+    o.done(-ECANCELED, StagingSegment{}, false);
+  } else {
+    int r = 0;
+    Entry e;
+    bool pooled = false;
+    if (o.slots == slots_ && o.slot_bytes == slot_bytes_) {
+      std::lock_guard l(mu_);
+      if (!ready_.empty()) {
+        e = std::move(ready_.front());
+        ready_.pop_front();
+        pooled = true;
+      }
+    }
+    if (!pooled) e = make(o.slots, o.slot_bytes, &r);
+    o.done(r, std::move(e.seg), e.registered);
+  }
+  // Whatever the order's callback still holds goes outside the lock.
+  o.done = nullptr;
+}
+
 void SegmentPool::run() {
   pthread_setname_np(pthread_self(), "ferry-segments");
   std::unique_lock lock(mu_);
@@ -100,26 +124,7 @@ void SegmentPool::run() {
       Order o = std::move(orders_.front());
       orders_.pop_front();
       lock.unlock();
-      if (o.cancelled->load()) {
-        o.done(-ECANCELED, StagingSegment{}, false);
-      } else {
-        int r = 0;
-        // One of the pool's own, if it has one of this geometry by now.
-        Entry e;
-        bool pooled = false;
-        if (o.slots == slots_ && o.slot_bytes == slot_bytes_) {
-          std::lock_guard l(mu_);
-          if (!ready_.empty()) {
-            e = std::move(ready_.front());
-            ready_.pop_front();
-            pooled = true;
-          }
-        }
-        if (!pooled) e = make(o.slots, o.slot_bytes, &r);
-        o.done(r, std::move(e.seg), e.registered);
-      }
-      // Whatever the order's callback still holds goes outside the lock.
-      o.done = nullptr;
+      fill(o);
       lock.lock();
       continue;
     }

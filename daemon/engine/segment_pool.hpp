@@ -71,6 +71,7 @@ class SegmentPool {
   Entry make(uint32_t slots, uint64_t slot_bytes, int* r);
   void run();
   void drop(std::deque<Entry>& dead);
+  void fill(Order& o);  // off the lock
 
   const uint32_t slots_;
   const uint64_t slot_bytes_;
