@@ -53,6 +53,25 @@ proto::Hello hello_message(const char* given) {
   return hello;
 }
 
+// Whether the layout a Welcome gives (a server's word, not trusted) fits
+// its segment: the slots aligned and inside it; the ring, then the
+// results, then the fences, each inside the segment and before the slots.
+static bool layout_fits(const proto::Welcome& w) {
+  if (w.slot_count == 0 || w.ring_entries == 0 || w.slot_bytes == 0 || w.slot_bytes % proto::kStagingAlign != 0 ||
+      w.slots_offset % proto::kStagingAlign != 0 ||
+      uint64_t{w.slot_count} * w.slot_bytes / proto::kStagingAlign > UINT32_MAX ||
+      w.slots_offset + uint64_t{w.slot_count} * w.slot_bytes > w.segment_bytes)
+    return false;
+  const uint64_t ring_end = w.ring_offset + uint64_t{w.ring_entries} * sizeof(proto::SubmitEntry);
+  const uint64_t results_end = w.results_offset + uint64_t{w.ring_entries} * sizeof(proto::Result);
+  if (w.ring_offset < sizeof(proto::Segment) || w.ring_offset % alignof(proto::SubmitEntry) != 0 ||
+      ring_end > w.slots_offset || w.results_offset < ring_end || w.results_offset % alignof(proto::Result) != 0 ||
+      results_end > w.slots_offset)
+    return false;
+  return w.fences_offset >= results_end && w.fences_offset % alignof(proto::Fence) == 0 &&
+         w.fences_offset + proto::kFencesBytes <= w.slots_offset;
+}
+
 // Maps the segment the Welcome describes. 0 or -errno.
 int map_segment(ferry_client* c, int seg_fd) {
   const proto::Welcome& w = c->welcome;
@@ -61,44 +80,26 @@ int map_segment(ferry_client* c, int seg_fd) {
   // the Welcome and the file disagree, or the server could kill us).
   if (int r = ferry::util::sealed_for(seg_fd, w.segment_bytes); r != 0) return r;
   if (int r = c->mapping.map(seg_fd, w.segment_bytes); r != 0) return r == -EPROTO ? r : -ENOMEM;
-  void* p = c->mapping.data();
+  char* p = static_cast<char*>(c->mapping.data());
   // A forked child does not inherit the segment: bytes it wrote there would
   // land in the parent's staging area (owner_check refuses its calls; this
   // makes a stray pointer fault instead of corrupting an upload).
   (void)::madvise(p, w.segment_bytes, MADV_DONTFORK);
-  auto* seg = static_cast<proto::Segment*>(p);
-  if (seg->magic != proto::kMagic || w.slot_count == 0 || w.ring_entries == 0 || w.slot_bytes == 0 ||
-      w.slot_bytes % proto::kStagingAlign != 0 || w.slots_offset % proto::kStagingAlign != 0 ||
-      uint64_t{w.slot_count} * w.slot_bytes / proto::kStagingAlign > UINT32_MAX ||
-      w.slots_offset + uint64_t{w.slot_count} * w.slot_bytes > w.segment_bytes) {
+  auto* seg = reinterpret_cast<proto::Segment*>(p);
+  if (seg->magic != proto::kMagic || !layout_fits(w)) {
     c->mapping.reset();
     return -EPROTO;
   }
-  // The ring, then the results, then the fences, each inside the segment
-  // and before the staging area.
-  const uint64_t ring_end = w.ring_offset + uint64_t{w.ring_entries} * sizeof(proto::SubmitEntry);
-  const uint64_t results_end = w.results_offset + uint64_t{w.ring_entries} * sizeof(proto::Result);
-  if (w.ring_offset < sizeof(proto::Segment) || w.ring_offset % alignof(proto::SubmitEntry) != 0 ||
-      ring_end > w.slots_offset || w.results_offset < ring_end || w.results_offset % alignof(proto::Result) != 0 ||
-      results_end > w.slots_offset) {
-    c->mapping.reset();
-    return -EPROTO;
-  }
-  c->ring = reinterpret_cast<proto::SubmitEntry*>(static_cast<char*>(p) + w.ring_offset);
-  auto* results = reinterpret_cast<proto::Result*>(static_cast<char*>(p) + w.results_offset);
-  if (w.fences_offset < results_end || w.fences_offset % alignof(proto::Fence) != 0 ||
-      w.fences_offset + proto::kFencesBytes > w.slots_offset) {
-    c->mapping.reset();
-    return -EPROTO;
-  }
-  c->fence_words = reinterpret_cast<proto::Fence*>(static_cast<char*>(p) + w.fences_offset);
+  c->ring = reinterpret_cast<proto::SubmitEntry*>(p + w.ring_offset);
+  c->fence_words = reinterpret_cast<proto::Fence*>(p + w.fences_offset);
   c->seg = seg;
   c->seg_bytes = w.segment_bytes;
   c->slot_count = w.slot_count;
   c->slot_bytes = w.slot_bytes;
   c->ring_entries = w.ring_entries;
   c->reserved = std::make_unique<std::atomic<uint64_t>[]>(w.ring_entries);
-  c->timeline.attach(seg, results, static_cast<char*>(p) + w.slots_offset, w.slot_count, w.slot_bytes, w.ring_entries);
+  c->timeline.attach(seg, reinterpret_cast<proto::Result*>(p + w.results_offset), p + w.slots_offset, w.slot_count,
+                     w.slot_bytes, w.ring_entries);
   return 0;
 }
 

@@ -41,6 +41,11 @@ class LevelZero final : public Backend {
   }
 
   bool open(uint32_t index, std::string& why) {
+    return load_loader(why) && find_device(index, why) && setup(why);
+  }
+
+  // The loader's functions.
+  bool load_loader(std::string& why) {
     ze_.lib = dlopen("libze_loader.so.1", RTLD_NOW | RTLD_LOCAL);
     if (ze_.lib == nullptr) {
       why = "Level Zero loader (libze_loader.so.1) not found: install libze1";
@@ -55,7 +60,11 @@ class LevelZero final : public Backend {
     FERRY_ZE_FUNCS(X)
 #undef X
     ze_.translate = reinterpret_cast<decltype(&::zelLoaderTranslateHandle)>(dlsym(ze_.lib, "zelLoaderTranslateHandle"));
+    return true;
+  }
 
+  // The device of that index, across the drivers in discovery order.
+  bool find_device(uint32_t index, std::string& why) {
     if (ze_result_t r = ze_.zeInit(ZE_INIT_FLAG_GPU_ONLY); r != ZE_RESULT_SUCCESS) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "Level Zero: zeInit failed (0x%x): no GPU driver found", static_cast<unsigned>(r));
@@ -87,7 +96,7 @@ class LevelZero final : public Backend {
       why = "Level Zero: no device " + std::to_string(index) + " (" + std::to_string(seen) + " found)";
       return false;
     }
-    return setup(why);
+    return true;
   }
 
   const DeviceInfo& info() const override { return info_; }
