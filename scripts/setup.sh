@@ -16,6 +16,7 @@ pkgs=(
   dpkg-dev debhelper dh-python lintian fakeroot  # the Debian packages (scripts/deb-build.sh)
   python3-yaml  # the cluster examples' offline check (tests/deploy_check.sh)
   man-db  # the manual pages rendered without a warning (tests/man_check.py)
+  universal-ctags  # the functions' lengths (tests/function_length_check.py)
 )
 # kubectl reads the Kubernetes manifests offline; a kubectl from elsewhere will do.
 command -v kubectl >/dev/null || pkgs+=(kubernetes-client)

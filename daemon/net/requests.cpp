@@ -11,6 +11,7 @@
 
 #include "log.hpp"
 #include "admin/status.hpp"
+#include "net/admission.hpp"
 
 namespace ferry::ferryd {
 
@@ -95,7 +96,9 @@ Answer Requests::on_hello(const proto::Hello& m) {
     ++ctx_.stats.hellos_gone;
     return Answer::close();
   }
-  if (std::optional<Answer> refused = refuse_admission()) return std::move(*refused);
+  // No user but an admin takes more than its share: the rest stays for the others.
+  admin_ = is_admin(ctx_.options, peer_.cred);
+  if (std::optional<Answer> refused = refuse_admission(ctx_, peer_.uid, admin_)) return std::move(*refused);
   const Options& o = ctx_.options;
   TransferEngine& engine = ctx_.engine;
   // The Welcome is the first thing this session sends: it carries the segment.
@@ -110,34 +113,6 @@ Answer Requests::on_hello(const proto::Hello& m) {
                                 answer(welcome(m, r, std::move(c)));
                               });
   return {};
-}
-
-// The bounds on clients a Hello must pass: all users' (--max-clients) and
-// its user's share. Each counts the client states kept after their
-// sessions for held transfers too; at a bound such holds are given up first,
-// so departed clients never lock out live ones. The refusal, or nothing.
-std::optional<Answer> Requests::refuse_admission() {
-  TransferEngine& engine = ctx_.engine;
-  const Limits& l = ctx_.options.limits;
-  auto states = [&] { return engine.clients().connected() + engine.clients().departed() + ctx_.users.hellos(); };
-  if (states() >= l.max_clients) engine.drop_departed_holds(std::nullopt);
-  if (states() >= l.max_clients) {
-    const std::string why = "ferryd serves " + std::to_string(l.max_clients) +
-                            " clients of all users, those still finishing copies included (--max-clients)";
-    return Answer::error(0, -EUSERS, why, true);
-  }
-  // No user but an admin takes more than its share: the rest stays for the others.
-  admin_ = is_admin(ctx_.options, peer_.cred);
-  if (admin_) return std::nullopt;
-  auto mine = [&] { return engine.resources().usage(peer_.uid).clients + ctx_.users.of(peer_.uid).hellos; };
-  if (mine() >= l.share_of(l.max_clients)) engine.drop_departed_holds(peer_.uid);
-  if (const uint64_t n = mine(); n >= l.share_of(l.max_clients)) {
-    const std::string why = "uid " + std::to_string(peer_.uid) + " has " + std::to_string(n) +
-                            " clients, its most of --max-clients " + std::to_string(l.max_clients) + " (--user-share " +
-                            std::to_string(l.user_share) + "%)";
-    return Answer::error(0, -EUSERS, why, true);
-  }
-  return std::nullopt;
 }
 
 // What a Welcome tells the client: its segment's layout, the device.

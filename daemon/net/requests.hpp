@@ -65,7 +65,6 @@ class Requests {
   Answer on_hello(const proto::Hello& m);
   // The rest of a Hello once its client exists (r == 0) or could not be made.
   Answer welcome(const proto::Hello& m, int r, ClientRef c);
-  std::optional<Answer> refuse_admission();
   proto::Welcome welcome_message(const ClientState& c) const;
   Answer on_alloc(const proto::Alloc& m);
   Answer on_free(const proto::Free& m);
