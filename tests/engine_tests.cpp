@@ -128,13 +128,13 @@ TEST_CASE("tickets: the window, the staging range and no double use", "[engine][
   REQUIRE(c.create_segment(4, 4096) == 0);  // 16 KiB of staging, 16 tickets in flight
   const uint32_t n = proto::ring_entries(4);
   REQUIRE(c.ring_entries() == n);
-  const uint32_t last = (4 * 4096 - 64) / proto::kStagingAlign;  // the staging area's last 64 bytes
+  const uint64_t last = 4 * 4096 - 64;  // the staging area's last 64 bytes
   CHECK(c.check_transfer(0, 0, 64) != nullptr);      // tickets start at 1
   CHECK(c.check_transfer(1, 0, 64) == nullptr);
   CHECK(c.check_transfer(1, last, 64) == nullptr);   // anywhere in the area
   CHECK(c.check_transfer(1, last, 65) != nullptr);   // past its end
-  CHECK(c.check_transfer(1, last + 1, 1) != nullptr);
-  CHECK(c.check_transfer(1, UINT32_MAX, 64) != nullptr);
+  CHECK(c.check_transfer(1, last + proto::kStagingAlign, 1) != nullptr);
+  CHECK(c.check_transfer(1, uint64_t{UINT32_MAX} * proto::kStagingAlign, 64) != nullptr);  // the farthest an entry says
   CHECK(c.check_transfer(1, 0, 0) != nullptr);       // empty
   CHECK(c.check_transfer(1, 0, 4097) != nullptr);    // more than one slot
   CHECK(c.check_transfer(n, 0, 64) == nullptr);

@@ -28,30 +28,10 @@ StagingPlan plan_for(ferry_client* c, uint64_t bytes, uint64_t piece_cap) {
 
 namespace {
 
-// One transfer of ticket t, as the daemon takes it: an entry in the
+// One transfer of `ticket`, as the daemon takes it: an entry in the
 // submission ring (and its doorbell only if ferryd's poller sleeps).
-struct Submit {
-  proto::Type type;
-  uint64_t staging;  // byte offset in the staging area (Timeline::place)
-  uint64_t ticket, length, buffer, offset;
-  uint64_t after = 0;         // upload_after, upload_fenced
-  uint64_t pool = 0;          // upload_signal; upload_fenced: release
-  uint64_t event = 0;         // upload_signal; upload_fenced: publish
-  uint32_t flags = 0;         // proto::kTransferLastPiece
-};
-
-int submit(ferry_client* c, const Submit& s) {
-  const auto staging = static_cast<uint32_t>(s.staging / proto::kStagingAlign);
-  proto::SubmitEntry& e = c->ring[(s.ticket - 1) % c->ring_entries];
-  e.type.store(static_cast<uint64_t>(s.type) | uint64_t{s.flags} << 16 | uint64_t{staging} << 32,
-               std::memory_order_relaxed);
-  e.length.store(s.length, std::memory_order_relaxed);
-  e.buffer.store(s.buffer, std::memory_order_relaxed);
-  e.offset.store(s.offset, std::memory_order_relaxed);
-  e.after.store(s.after, std::memory_order_relaxed);
-  e.pool.store(s.pool, std::memory_order_relaxed);
-  e.event.store(s.event, std::memory_order_relaxed);
-  e.ticket.store(s.ticket, std::memory_order_release);
+int submit(ferry_client* c, uint64_t ticket, const proto::Transfer& t) {
+  proto::write_entry(c->ring[(ticket - 1) % c->ring_entries], ticket, t);
   // The daemon sets `doorbell` before its last look at the ring: either it
   // sees this entry, or this sees the flag (proto::Segment::doorbell).
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -106,27 +86,27 @@ int check_upload(const ferry_iovec* src, size_t count, const UploadOptions& o, c
 
 // The ring entry of piece p of an upload of `pieces` pieces whose first
 // ticket is `first`: its kind and values by the call's options.
-Submit piece_entry(const UploadOptions& o, uint64_t first, uint64_t pieces, uint64_t dst, uint64_t dst_offset,
-                   const Piece& p) {
+proto::Transfer piece_entry(const UploadOptions& o, uint64_t pieces, uint64_t dst, uint64_t dst_offset,
+                            const Piece& p) {
   const bool last = p.index + 1 == pieces;
-  Submit s{proto::Type::upload, p.staging, first + p.index, p.length, dst, dst_offset + p.offset};
+  proto::Transfer s{proto::Type::upload, 0, p.staging, p.length, dst, dst_offset + p.offset};
   if (last) s.flags = proto::kTransferLastPiece;  // the call is counted by it
   if (o.signal && last) {
     // The last piece carries the event: the in-order queue signals it
     // after every earlier piece.
-    s.type = proto::Type::upload_signal;
+    s.kind = proto::Type::upload_signal;
     s.pool = o.pool;
     s.event = o.event;
   } else if (o.fenced) {
     // Every piece waits for the values, as below; the last publishes.
-    s.type = proto::Type::upload_fenced;
+    s.kind = proto::Type::upload_fenced;
     s.after = o.after;
     s.pool = o.release;
     s.event = last ? o.publish : 0;
   } else if (o.after != 0) {
     // Every piece waits for the value: pieces staged by several threads
     // may reach the daemon in any order.
-    s.type = proto::Type::upload_after;
+    s.kind = proto::Type::upload_after;
     s.after = o.after;
   }
   return s;
@@ -148,7 +128,9 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
   if (int r = c->timeline.take(plan.pieces, false, &turn); r != 0) return r;
   // Each piece, staged, becomes a ring entry; with a signal, the last piece
   // goes last, after the others were sent.
-  auto entry = [&](const Piece& p) { return submit(c, piece_entry(o, turn.ticket, plan.pieces, dst, dst_offset, p)); };
+  auto entry = [&](const Piece& p) {
+    return submit(c, turn.ticket + p.index, piece_entry(o, plan.pieces, dst, dst_offset, p));
+  };
   if (int r = stage_pieces(c, plan, bytes, turn, from, nullptr, true, o.signal, entry); r != 0) return r;
   if (out != nullptr) *out = turn.ticket + plan.pieces - 1;
   return 0;
@@ -197,11 +179,10 @@ int commit(ferry_client* c, ferry_reservation* r, uint64_t dst, uint64_t dst_off
   // this one on its own if the range is wrong.
   const int range = check_range(c, dst, dst_offset, r->bytes, "ferry_upload_commit");
   FERRY_SLOT_HANDED_ON(tl.staging());
-  Submit s{proto::Type::upload, r->staging, t, r->bytes, dst, dst_offset};
-  s.flags = proto::kTransferLastPiece;
+  const proto::Transfer s{proto::Type::upload, proto::kTransferLastPiece, r->staging, r->bytes, dst, dst_offset};
   r->ticket = 0;
   r->data = nullptr;
-  if (int e = submit(c, s); e != 0) return e;
+  if (int e = submit(c, t, s); e != 0) return e;
   if (out != nullptr) *out = t;
   return range;
 }
@@ -213,11 +194,11 @@ int cancel(ferry_client* c, ferry_reservation* r) {
   if (int e = own_reservation(c, r, "ferry_upload_cancel"); e != 0) return e;
   // The ticket still goes out, in order: an upload to buffer 0
   // (proto::kNoBuffer), which the daemon completes without a copy.
-  Submit s{proto::Type::upload, r->staging, r->ticket, r->bytes, 0, 0};
-  s.flags = proto::kTransferLastPiece;
+  const uint64_t t = r->ticket;
+  const proto::Transfer s{proto::Type::upload, proto::kTransferLastPiece, r->staging, r->bytes, proto::kNoBuffer, 0};
   r->ticket = 0;
   r->data = nullptr;
-  return submit(c, s);
+  return submit(c, t, s);
 }
 
 int download(ferry_client* c, uint64_t src, uint64_t src_offset, void* dst, uint64_t bytes) {
@@ -233,7 +214,7 @@ int download(ferry_client* c, uint64_t src, uint64_t src_offset, void* dst, uint
     uint64_t at = 0;
     if (int r = tl.place(turn, n, c->conn.timeout_ms(), &at); r != 0) return r;
     tl.hold(turn.place);  // before the ticket can complete: no upload may reuse the bytes until we read them
-    int r = submit(c, Submit{proto::Type::download, at, t, n, src, src_offset + done});
+    int r = submit(c, t, proto::Transfer{proto::Type::download, 0, at, n, src, src_offset + done});
     // One slot's copy: a daemon that does not finish it in the timeout stalled.
     if (r == 0) r = tl.wait(t, int64_t{c->conn.timeout_ms()} * 1'000'000);
     if (r == -ETIMEDOUT) tl.ended(-ETIMEDOUT);

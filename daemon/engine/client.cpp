@@ -125,9 +125,8 @@ bool ClientState::event_pool(uint64_t id, uint64_t* backend_id) const {
   return true;
 }
 
-const char* ClientState::check_transfer(uint64_t ticket, uint32_t staging, uint64_t length) const {
+const char* ClientState::check_transfer(uint64_t ticket, uint64_t at, uint64_t length) const {
   if (const char* why = window_.check(ticket, length)) return why;
-  const uint64_t at = uint64_t{staging} * proto::kStagingAlign;
   const uint64_t area = segment_.staging_bytes();
   if (at > area || length > area - at) return "transfer outside the staging area";
   return nullptr;

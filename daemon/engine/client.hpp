@@ -49,15 +49,11 @@ using ClientRef = std::shared_ptr<ClientState>;
 
 // One transfer as ferryd took it from the ring: every word copied out of
 // shared memory once (proto::SubmitEntry), and only this copy used.
-struct Entry {
+// after: upload_after, upload_fenced: the client's app_value to wait for;
+// pool: upload_signal: the pool; upload_fenced: the fence's release to wait
+// for; event: upload_signal: the event; upload_fenced: the value to publish.
+struct Entry : proto::Transfer {
   uint64_t ticket = 0;
-  proto::Type kind = proto::Type::upload;
-  uint32_t flags = 0;    // proto::kTransferLastPiece
-  uint32_t staging = 0;  // in units of proto::kStagingAlign
-  uint64_t length = 0, buffer = 0, offset = 0;
-  uint64_t after = 0;  // upload_after, upload_fenced: the client's app_value to wait for
-  uint64_t pool = 0;   // upload_signal: the pool; upload_fenced: the fence's release to wait for
-  uint64_t event = 0;  // upload_signal: the event; upload_fenced: the value to publish
   bool download() const { return kind == proto::Type::download; }
   bool signal() const { return kind == proto::Type::upload_signal; }
   bool fenced() const { return kind == proto::Type::upload_fenced; }
@@ -127,7 +123,7 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   // Checks a transfer's ticket against this client's window, and its
   // staging range (Entry::staging, length) against the staging area.
   // Returns nullptr or the reason it is refused.
-  const char* check_transfer(uint64_t ticket, uint32_t staging, uint64_t length) const;
+  const char* check_transfer(uint64_t ticket, uint64_t staging, uint64_t length) const;
   // Writes a failed ticket's Result record and counts it in the segment
   // (proto::Result), before anything (the device's write included) can
   // pass the ticket.

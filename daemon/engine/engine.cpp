@@ -136,7 +136,7 @@ void TransferEngine::issue(const ClientRef& c, const Entry& e) {
   // uploads are that large, into buffers they may write (not small or
   // buffer-less entries, nor ones that copy nothing).
   if (!e.download() && c->note_upload(e.length, e.last_piece())) clients_.publish();
-  char* slot = c->segment().slots_begin() + uint64_t{e.staging} * proto::kStagingAlign;
+  char* slot = c->segment().slots_begin() + e.staging;
   // CUDA device addresses are not host pointers: plain integer arithmetic.
   auto* dev = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(buf->ptr) + e.offset);
   int r = e.download() ? submit(c, e.ticket, true, slot, dev, e.length, buf)

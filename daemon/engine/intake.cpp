@@ -112,17 +112,8 @@ namespace {
 // looked at: the client may be rewriting it right now, and only this copy
 // counts. Returns nullptr, or why the entry is no transfer.
 const char* take_entry(const proto::SubmitEntry& e, uint64_t ticket, Entry* out) {
-  const uint64_t word = e.type.load(std::memory_order_relaxed);
+  static_cast<proto::Transfer&>(*out) = proto::read_entry(e);
   out->ticket = ticket;
-  out->kind = static_cast<proto::Type>(word & 0xffffu);
-  out->flags = static_cast<uint32_t>((word >> 16) & 0xffffu);
-  out->staging = static_cast<uint32_t>(word >> 32);
-  out->length = e.length.load(std::memory_order_relaxed);
-  out->buffer = e.buffer.load(std::memory_order_relaxed);
-  out->offset = e.offset.load(std::memory_order_relaxed);
-  out->after = e.after.load(std::memory_order_relaxed);
-  out->pool = e.pool.load(std::memory_order_relaxed);
-  out->event = e.event.load(std::memory_order_relaxed);
   if ((out->flags & ~proto::kTransferLastPiece) != 0) return "ring entry with unknown flags";
   // Only the kinds that have them keep their values (a plain upload is
   // never held by a stray `after`).

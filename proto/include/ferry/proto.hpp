@@ -426,6 +426,49 @@ struct SubmitEntry {
 };
 static_assert(sizeof(SubmitEntry) == 64);
 
+// One transfer as a ring entry carries it: the client writes it with
+// write_entry, ferryd copies it out with read_entry (and then checks every
+// value, as it would a message's). The one place the entry's words are
+// packed and unpacked.
+struct Transfer {
+  Type kind = Type::upload;  // upload, download, upload_signal, upload_after, upload_fenced
+  uint32_t flags = 0;        // kTransferLastPiece
+  uint64_t staging = 0;      // the first byte in the staging area, a multiple of kStagingAlign
+  uint64_t length = 0, buffer = 0, offset = 0;
+  uint64_t after = 0, pool = 0, event = 0;  // by kind, as SubmitEntry says
+};
+
+// Fills e with t for `ticket`, the ticket stored last (release): once
+// ferryd sees the ticket, it sees the rest.
+inline void write_entry(SubmitEntry& e, uint64_t ticket, const Transfer& t) {
+  const uint64_t staging = t.staging / kStagingAlign;
+  e.type.store(static_cast<uint64_t>(t.kind) | uint64_t{t.flags} << 16 | staging << 32, std::memory_order_relaxed);
+  e.length.store(t.length, std::memory_order_relaxed);
+  e.buffer.store(t.buffer, std::memory_order_relaxed);
+  e.offset.store(t.offset, std::memory_order_relaxed);
+  e.after.store(t.after, std::memory_order_relaxed);
+  e.pool.store(t.pool, std::memory_order_relaxed);
+  e.event.store(t.event, std::memory_order_relaxed);
+  e.ticket.store(ticket, std::memory_order_release);
+}
+
+// Every word of e copied out once (the client may be rewriting it: only
+// the copy counts), after its ticket was seen with acquire. Unchecked.
+inline Transfer read_entry(const SubmitEntry& e) {
+  Transfer t;
+  const uint64_t word = e.type.load(std::memory_order_relaxed);
+  t.kind = static_cast<Type>(word & 0xffffu);
+  t.flags = static_cast<uint32_t>((word >> 16) & 0xffffu);
+  t.staging = (word >> 32) * kStagingAlign;
+  t.length = e.length.load(std::memory_order_relaxed);
+  t.buffer = e.buffer.load(std::memory_order_relaxed);
+  t.offset = e.offset.load(std::memory_order_relaxed);
+  t.after = e.after.load(std::memory_order_relaxed);
+  t.pool = e.pool.load(std::memory_order_relaxed);
+  t.event = e.event.load(std::memory_order_relaxed);
+  return t;
+}
+
 // ---------------------------------------------------------------- outcomes
 // The outcome of a failed ticket, written by ferryd alone into the record
 // of its ring entry's index ((ticket - 1) % ring_entries, at
