@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "net/server.hpp"
 
+#include "net/answer.hpp"
+
 
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -203,11 +205,8 @@ void Server::accept() {
         // Closed at once, told why: connections are bounded, Hello or not.
         // A fresh socket's buffer takes the one message without blocking.
         refused(why.c_str());
-        auto e = proto::make<proto::Error>(proto::Type::error);
-        e.h.flags = proto::kErrorFatal;
-        e.code = -EUSERS;
-        proto::set_text(e.text, why);
-        (void)::send(sock.native_handle(), &e, sizeof e, MSG_DONTWAIT | MSG_NOSIGNAL);
+        const Answer a = Answer::error(0, -EUSERS, why, true);
+        (void)::send(sock.native_handle(), a.bytes.data(), a.bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
         boost::system::error_code ignored;
         sock.close(ignored);
         ++ctx_.stats.refused;
