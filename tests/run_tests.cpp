@@ -22,6 +22,7 @@
 #include <mutex>
 #include <thread>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -146,6 +147,20 @@ TEST_CASE("ferry-run: the decision table", "[run]") {
     CHECK(v.stage == r.stage);
     CHECK(v.why == r.why);
   }
+}
+
+TEST_CASE("ferry-run: every pass reason has the name ferryctl and the metrics show", "[run]") {
+  CHECK(std::string(ferry_pass_reason_name(FERRY_PASS_SMALL)) == "small");
+  CHECK(std::string(ferry_pass_reason_name(FERRY_PASS_NO_ROOM)) == "no_room");
+  CHECK(std::string(ferry_pass_reason_name(FERRY_PASS_BUSY)) == "busy");
+  std::set<std::string> names;
+  for (int i = 0; i < FERRY_PASS_REASONS; ++i) {
+    REQUIRE(ferry_pass_reason_name(i) != nullptr);
+    names.insert(ferry_pass_reason_name(i));
+  }
+  CHECK(names.size() == FERRY_PASS_REASONS);  // no two alike
+  CHECK(ferry_pass_reason_name(-1) == nullptr);
+  CHECK(ferry_pass_reason_name(FERRY_PASS_REASONS) == nullptr);
 }
 
 TEST_CASE("ferry-run: the hazard is real, and ferry-run removes it at every size", "[run][interpose]") {

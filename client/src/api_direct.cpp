@@ -40,6 +40,10 @@ int ferry_set_staging_hooks(ferry_client* c, const ferry_staging_hooks* hooks) {
   return 0;
 }
 
+const char* ferry_pass_reason_name(int why) {
+  return why >= 0 && why < FERRY_PASS_REASONS ? proto::kPassNames[why] : nullptr;
+}
+
 int ferry_publish_run(ferry_client* c, const ferry_run_counts* counts) {
   if (int e = fc::owner_check(c); e != 0) return e;
   const char* fn = "ferry_publish_run";

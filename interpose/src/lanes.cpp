@@ -14,8 +14,6 @@
 namespace ferry::run {
 
 namespace {
-const char* const kPassNames[FERRY_PASS_REASONS] = {"small",     "pinned",  "not_upload", "captured",    "replayable",
-                                                    "no_daemon", "no_room", "error",      "unsupported", "busy"};
 
 // Errors after which a client uploads no more (its connection or its
 // staging's bookkeeping is gone); any other error leaves it usable.
@@ -262,7 +260,7 @@ std::string Lanes::report() const {
   s += ",\"staged\":" + std::to_string(staged_.load()) + ",\"staged_bytes\":" + std::to_string(staged_bytes_.load());
   s += ",\"passed\":{";
   for (int i = 0; i < FERRY_PASS_REASONS; ++i)
-    s += std::string(i == 0 ? "" : ",") + "\"" + kPassNames[i] + "\":" + std::to_string(passed_[i].load());
+    s += std::string(i == 0 ? "" : ",") + "\"" + ferry_pass_reason_name(static_cast<int>(i)) + "\":" + std::to_string(passed_[i].load());
   s += "},\"passed_bytes\":" + std::to_string(passed_bytes_.load());
   {
     std::lock_guard lock(mu_);

@@ -522,6 +522,10 @@ typedef struct ferry_run_counts {
  * Does not block. */
 int ferry_publish_run(ferry_client *c, const ferry_run_counts *counts);
 
+/* The name `ferryctl status`, the metrics and ferry-run's report give a
+ * FERRY_PASS_* reason ("no_room"), or NULL for a number that is none. */
+const char *ferry_pass_reason_name(int why);
+
 /* Geometry this client was given (versioned by size, as ferry_timeline).
  * Does not block. */
 typedef struct ferry_info {
