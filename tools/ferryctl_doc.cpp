@@ -142,7 +142,4 @@ const json::array& array_at(const json::object& o, const char* path) {
 
 const json::array& clients(const json::object& o) { return array_at(o, "clients"); }
 
-// A status line of 80 columns at most: its label in the first 12, the text
-// folded at spaces, continued under itself.
-
 }  // namespace ferry::ctl

@@ -38,6 +38,8 @@ namespace json = boost::json;
 
 namespace ferry::ctl {
 
+// A status line of 80 columns at most: its label in the first 12, the text
+// folded at spaces, continued under itself.
 static void paragraph(const std::string& label, const std::string& text) {
   constexpr size_t kWidth = 80, kIndent = 12;
   std::string line = label;

@@ -84,8 +84,8 @@ int check_upload(const ferry_iovec* src, size_t count, const UploadOptions& o, c
   return 0;
 }
 
-// The ring entry of piece p of an upload of `pieces` pieces whose first
-// ticket is `first`: its kind and values by the call's options.
+// The ring entry of piece p of an upload of `pieces` pieces: its kind and
+// values by the call's options (its ticket is the upload's first plus p.index).
 proto::Transfer piece_entry(const UploadOptions& o, uint64_t pieces, uint64_t dst, uint64_t dst_offset,
                             const Piece& p) {
   const bool last = p.index + 1 == pieces;
