@@ -273,16 +273,27 @@ void Server::stop() {
   signals_.cancel(ec);
   for (const auto& [id, c] : engine_.clients().all())
     if (c->connected()) c->set_daemon_state(2);
-  drain_deadline_ = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(static_cast<int64_t>(opts_.drain_seconds * 1000));
+  drain_from_ = std::chrono::steady_clock::now();
+  drain_deadline_ = drain_from_ + std::chrono::milliseconds(static_cast<int64_t>(opts_.drain_seconds * 1000));
   drain_tick();
 }
+
+namespace {
+constexpr auto kStopGrace = std::chrono::milliseconds(50);
+}  // namespace
 
 void Server::drain_tick() {
   // Held uploads too: a data loader's next batch waits for its consumer's
   // release, which comes as the consumer goes on (ferry.torch then connects
   // to the next ferryd with nothing lost).
-  const bool drained = engine_.stats().in_flight == 0 && !engine_.holding();
+  // And every entry a client published is taken: a client that looked at
+  // the daemon's state just before it became "stopping" may still be
+  // writing its entry, so the rings are looked at for a short while after
+  // the flip (kStopGrace) before they count as quiet.
+  bool rings_quiet = std::chrono::steady_clock::now() >= drain_from_ + kStopGrace;
+  for (const auto& [id, c] : engine_.clients().all())
+    if (c->connected() && engine_.last_published(c->shared_from_this()) >= c->window().next()) rings_quiet = false;
+  const bool drained = engine_.stats().in_flight == 0 && !engine_.holding() && rings_quiet;
   if (!drained && std::chrono::steady_clock::now() < drain_deadline_) {
     timer_.expires_after(std::chrono::milliseconds(5));
     timer_.async_wait([this](const boost::system::error_code& ec) {

@@ -71,6 +71,7 @@ class Server {
   bool owns_path_ = false;
   struct stat bound_ {};  // the socket file this daemon bound (unlink_socket)
   std::chrono::steady_clock::time_point drain_deadline_;
+  std::chrono::steady_clock::time_point drain_from_;  // when the clients were told "stopping"
 };
 
 }  // namespace ferry::ferryd
