@@ -368,7 +368,7 @@ def main():
         if not a.ferryctl:
             ap.error("--account needs --ferryctl")
         os.environ["FERRY_TORCH_ACCOUNT"] = "1"  # the workers' part (spawned ones read it at import)
-        ferry.torch._ACCOUNT = True
+        ferry.torch._account.ON = True
     kinds = a.kinds.split(",")
     for k in kinds:
         if k not in ("torch", "ferry", "alone", "gen", "host"):

@@ -37,3 +37,12 @@ file(WRITE "${FERRY_PY_TMP}/_build.py"
 file(GLOB sources "${FERRY_PY_SRC}/*.py")
 list(FILTER sources EXCLUDE REGEX "/_build\\.py$")
 file(INSTALL ${sources} "${FERRY_PY_TMP}/_build.py" DESTINATION "${dest}/ferry")
+# The subpackages (ferry.torch), each a folder of modules.
+file(GLOB subpackages LIST_DIRECTORIES true "${FERRY_PY_SRC}/*")
+foreach(sub IN LISTS subpackages)
+  if(IS_DIRECTORY "${sub}" AND EXISTS "${sub}/__init__.py")
+    get_filename_component(name "${sub}" NAME)
+    file(GLOB sub_sources "${sub}/*.py")
+    file(INSTALL ${sub_sources} DESTINATION "${dest}/ferry/${name}")
+  endif()
+endforeach()

@@ -38,6 +38,7 @@ from test_ferry import Daemon  # noqa: E402
 
 if torch is not None:
     import ferry.torch as ft
+    from ferry.torch import _pool as ft_pool  # the trainer's side, for the tests that reach into it
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -610,14 +611,14 @@ class ReleaseTest(unittest.TestCase):
             self.synced += 1
 
     def pool_and_slot(self, fence):
-        pool = object.__new__(ft._Pool)
+        pool = object.__new__(ft_pool._Pool)
         pool.lock, pool.closing, pool.capacity, pool.slots = threading.RLock(), False, 4096, {}
         pool.forgotten, pool.pid, pool.next_slot = [], os.getpid(), 1
 
         def fail(*args):
             raise RuntimeError("cuStreamWriteValue64: an error")
         pool._release_on_device = fail
-        slot = object.__new__(ft._Slot)
+        slot = object.__new__(ft_pool._Slot)
         slot.id, slot.capacity, slot.fence, slot.released = 1, 4096, fence, 3
         slot.state, slot.life, slot.retired, slot.mapping = "out", None, False, None
         pool.slots[1] = slot
@@ -639,12 +640,12 @@ class ReleaseTest(unittest.TestCase):
             pool.done_with(slot, 5, self.Stream(), os.getpid(), {})
         self.assertEqual(slot.state, "dead")
         made = []
-        real = ft._Slot
-        ft._Slot = lambda p, ident, cap: made.append(ident) or real.__new__(real)
+        real = ft_pool._Slot
+        ft_pool._Slot = lambda p, ident, cap: made.append(ident) or real.__new__(real)
         try:
             self.assertIsNot(pool._slot(4096), slot)  # a new buffer, not this one
         finally:
-            ft._Slot = real
+            ft_pool._Slot = real
         self.assertEqual(made, [pool.next_slot])
 
 if __name__ == "__main__":
