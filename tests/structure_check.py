@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Checks the shape docs/DESIGN.md promises: every source file of daemon/,
-client/src/ and interpose/ small enough to read in one sitting, interpose/ on
+"""Checks the shape docs/DESIGN.md promises: no class of daemon/, client/src/,
+interpose/ and tools/ across files (each class's members are defined in one
+.cpp: a reader finds a type in one place, whatever its length), interpose/ on
 libferry's public headers alone, no include cycle among the
 project's own headers, proto/ and util/ at the bottom (they include nothing of
 the daemon's or the library's), and ferryd's layers in order: device/ includes
 nothing of engine/, admin/ or net/; engine/ nothing of admin/ or net/; admin/
 nothing of net/. Prints the include graph with --graph.
 usage: structure_check.py REPO_ROOT [--graph]"""
+import collections
 import os
 import re
 import sys
 
-MAX_LINES = 400
 root = sys.argv[1]
 parts = ["proto/include/ferry", "proto/src", "util/include/ferry/util", "util/src", "daemon", "daemon/device",
          "daemon/engine", "daemon/admin", "daemon/net", "client/src", "client/include/ferry", "tools", "interpose/src"]
@@ -50,10 +51,6 @@ for f, t in files.items():
         for g in graph[f]:
             if not g.startswith(("interpose/", "client/include/")):
                 problems.append(f"{f} includes {g}: interpose/ may use only libferry's public headers")
-    if f.startswith(("daemon/", "client/src/", "interpose/")):
-        n = t.count("\n")
-        if n > MAX_LINES:
-            problems.append(f"{f}: {n} lines (at most {MAX_LINES})")
     if f.startswith(("proto/", "util/")):
         for g in graph[f]:
             if not g.startswith(("proto/", "util/")):
@@ -63,6 +60,23 @@ for f, t in files.items():
             for g in graph[f]:
                 if any(g.startswith(above) for above in layers[i + 1:]):
                     problems.append(f"{f} includes {g}: {layer} is below it")
+
+# No class across files: a member defined out of its class (at namespace
+# level, Class::name(...) followed by its body) names the one .cpp that
+# defines that class's members.
+member = re.compile(r"^(?!\s)(?:template\s*<[^>]*>\s*)?[^;{}()\n]*?\b(\w+)::(~?\w+)\s*\(", re.M)
+defined_in = collections.defaultdict(set)
+for f, t in files.items():
+    if f.endswith(".cpp") and f.startswith(("daemon/", "client/src/", "interpose/", "tools/")):
+        for m in member.finditer(t):
+            rest = t[m.end():]
+            brace, semi = rest.find("{"), rest.find(";")
+            if brace != -1 and (semi == -1 or brace < semi):
+                defined_in[m.group(1)].add(f)
+for cls, where in sorted(defined_in.items()):
+    if len(where) > 1:
+        problems.append(f"class {cls} has members defined in {len(where)} files ({', '.join(sorted(where))}): "
+                        "one class, one file")
 
 # Cycles between modules: a .hpp and its .cpp are one node, so two sources
 # that include each other's headers form a cycle too.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The C ABI (ferry/ferry.h): argument checks, then the connection, the
-// timeline and the transfer paths do the work.
+// tickets, the staging FIFO and the transfer paths do the work.
 #include <grp.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -98,8 +98,8 @@ int map_segment(ferry_client* c, int seg_fd) {
   c->slot_bytes = w.slot_bytes;
   c->ring_entries = w.ring_entries;
   c->reserved = std::make_unique<std::atomic<uint64_t>[]>(w.ring_entries);
-  c->timeline.attach(seg, reinterpret_cast<proto::Result*>(p + w.results_offset), p + w.slots_offset, w.slot_count,
-                     w.slot_bytes, w.ring_entries);
+  c->tickets.attach(seg, reinterpret_cast<proto::Result*>(p + w.results_offset), w.ring_entries);
+  c->fifo.attach(p + w.slots_offset, w.slot_count, w.slot_bytes, w.ring_entries);
   return 0;
 }
 
@@ -136,7 +136,7 @@ int connect_failed(const std::string& path, int r, const std::string& refusal = 
 }  // namespace
 
 ferry_client::ferry_client()
-    : conn(timeline), pid(::getpid()), generation(fork_generation.load(std::memory_order_relaxed)) {}
+    : conn(tickets), pid(::getpid()), generation(fork_generation.load(std::memory_order_relaxed)) {}
 
 namespace ferry::client {
 
@@ -286,7 +286,7 @@ int ferry_get_timeline(ferry_client* c, ferry_timeline* out) {
   t.segment_bytes = c->seg_bytes;
   t.device_completed = reinterpret_cast<volatile uint64_t*>(&c->seg->device_completed);
   t.app_value = reinterpret_cast<volatile uint64_t*>(&c->seg->app_value);
-  t.direct_completed = reinterpret_cast<volatile uint64_t*>(&c->timeline.direct_words().completed);
+  t.direct_completed = reinterpret_cast<volatile uint64_t*>(&c->tickets.direct_words().completed);
   t.device_written = (c->welcome.flags & proto::kDeviceTimeline) != 0;
   return fc::fill_versioned(out, t, "ferry_get_timeline");
 }
@@ -311,24 +311,24 @@ int ferry_wait(ferry_client* c, ferry_ticket t, int64_t timeout_ns) {
   if (int e = fc::owner_check(c); e != 0) return e;
   if (t == 0) return fc::misuse(-EINVAL, "ferry_wait", "ticket 0 is no ticket (an upload gives one)");
   if ((t & FERRY_DIRECT_TICKET) != 0) {
-    const uint64_t n = t & ~FERRY_DIRECT_TICKET, last = c->timeline.direct_issued();
+    const uint64_t n = t & ~FERRY_DIRECT_TICKET, last = c->tickets.direct_issued();
     if (n == 0) return fc::misuse(-EINVAL, "ferry_wait", "direct ticket 0 is no ticket (an upload gives one)");
     if (n > last)
       return fc::misuse(-ESRCH, "ferry_wait",
                         "direct ticket " + std::to_string(n) + " was never issued by this client (its last is " +
                             std::to_string(last) + ")");
-    return c->timeline.wait_direct(n, timeout_ns);
+    return c->tickets.wait_direct(n, timeout_ns);
   }
-  if (const uint64_t last = c->timeline.issued(); t > last)
+  if (const uint64_t last = c->tickets.issued(); t > last)
     return fc::misuse(-ESRCH, "ferry_wait",
                       "ticket " + std::to_string(t) + " was never issued by this client (its last is " +
                           std::to_string(last) + ")");
-  return c->timeline.wait(t, timeout_ns);
+  return c->tickets.wait(t, timeout_ns);
 }
 
 int ferry_flush(ferry_client* c, int64_t timeout_ns) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  return c->timeline.flush(timeout_ns);
+  return c->tickets.flush(timeout_ns);
 }
 
 int ferry_get_info(ferry_client* c, ferry_info* out) {
@@ -351,7 +351,7 @@ int ferry_connection_error(ferry_client* c) {
   return c->seg->daemon_state.load(std::memory_order_acquire) == 2 ? -ESHUTDOWN : 0;
 }
 
-ferry_ticket ferry_completed(ferry_client* c) { return fc::owner_check(c) != 0 ? 0 : c->timeline.completed(); }
+ferry_ticket ferry_completed(ferry_client* c) { return fc::owner_check(c) != 0 ? 0 : c->tickets.completed(); }
 
 const char* ferry_strerror(int err) {
   switch (err) {

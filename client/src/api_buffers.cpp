@@ -124,7 +124,7 @@ int ferry_fence_wait(ferry_client* c, ferry_buffer buffer, uint64_t value, int64
   ferry_fence f{};
   if (int e = ferry_buffer_fence(c, buffer, &f); e != 0) return e;
   const auto& w = *reinterpret_cast<const proto::Fence*>(const_cast<const uint64_t*>(f.ready));  // ready leads
-  if (int e = c->timeline.wait_word(w.ready, value, timeout_ns); e != 0) return e;
+  if (int e = c->tickets.wait_word(w.ready, value, timeout_ns); e != 0) return e;
   // That upload, or a later one into the buffer, failed (its producer's
   // ticket says how).
   return w.failed.load(std::memory_order_acquire) >= value ? -EIO : 0;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// What a ferry_client is: the connection, the timeline, the mapped staging
-// segment, the buffers this client may name, and the staging pool.
+// What a ferry_client is: the connection, the tickets and the staging FIFO,
+// the mapped staging segment, the buffers this client may name, and the staging pool.
 #pragma once
 
 #include <sys/types.h>
@@ -20,16 +20,18 @@
 #include "ferry/util/mapping.hpp"
 #include "ferry/proto.hpp"
 #include "stager.hpp"
-#include "timeline.hpp"
+#include "staging_fifo.hpp"
+#include "tickets.hpp"
 
 struct ferry_client {
   ferry_client();
 
   // The staging segment's mapping: declared first, so it goes last.
   ferry::util::SegmentMapping mapping;
-  // Declared before the connection, so the connection (whose receiver feeds
-  // the timeline) goes before it.
-  ferry::client::Timeline timeline;
+  // Declared before the connection, so the connection (whose receiver ends
+  // the tickets) goes before them.
+  ferry::client::Tickets tickets;
+  ferry::client::StagingFifo fifo{tickets};
   ferry::client::Connection conn;
   std::string socket_path;  // as resolved at connect (ferry_socket_path)
   ferry::proto::Welcome welcome{};

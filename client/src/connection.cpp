@@ -276,7 +276,7 @@ void Connection::receive_loop() {
     ended_.store(why, std::memory_order_release);
   }
   cv_.notify_all();
-  timeline_.ended(why);
+  tickets_.ended(why);
 }
 
 }  // namespace ferry::client

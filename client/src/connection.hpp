@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ferry/proto.hpp"
-#include "timeline.hpp"
+#include "tickets.hpp"
 
 namespace ferry::client {
 
@@ -37,7 +37,7 @@ constexpr proto::Type answer_type<proto::StagingReply>() { return proto::Type::s
 
 class Connection {
  public:
-  explicit Connection(Timeline& timeline) : timeline_(timeline) {}
+  explicit Connection(Tickets& tickets) : tickets_(tickets) {}
 
   // How long a request may wait for its answer, and connect for the
   // Welcome: $FERRY_TIMEOUT_MS when the client connected, else 30 s. A
@@ -130,7 +130,7 @@ class Connection {
   void take_answer(proto::Type type, const uint8_t* m, size_t n);
   bool take_error(const uint8_t* m, int* why);
 
-  Timeline& timeline_;
+  Tickets& tickets_;
   int fd_ = -1;
   int bell_ = -1;  // the doorbell of the Welcome (a socket)
   int timeout_ms_ = 30'000;

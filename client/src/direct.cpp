@@ -81,16 +81,16 @@ class Appender {
     if (e != 0 && refused_ == 0) {
       refused_ = e < 0 ? e : -EIO;
       // Recorded before the number can be written: a flush that sees it done sees the failure.
-      c_->timeline.fail_direct(last(), refused_);
+      c_->tickets.fail_direct(last(), refused_);
     }
   }
   // Written after a refused copy too: the number is done all the same.
   void write(uint64_t number) {
-    proto::DirectWords& words = c_->timeline.direct_words();
-    c_->timeline.direct_appended(number);
+    proto::DirectWords& words = c_->tickets.direct_words();
+    c_->tickets.direct_appended(number);
     if (const int w = ops_->write(ops_->ctx, reinterpret_cast<volatile uint64_t*>(&words.completed), number); w != 0) {
       broken_ = w < 0 ? w : -EIO;
-      c_->timeline.ended(-EIO);  // at once: other threads wait for these bytes
+      c_->tickets.ended(-EIO);  // at once: other threads wait for these bytes
       return;
     }
     words.issued.store(number, std::memory_order_relaxed);
@@ -114,11 +114,11 @@ namespace {
 // this one's, so a switch waits until the last queue is done (its failures
 // stay for their own tickets' waits).
 int use_queue(ferry_client* c, const ferry_direct_ops* ops, bool no_wait) {
-  Timeline& tl = c->timeline;
+  Tickets& tickets = c->tickets;
   const bool same_queue = ops->queue == c->direct_queue && ops->queue_context == c->direct_queue_context;
-  if (!same_queue && tl.direct_completed() < tl.direct_issued()) {
+  if (!same_queue && tickets.direct_completed() < tickets.direct_issued()) {
     if (no_wait) return -EAGAIN;
-    if (int r = tl.wait_direct_done(tl.direct_issued(), int64_t{c->conn.timeout_ms()} * 1'000'000); r != 0)
+    if (int r = tickets.wait_direct_done(tickets.direct_issued(), int64_t{c->conn.timeout_ms()} * 1'000'000); r != 0)
       return misuse(r, "ferry_upload_direct",
                     "direct uploads of another queue (or context) are still in flight, and did not finish within "
                     "$FERRY_TIMEOUT_MS: one client per queue never waits");
@@ -133,30 +133,30 @@ int use_queue(ferry_client* c, const ferry_direct_ops* ops, bool no_wait) {
 // plan in *plan, its one ticket in *turn). -EAGAIN: neither now, no_wait.
 int place_upload(ferry_client* c, const ferry_direct_ops* ops, bool no_wait, uint64_t bytes, StagingPlan* plan,
                  Turn* turn, Areas::Area** area) {
-  Timeline& tl = c->timeline;
+  Tickets& tickets = c->tickets;
   *area = nullptr;
-  if ((c->areas.enabled() || no_wait) && !tl.room_now(*plan, bytes)) {
+  if ((c->areas.enabled() || no_wait) && !c->fifo.room_now(*plan, bytes)) {
     int why = 0;
     const bool grow = (ops->flags & FERRY_DIRECT_NO_GROW) == 0;
-    *area = c->areas.take(bytes, tl.direct_completed(), c->conn, grow, &why);
+    *area = c->areas.take(bytes, tickets.direct_completed(), c->conn, grow, &why);
     // No room now: the caller goes elsewhere, told why when the daemon is
     // gone (no area will ever come from it: a new client is the way back).
     if (*area == nullptr && no_wait) return c->conn.ended() != 0 ? c->conn.ended() : -EAGAIN;
   }
-  if (*area == nullptr) return tl.take(plan->pieces, true, turn);
+  if (*area == nullptr) return tickets.take(plan->pieces, true, turn);
   // Pieces only to share the staging among threads: no slot bounds them.
   *plan = plan_for(c, bytes, bytes);
   turn->direct = true;
-  return tl.take_direct(1, &turn->ticket);
+  return tickets.take_direct(1, &turn->ticket);
 }
 }  // namespace
 
 int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_direct_ops* ops, ferry_ticket* out) {
   if (int r = check_ops(src, bytes, ops); r != 0) return r;
   const bool no_wait = (ops->flags & FERRY_DIRECT_NO_WAIT) != 0;
-  Timeline& tl = c->timeline;
+  Tickets& tickets = c->tickets;
   std::lock_guard one_call(c->direct_mu);
-  c->areas.trim(tl.direct_completed(), c->conn, false);
+  c->areas.trim(tickets.direct_completed(), c->conn, false);
   if (int r = use_queue(c, ops, no_wait); r != 0) return r;
   const ferry_iovec whole{src, bytes};
   Gather from;
@@ -182,8 +182,8 @@ int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_
                   "the queue refused the write of ferry's timeline word (" + std::string(std::strerror(-broken)) +
                       "): this client can no longer tell when its staging is free; disconnect and connect again");
   if (r != 0) return r;
-  tl.direct_words().uploads.fetch_add(1, std::memory_order_relaxed);
-  tl.direct_words().bytes.fetch_add(bytes, std::memory_order_relaxed);
+  tickets.direct_words().uploads.fetch_add(1, std::memory_order_relaxed);
+  tickets.direct_words().bytes.fetch_add(bytes, std::memory_order_relaxed);
   if (out != nullptr) *out = FERRY_DIRECT_TICKET | appender.last();
   return appender.refused();
 }

@@ -33,17 +33,17 @@ struct Piece {
 template <class Sink>
 int stage_pieces(ferry_client* c, const StagingPlan& plan, uint64_t bytes, const Turn& turn, const Gather& from,
                  char* area, bool threads, bool last_alone, Sink&& sink) {
-  Timeline& tl = c->timeline;
+  StagingFifo& fifo = c->fifo;
   auto one = [&](uint64_t i) {
     Piece p{i, plan.offset(i), plan.length(i, bytes), plan.offset(i), nullptr};
     if (area != nullptr) {
       p.at = area + p.offset;
     } else {
-      if (int r = tl.place(turn.next(i), p.length, c->conn.timeout_ms(), &p.staging); r != 0) return r;
-      p.at = tl.staging() + p.staging;
+      if (int r = fifo.place(turn.next(i), p.length, c->conn.timeout_ms(), &p.staging); r != 0) return r;
+      p.at = fifo.staging() + p.staging;
     }
     from.copy(p.at, p.offset, p.length, plan.stream);
-    FERRY_SLOT_HANDED_ON(tl.staging());
+    FERRY_SLOT_HANDED_ON(fifo.staging());
     return sink(p);
   };
   const uint64_t together = last_alone ? plan.pieces - 1 : plan.pieces;

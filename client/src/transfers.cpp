@@ -21,7 +21,7 @@ uint64_t staging_threads(ferry_client* c) {
 }
 
 StagingPlan plan_for(ferry_client* c, uint64_t bytes, uint64_t piece_cap) {
-  StagingInput in{bytes, piece_cap != 0 ? piece_cap : c->slot_bytes, c->timeline.idle(), 1};
+  StagingInput in{bytes, piece_cap != 0 ? piece_cap : c->slot_bytes, c->tickets.idle(), 1};
   if (wants_threads(in, tuning())) in.threads = staging_threads(c);
   return plan_staging(in, tuning());
 }
@@ -125,7 +125,7 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
   // Every piece's ticket is taken now, in one run, so the last one is known
   // before any is sent: the upload's outcome is that of all its pieces.
   Turn turn;
-  if (int r = c->timeline.take(plan.pieces, false, &turn); r != 0) return r;
+  if (int r = c->tickets.take(plan.pieces, false, &turn); r != 0) return r;
   // Each piece, staged, becomes a ring entry; with a signal, the last piece
   // goes last, after the others were sent.
   auto entry = [&](const Piece& p) {
@@ -140,9 +140,9 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
 // its bytes in this client's staging area where the reservation says.
 // Used up here (the ticket leaves the open set) when it is.
 static int own_reservation(ferry_client* c, const ferry_reservation* r, const char* fn) {
-  const Timeline& tl = c->timeline;
-  if (r->ticket > tl.issued() || r->staging > tl.staging_bytes() || r->bytes > tl.staging_bytes() - r->staging ||
-      r->data != tl.staging() + r->staging)
+  const StagingFifo& fifo = c->fifo;
+  if (r->ticket > c->tickets.issued() || r->staging > fifo.staging_bytes() ||
+      r->bytes > fifo.staging_bytes() - r->staging || r->data != fifo.staging() + r->staging)
     return misuse(-EINVAL, fn, "the reservation is not this client's (made by another ferry_client, or altered)");
   uint64_t open = r->ticket;
   if (!c->reserved[r->ticket % c->ring_entries].compare_exchange_strong(open, 0, std::memory_order_acq_rel))
@@ -157,14 +157,13 @@ int reserve(ferry_client* c, uint64_t bytes, ferry_reservation* r) {
     return misuse(-EMSGSIZE, "ferry_upload_reserve",
                   std::to_string(bytes) + " bytes is more than a staging slot holds (" + std::to_string(c->slot_bytes) +
                       "): reserve at most ferry_get_info's slot_bytes, or use ferry_upload");
-  Timeline& tl = c->timeline;
   Turn turn;
   uint64_t at = 0;
-  if (int e = tl.take(1, false, &turn); e != 0) return e;
-  if (int e = tl.place(turn, bytes, c->conn.timeout_ms(), &at); e != 0) return e;
+  if (int e = c->tickets.take(1, false, &turn); e != 0) return e;
+  if (int e = c->fifo.place(turn, bytes, c->conn.timeout_ms(), &at); e != 0) return e;
   const uint64_t t = turn.ticket;
   c->reserved[t % c->ring_entries].store(t, std::memory_order_release);
-  *r = ferry_reservation{tl.staging() + at, bytes, t, at};
+  *r = ferry_reservation{c->fifo.staging() + at, bytes, t, at};
   return 0;
 }
 
@@ -173,12 +172,11 @@ int commit(ferry_client* c, ferry_reservation* r, uint64_t dst, uint64_t dst_off
   if (r->ticket == 0)
     return misuse(-EINVAL, "ferry_upload_commit", "the reservation was used already (committed or cancelled)");
   if (int e = own_reservation(c, r, "ferry_upload_commit"); e != 0) return e;
-  Timeline& tl = c->timeline;
   const uint64_t t = r->ticket;
   // Sent whatever the range: the daemon takes tickets in order, and fails
   // this one on its own if the range is wrong.
   const int range = check_range(c, dst, dst_offset, r->bytes, "ferry_upload_commit");
-  FERRY_SLOT_HANDED_ON(tl.staging());
+  FERRY_SLOT_HANDED_ON(c->fifo.staging());
   const proto::Transfer s{proto::Type::upload, proto::kTransferLastPiece, r->staging, r->bytes, dst, dst_offset};
   r->ticket = 0;
   r->data = nullptr;
@@ -204,22 +202,23 @@ int cancel(ferry_client* c, ferry_reservation* r) {
 int download(ferry_client* c, uint64_t src, uint64_t src_offset, void* dst, uint64_t bytes) {
   if (dst == nullptr) return misuse(-EFAULT, "ferry_download", "the destination is NULL");
   if (int r = check_range(c, src, src_offset, bytes, "ferry_download"); r != 0) return r;
-  Timeline& tl = c->timeline;
+  Tickets& tickets = c->tickets;
+  StagingFifo& fifo = c->fifo;
   char* to = static_cast<char*>(dst);
   for (uint64_t done = 0; done < bytes;) {
     const uint64_t n = std::min(c->slot_bytes, bytes - done);
     Turn turn;
-    if (int r = tl.take(1, false, &turn); r != 0) return r;
+    if (int r = tickets.take(1, false, &turn); r != 0) return r;
     const uint64_t t = turn.ticket;
     uint64_t at = 0;
-    if (int r = tl.place(turn, n, c->conn.timeout_ms(), &at); r != 0) return r;
-    tl.hold(turn.place);  // before the ticket can complete: no upload may reuse the bytes until we read them
+    if (int r = fifo.place(turn, n, c->conn.timeout_ms(), &at); r != 0) return r;
+    fifo.hold(turn.place);  // before the ticket can complete: no upload may reuse the bytes until we read them
     int r = submit(c, t, proto::Transfer{proto::Type::download, 0, at, n, src, src_offset + done});
     // One slot's copy: a daemon that does not finish it in the timeout stalled.
-    if (r == 0) r = tl.wait(t, int64_t{c->conn.timeout_ms()} * 1'000'000);
-    if (r == -ETIMEDOUT) tl.ended(-ETIMEDOUT);
-    if (r == 0) std::memcpy(to + done, tl.staging() + at, n);
-    tl.release(turn.place);
+    if (r == 0) r = tickets.wait(t, int64_t{c->conn.timeout_ms()} * 1'000'000);
+    if (r == -ETIMEDOUT) tickets.ended(-ETIMEDOUT);
+    if (r == 0) std::memcpy(to + done, fifo.staging() + at, n);
+    fifo.release(turn.place);
     if (r != 0) return r;
     done += n;
   }

@@ -8,12 +8,12 @@
 //   holds.hpp        Holds: transfers waiting for a value (after, fenced)
 //   resources.hpp    Resources: what clients hold besides their segment
 //                    (device memory, event pools, grants), each user's bounds
-//   this header      the transfers and the copies in flight, by file:
-//     intake.cpp        ring intake: a client's entries, copied out once and
-//                       checked, in ticket order; the doorbells, the
-//                       device's eventfd, the poller's sleep/wake
-//     engine.cpp        submission and retirement: a checked transfer to the
-//                       device, its outcome back into the client's segment
+//   this header      the transfers and the copies in flight (engine.cpp, in
+//                    two parts: ring intake, a client's entries copied out
+//                    once and checked in ticket order, with the doorbells,
+//                    the device's eventfd and the poller's sleep/wake; then
+//                    submission and retirement, a checked transfer to the
+//                    device and its outcome back into the client's segment)
 // ClientState keeps what one client holds; the engine and its Holds alone
 // write their marks (ClientState's friends), everyone else goes through verbs.
 //
@@ -111,9 +111,6 @@ class TransferEngine {
   // still happens after the copies before it, the fence's failed word first.
   void fail(const ClientRef& client, uint64_t ticket, int status, const FenceWrite* fence = nullptr);
 
-  // The data thread's loop (a Poller over the io_context this engine
-  // runs on, poller.cpp), until the io_context stops.
-  void run(uint32_t idle_us, uint32_t nap_us);
   // Stops listening to the device and the doorbells; leaves the copies
   // still recorded to the driver.
   void stop();
@@ -121,7 +118,7 @@ class TransferEngine {
   // published before it are taken first (a Free after an upload, say).
   void before_request(const ClientRef& c) { drain_ring(c); }
 
-  // ---- polling (intake.cpp), driven by the Poller on the data thread
+  // ---- polling (engine.cpp's intake), driven by the Poller on the data thread
   // Starts reading the client's submission ring (after its Welcome), and
   // listening to its doorbell: returns the end of it the client rings (its
   // copy, to send with the Welcome), or -errno.

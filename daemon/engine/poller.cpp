@@ -78,6 +78,5 @@ size_t Poller::run_io(Clock::time_point start) {
   return n;
 }
 
-void TransferEngine::run(uint32_t idle_us, uint32_t nap_us) { Poller(io_, *this, idle_us, nap_us).run(); }
 
 }  // namespace ferry::ferryd

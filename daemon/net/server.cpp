@@ -19,6 +19,7 @@
 #include "ferry/fdpass.hpp"
 #include "log.hpp"
 #include "admin/status.hpp"
+#include "engine/poller.hpp"
 #include "net/systemd.hpp"
 
 namespace ferry::ferryd {
@@ -184,7 +185,8 @@ void Server::wait_signal() {
 }
 
 size_t Server::run() {
-  engine_.run(opts_.poll_idle_us, opts_.poll_nap_us);
+  // The data thread's loop, until the io_context stops.
+  Poller(engine_.io(), engine_, opts_.poll_idle_us, opts_.poll_nap_us).run();
   // Every session is closed by now; the handlers still pending on their
   // sockets (a write a client never read, say) end here, while the engine
   // their client states return everything to is still alive.
