@@ -44,14 +44,17 @@ int check_ops(const void* src, uint64_t bytes, const ferry_direct_ops* ops) {
 // (by any thread): the copies, and the writes of the numbers after them.
 class Appender {
  public:
+  // shared: pieces may be staged by several threads at once (the stager's).
   Appender(ferry_client* c, const ferry_direct_ops* ops, const StagingPlan& plan, uint64_t bytes, uint64_t first,
-           bool area)
-      : c_(c), ops_(ops), plan_(plan), bytes_(bytes), first_(first), area_(area), at_(plan.pieces, nullptr) {}
+           bool area, bool shared)
+      : c_(c), ops_(ops), plan_(plan), bytes_(bytes), first_(first), area_(area), shared_(shared),
+        at_(plan.pieces, nullptr) {}
 
   // Piece i is staged at `to`: appends what is now appendable. 0, or the
   // queue's refusal of a write (the client is done for then).
   int staged(uint64_t i, const char* to) {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_, std::defer_lock);
+    if (shared_) lock.lock();  // staged on this thread alone: nothing to order but its own calls
     at_[i] = to;
     while (next_ < plan_.pieces && at_[next_] != nullptr && broken_ == 0) {
       // The pieces staged so far that lie back to back (in an area always;
@@ -101,7 +104,8 @@ class Appender {
   const StagingPlan& plan_;
   uint64_t bytes_, first_;
   bool area_;
-  std::mutex mu_;
+  bool shared_;
+  std::mutex mu_;  // at_ and what follows, when shared_
   std::vector<const char*> at_;
   uint64_t next_ = 0;
   int refused_ = 0, broken_ = 0;
@@ -128,14 +132,20 @@ int use_queue(ferry_client* c, const ferry_direct_ops* ops, bool no_wait) {
   return 0;
 }
 
-// Where the pieces go: the staging area, where they fit now (or, without an
-// area to be had, once they fit), or an area of their own (returned, its
-// plan in *plan, its one ticket in *turn). -EAGAIN: neither now, no_wait.
+// Where the pieces go: the staging area, where they fit now (placed there
+// already: to->claimed) or, without an area to be had, once they fit; or an
+// area of their own (returned, its plan in *plan). Their first number and
+// placement in *turn. -EAGAIN: neither now, no_wait.
 int place_upload(ferry_client* c, const ferry_direct_ops* ops, bool no_wait, uint64_t bytes, StagingPlan* plan,
-                 Turn* turn, Areas::Area** area) {
+                 Turn* turn, Areas::Area** area, Destination* to) {
   Tickets& tickets = c->tickets;
   *area = nullptr;
-  if ((c->areas.enabled() || no_wait) && !c->fifo.room_now(*plan, bytes)) {
+  if (c->areas.enabled() || no_wait) {
+    // Room now: numbered and placed at once, one lock in all.
+    if (c->fifo.claim_now(*plan, bytes, turn)) {
+      to->claimed = true;
+      return 0;
+    }
     int why = 0;
     const bool grow = (ops->flags & FERRY_DIRECT_NO_GROW) == 0;
     *area = c->areas.take(bytes, tickets.direct_completed(), c->conn, grow, &why);
@@ -144,6 +154,7 @@ int place_upload(ferry_client* c, const ferry_direct_ops* ops, bool no_wait, uin
     if (*area == nullptr && no_wait) return c->conn.ended() != 0 ? c->conn.ended() : -EAGAIN;
   }
   if (*area == nullptr) return tickets.take(plan->pieces, true, turn);
+  to->area = (*area)->base;
   // Pieces only to share the staging among threads: no slot bounds them.
   *plan = plan_for(c, bytes, bytes);
   turn->direct = true;
@@ -164,13 +175,14 @@ int upload_direct(ferry_client* c, const void* src, uint64_t bytes, const ferry_
   StagingPlan plan = plan_for(c, bytes);
   Turn turn;
   Areas::Area* area = nullptr;
-  if (int r = place_upload(c, ops, no_wait, bytes, &plan, &turn, &area); r != 0) return r;
+  Destination to;
+  if (int r = place_upload(c, ops, no_wait, bytes, &plan, &turn, &area, &to); r != 0) return r;
   // Pieces are staged in any order (several threads for a large upload)
   // but appended in order: each number the queue writes says every one
   // before it is done too.
-  Appender appender(c, ops, plan, bytes, turn.ticket, area != nullptr);
   const bool threads = (ops->flags & FERRY_DIRECT_CALLER_THREAD) == 0;
-  const int r = stage_pieces(c, plan, bytes, turn, from, area != nullptr ? area->base : nullptr, threads, false,
+  Appender appender(c, ops, plan, bytes, turn.ticket, area != nullptr, on_stager(plan, threads, false));
+  const int r = stage_pieces(c, plan, bytes, turn, from, to, threads, false,
                              [&](const Piece& p) { return appender.staged(p.index, p.at); });
   if (area != nullptr) {
     // Free again once the queue wrote the number (whatever came of the copies).

@@ -16,6 +16,13 @@
 
 namespace ferry::client {
 
+// Whether stage_pieces runs an upload's pieces on the stager's threads too
+// (else all on the caller's, in order).
+inline bool on_stager(const StagingPlan& plan, bool threads, bool last_alone) {
+  const uint64_t together = last_alone ? plan.pieces - 1 : plan.pieces;
+  return threads && together >= 4 && plan.threads > 1;
+}
+
 struct Piece {
   uint64_t index = 0;    // in the plan
   uint64_t offset = 0;   // in the upload
@@ -24,20 +31,31 @@ struct Piece {
   char* at = nullptr;    // its bytes, staged
 };
 
+// Where an upload's pieces go: the staging area, each placed at its turn
+// (fifo); the staging area, every piece placed already (claimed:
+// StagingFifo::claim_now); or an area of the upload's own.
+struct Destination {
+  char* area = nullptr;
+  bool claimed = false;
+};
+
 // Runs every piece of `plan` (`bytes` in all, from `from`) through `sink`
 // (int(const Piece&): 0, or why the upload stops). `turn`: the first piece's
-// ticket and placement; `area`: an area of the upload's own, or nullptr for
-// the staging area. `threads`: whether the stager's threads may stage
-// pieces; `last_alone`: the last piece goes after every other one was sent,
-// on this thread (it carries the upload's signal). 0, or the first error.
+// ticket and placement; `to`: where the pieces go. `threads`: whether the
+// stager's threads may stage pieces; `last_alone`: the last piece goes after
+// every other one was sent, on this thread (it carries the upload's signal).
+// 0, or the first error.
 template <class Sink>
 int stage_pieces(ferry_client* c, const StagingPlan& plan, uint64_t bytes, const Turn& turn, const Gather& from,
-                 char* area, bool threads, bool last_alone, Sink&& sink) {
+                 Destination to, bool threads, bool last_alone, Sink&& sink) {
   StagingFifo& fifo = c->fifo;
   auto one = [&](uint64_t i) {
     Piece p{i, plan.offset(i), plan.length(i, bytes), plan.offset(i), nullptr};
-    if (area != nullptr) {
-      p.at = area + p.offset;
+    if (to.area != nullptr) {
+      p.at = to.area + p.offset;
+    } else if (to.claimed) {
+      p.staging = fifo.claimed_at(turn.place + i);
+      p.at = fifo.staging() + p.staging;
     } else {
       if (int r = fifo.place(turn.next(i), p.length, c->conn.timeout_ms(), &p.staging); r != 0) return r;
       p.at = fifo.staging() + p.staging;
@@ -48,7 +66,7 @@ int stage_pieces(ferry_client* c, const StagingPlan& plan, uint64_t bytes, const
   };
   const uint64_t together = last_alone ? plan.pieces - 1 : plan.pieces;
   int r = 0;
-  if (threads && together >= 4 && plan.threads > 1) {
+  if (on_stager(plan, threads, last_alone)) {
     r = c->stager.run(together, one, plan.threads - 1);
   } else {
     for (uint64_t i = 0; i < together && r == 0; ++i) r = one(i);

@@ -63,14 +63,22 @@ uint64_t StagingFifo::daemon_bound_of(const Turn& turn, uint64_t length) const {
 }
 
 int StagingFifo::claim(const Turn& turn, uint64_t length, uint64_t* offset, Room* room) {
-  const uint64_t q = turn.place;
-  uint64_t need = q > placements_ ? q - placements_ : 0;  // the placement that last used these bytes
   {
     std::unique_lock lock(mu_);
     // Bytes are handed out in placement order; the thread placing q - 1 (a
     // staging thread of the same upload, or another caller) is about to.
-    turn_cv_.wait(lock, [&] { return placed_ + 1 == q || tickets_.dead() != 0; });
+    turn_cv_.wait(lock, [&] { return placed_ + 1 == turn.place || tickets_.dead() != 0; });
     if (int d = tickets_.dead(); d != 0) return d;
+    claim_locked(turn, length, offset, room);
+  }
+  turn_cv_.notify_all();
+  return 0;
+}
+
+void StagingFifo::claim_locked(const Turn& turn, uint64_t length, uint64_t* offset, Room* room) {
+  const uint64_t q = turn.place;
+  uint64_t need = q > placements_ ? q - placements_ : 0;  // the placement that last used these bytes
+  {
     const uint64_t S = staging_bytes_;
     const uint64_t p = start_at(head_, length, true);
     const uint64_t end = p + length;
@@ -90,8 +98,22 @@ int StagingFifo::claim(const Turn& turn, uint64_t length, uint64_t* offset, Room
     *offset = p % S;
   }
   room->need = need;
-  turn_cv_.notify_all();
-  return 0;
+}
+
+bool StagingFifo::claim_now(const StagingPlan& plan, uint64_t bytes, Turn* turn) {
+  {
+    std::lock_guard lock(mu_);
+    if (!room_locked(plan, bytes) || !tickets_.take_direct_after(plan.pieces, placed_, turn)) return false;
+    for (uint64_t i = 0; i < plan.pieces; ++i) {
+      uint64_t offset = 0;
+      Room room;
+      claim_locked(turn->next(i), plan.length(i, bytes), &offset, &room);
+    }
+  }
+  turn_cv_.notify_all();  // a ring upload that took the placement after these waits for its turn
+  for (uint64_t i = 0; i < plan.pieces; ++i) note_slot_wait(Clock::duration::zero());
+  FERRY_SLOT_TAKEN(staging_);
+  return true;
 }
 
 uint64_t StagingFifo::sleep_target(const Room& room) {
@@ -175,6 +197,10 @@ uint64_t StagingFifo::overwritten(uint64_t from, uint64_t q, uint64_t end) const
 
 bool StagingFifo::room_now(const StagingPlan& plan, uint64_t bytes) {
   std::lock_guard lock(mu_);
+  return room_locked(plan, bytes);
+}
+
+bool StagingFifo::room_locked(const StagingPlan& plan, uint64_t bytes) const {
   if (tickets_.placements_taken() != placed_ || tickets_.dead() != 0) return false;  // a placement is under way
   // The pieces as place() would lay them out, one after the other; the
   // newest placement any of them overwrites must be done.

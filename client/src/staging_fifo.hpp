@@ -45,6 +45,15 @@ class StagingFifo {
   // is still in flight. False when another placement is under way (a thread
   // between take and place), or the pieces outgrow the staging area.
   bool room_now(const StagingPlan& plan, uint64_t bytes);
+  // room_now, and where there is room, the upload's direct numbers and
+  // placements taken (Tickets::take_direct_after) and every piece placed,
+  // all under one lock: true, with *turn. Each piece's bytes are then at
+  // claimed_at(turn->place + i), free to write (no wait). Direct uploads only,
+  // one at a time (ferry_client::direct_mu).
+  bool claim_now(const StagingPlan& plan, uint64_t bytes, Turn* turn);
+  // Where placement `place`'s bytes are, from staging(), once this thread
+  // placed it (claim_now): until it is done, no other placement rewrites its record.
+  uint64_t claimed_at(uint64_t place) const { return placed_at_[(place - 1) % placements_].start % staging_bytes_; }
 
   // A download reads placement p's bytes after its ticket completes: no
   // later transfer may reuse them until release(p). Call hold before the
@@ -77,6 +86,10 @@ class StagingFifo {
   // turn.place - 1's); *offset: where, from staging(). 0, or why the
   // connection ended.
   int claim(const Turn& turn, uint64_t length, uint64_t* offset, Room* room);
+  // claim's placement itself, its turn come (placed_ + 1 == turn.place). mu_ held.
+  void claim_locked(const Turn& turn, uint64_t length, uint64_t* offset, Room* room);
+  // room_now's look. mu_ held.
+  bool room_locked(const StagingPlan& plan, uint64_t bytes) const;
   // The `completed` a sleeping waiter is woken at (three quarters of the
   // ring's transfers before it: place's measurement).
   static uint64_t sleep_target(const Room& room);

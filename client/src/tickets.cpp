@@ -34,18 +34,14 @@ int Tickets::take(uint64_t count, bool direct, Turn* first) {
   std::lock_guard lock(mu_);
   if (dead_ != 0) return dead_;
   first->direct = direct;
-  first->place = next_place_;
-  next_place_ += count;
-  places_taken_.store(next_place_ - 1, std::memory_order_release);
+  first->place = places_taken_.fetch_add(count, std::memory_order_acq_rel) + 1;
   if (direct) {
-    first->ticket = next_direct_;
-    next_direct_ += count;
-    direct_issued_.store(next_direct_ - 1, std::memory_order_release);
-    return 0;  // a direct upload's pieces report their error under its last ticket themselves
+    // A direct upload's pieces report their error under its last ticket themselves.
+    first->ticket = direct_issued_.fetch_add(count, std::memory_order_acq_rel) + 1;
+    return 0;
   }
-  first->ticket = next_ticket_;
-  next_ticket_ += count;
-  issued_.store(next_ticket_ - 1, std::memory_order_release);
+  // Ring tickets in the order of their placements: both taken under mu_.
+  first->ticket = issued_.fetch_add(count, std::memory_order_acq_rel) + 1;
   if (count > 1) {
     std::vector<uint64_t> earlier(count - 1);
     for (uint64_t i = 0; i + 1 < count; ++i) earlier[i] = first->ticket + i;
@@ -55,12 +51,18 @@ int Tickets::take(uint64_t count, bool direct, Turn* first) {
 }
 
 int Tickets::take_direct(uint64_t count, uint64_t* first) {
-  std::lock_guard lock(mu_);
-  if (dead_ != 0) return dead_;
-  *first = next_direct_;
-  next_direct_ += count;
-  direct_issued_.store(next_direct_ - 1, std::memory_order_release);
+  if (int d = dead_.load(); d != 0) return d;
+  *first = direct_issued_.fetch_add(count, std::memory_order_acq_rel) + 1;
   return 0;
+}
+
+bool Tickets::take_direct_after(uint64_t count, uint64_t placed, Turn* first) {
+  if (dead_.load() != 0) return false;
+  if (!places_taken_.compare_exchange_strong(placed, placed + count, std::memory_order_acq_rel)) return false;
+  first->direct = true;
+  first->place = placed + 1;
+  first->ticket = direct_issued_.fetch_add(count, std::memory_order_acq_rel) + 1;
+  return true;
 }
 
 void Tickets::fail_direct(uint64_t ticket, int err) {

@@ -53,6 +53,12 @@ class Tickets {
   // Reserves `count` direct numbers with no placement (an upload staged in
   // an area of its own, not in the staging area); the first in *first.
   int take_direct(uint64_t count, uint64_t* first);
+  // Reserves `count` direct numbers and the placements right after
+  // `placed`, if no placement after it was handed out yet (one
+  // compare-and-swap, no lock): true with *first. Direct numbers are taken
+  // one upload at a time (ferry_client::direct_mu), so only a ring upload's
+  // take can come between.
+  bool take_direct_after(uint64_t count, uint64_t placed, Turn* first);
   // The last placement handed out (0 before the first); no lock.
   uint64_t placements_taken() const { return places_taken_.load(std::memory_order_acquire); }
   // The newest ring ticket handed out (0 before the first); no lock: every
@@ -139,13 +145,13 @@ class Tickets {
   uint32_t entries_ = 0;
   std::function<void()> on_end_;
 
+  // The numbers handed out: ring tickets under mu_ (with their groups);
+  // placements and direct numbers also without it (take_direct_after).
+  std::atomic<uint64_t> places_taken_{0};     // the last placement handed out
+  std::atomic<uint64_t> issued_{0};           // the last ring ticket
+  std::atomic<uint64_t> direct_issued_{0};    // the last direct number
+
   std::mutex mu_;  // everything below
-  uint64_t next_ticket_ = 1;
-  uint64_t next_direct_ = 1;
-  uint64_t next_place_ = 1;
-  std::atomic<uint64_t> places_taken_{0};             // next_place_ - 1, for placements_taken()
-  std::atomic<uint64_t> issued_{0};                   // next_ticket_ - 1, for issued()
-  std::atomic<uint64_t> direct_issued_{0};            // next_direct_ - 1
   std::atomic<uint64_t> direct_appended_{0};          // the last direct number a queue was asked to write
   std::map<uint64_t, int> direct_failed_;             // direct ticket -> error, until reported
   std::atomic<uint64_t> failures_seen_{0};            // Result records read (the segment's `failures` then)

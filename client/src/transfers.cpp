@@ -131,7 +131,7 @@ int upload(ferry_client* c, uint64_t dst, uint64_t dst_offset, const ferry_iovec
   auto entry = [&](const Piece& p) {
     return submit(c, turn.ticket + p.index, piece_entry(o, plan.pieces, dst, dst_offset, p));
   };
-  if (int r = stage_pieces(c, plan, bytes, turn, from, nullptr, true, o.signal, entry); r != 0) return r;
+  if (int r = stage_pieces(c, plan, bytes, turn, from, Destination{}, true, o.signal, entry); r != 0) return r;
   if (out != nullptr) *out = turn.ticket + plan.pieces - 1;
   return 0;
 }

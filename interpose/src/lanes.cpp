@@ -53,7 +53,42 @@ __attribute__((constructor)) static void counts_from_the_start() {
     }
 }
 
-bool Lanes::idle(const Lane& l) { return l.users == 0 && ferry_flush(l.c, 0) == 0; }
+bool Lanes::idle(const Lane& l) { return l.users.load() == 0 && ferry_flush(l.c, 0) == 0; }
+
+Lanes::Held& Lanes::held() {
+  thread_local Held h;
+  return h;
+}
+
+Lanes::Lane& Lanes::new_struct(ferry_client* c) {
+  std::unique_ptr<Lane> l;
+  if (!spares_.empty()) {
+    l = std::move(spares_.back());
+    spares_.pop_back();
+  } else {
+    l = std::make_unique<Lane>();
+    l->users.store(kClosed);
+  }
+  l->c = c;
+  l->queue.store(0);
+  l->context.store(0);
+  l->dead.store(false);
+  l->fresh = true;
+  l->prepared.clear();
+  // A thread that remembers the struct's last use sees another generation
+  // once it can take it (users 0, released after everything above).
+  l->generation.fetch_add(1, std::memory_order_release);
+  l->users.store(0, std::memory_order_release);
+  lanes_.push_back(std::move(l));
+  return *lanes_.back();
+}
+
+void Lanes::close(std::unique_ptr<Lane> l) {
+  for (const auto& [key, undo] : l->prepared) undo.fn(l->c, key, undo.arg);
+  ferry_disconnect(l->c);
+  l->c = nullptr;
+  spares_.push_back(std::move(l));
+}
 
 void Lanes::retire(Lane& l, int err) {
   if (l.dead) return;
@@ -77,18 +112,19 @@ void Lanes::retire(Lane& l, int err) {
 
 void Lanes::sweep() {
   for (auto& l : lanes_)
-    if (!l->dead && l->users == 0)
+    if (!l->dead && l->users.load() == 0)
       if (int err = ferry_connection_error(l->c); err != 0) retire(*l, err);
   // A dead lane's staging is the program's queues' until they copied the
   // last of it (every number written): then it goes, registrations first.
   for (auto it = lanes_.begin(); it != lanes_.end();) {
     Lane& l = **it;
-    if (!l.dead || l.users != 0 || publishing_.load(std::memory_order_seq_cst) != 0 || ferry_flush(l.c, 0) != 0) {
+    uint32_t none = 0;
+    if (!l.dead || publishing_.load(std::memory_order_seq_cst) != 0 || ferry_flush(l.c, 0) != 0 ||
+        !l.users.compare_exchange_strong(none, kClosed)) {  // no thread may take it back from here on
       ++it;
       continue;
     }
-    for (const auto& [key, undo] : l.prepared) undo.fn(l.c, key, undo.arg);
-    ferry_disconnect(l.c);
+    close(std::move(*it));
     ++closed_;
     it = lanes_.erase(it);
   }
@@ -101,34 +137,58 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
     return nullptr;
   }
   if (settings_.connect_ms >= 0) connect_wait = std::chrono::milliseconds(settings_.connect_ms);
+  if (ferry_client* c = take_back(queue, context, key)) return c;
   std::unique_lock lock(mu_);
   sweep();
-  Lane* lane = lane_for(queue, context);
+  bool claimed = false;
+  Lane* lane = lane_for(queue, context, &claimed);
   if (lane == nullptr) lane = new_lane(lock, connect_wait, why);
   if (lane == nullptr) return nullptr;
+  if (!claimed) lane->users.fetch_add(1);
   lane->fresh = false;
-  lane->queue = queue;
-  lane->context = context;
+  lane->queue.store(queue);
+  lane->context.store(context);
   if (lane->prepared.count(key) == 0) {
     if (int r = prepare(lane->c, key, arg); r != 0) {
+      lane->users.fetch_sub(1);
       *why = FERRY_PASS_ERROR;
       return nullptr;
     }
     lane->prepared[key] = Lane::Undo{unprepare, arg};
   }
-  ++lane->users;
+  held() = Held{lane, lane->generation.load(), queue, context, key};
   return lane->c;
 }
 
-Lanes::Lane* Lanes::lane_for(uint64_t queue, uint64_t context) {
+ferry_client* Lanes::take_back(uint64_t queue, uint64_t context, uint64_t key) {
+  const Held& h = held();
+  Lane* l = h.lane;
+  if (l == nullptr || h.queue != queue || h.context != context || h.key != key) return nullptr;
+  uint32_t none = 0;
+  if (!l->users.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) return nullptr;  // in use, or closed
+  // Ours now: no one rebinds, retires into a spare or reuses it while we hold it.
+  if (l->generation.load(std::memory_order_acquire) == h.generation && !l->dead.load(std::memory_order_acquire) &&
+      l->queue.load(std::memory_order_relaxed) == queue && l->context.load(std::memory_order_relaxed) == context)
+    return l->c;
+  l->users.fetch_sub(1, std::memory_order_release);
+  return nullptr;
+}
+
+Lanes::Lane* Lanes::lane_for(uint64_t queue, uint64_t context, bool* claimed) {
   for (auto it = lanes_.rbegin(); it != lanes_.rend(); ++it)  // the newest, should there be two
-    if (!(*it)->dead && (*it)->queue == queue && (*it)->context == context) return it->get();
+    if (!(*it)->dead && (*it)->queue.load() == queue && (*it)->context.load() == context) return it->get();
   // An idle lane takes the queue on: its numbers are all written, so the
   // queue switch costs no wait. A fresh one is left to the copies waiting
   // for connects (each started one): taken here, a waiter whose connect made
   // it would wait out its whole wait for a connect that never comes.
-  for (auto& l : lanes_)
-    if (!l->dead && idle(*l) && (!l->fresh || waiting_ == 0)) return l.get();
+  for (auto& l : lanes_) {
+    uint32_t none = 0;
+    // Claimed from 0: a thread taking it back meanwhile would find it bound elsewhere.
+    if (!l->dead && idle(*l) && (!l->fresh || waiting_ == 0) && l->users.compare_exchange_strong(none, 1)) {
+      *claimed = true;
+      return l.get();
+    }
+  }
   return nullptr;
 }
 
@@ -181,10 +241,7 @@ void Lanes::connect_async() {
     if (r != 0) {
       retry_at_ = Clock::now() + kRetry;
     } else {
-      auto l = std::make_unique<Lane>();
-      l->c = c;
-      l->fresh = true;
-      lanes_.push_back(std::move(l));
+      new_struct(c);
       if (lead_.load() == nullptr) {
         lead_.store(c);
         publish(true);
@@ -204,10 +261,15 @@ void Lanes::mark_lane(ferry_client* c) {
 }
 
 void Lanes::done(ferry_client* c, int err) {
+  const bool ends = err != 0 && ends_client(err);
+  if (Lane* l = held().lane; !ends && l != nullptr && l->c == c) {
+    l->users.fetch_sub(1, std::memory_order_release);  // the lane this thread took, still its own
+    return;
+  }
   std::lock_guard lock(mu_);
   for (auto& l : lanes_) {
     if (l->c != c) continue;
-    --l->users;
+    l->users.fetch_sub(1);
     // Kept mapped until its queues are done with it (sweep).
     if (err != 0 && ends_client(err)) retire(*l, err);
   }
@@ -275,7 +337,13 @@ void Lanes::after_fork_child() {
   // parent's clients are the parent's: this process closes its copies of
   // their sockets (ferry_disconnect in a child does only that) and starts
   // afresh, counts included.
-  for (auto& l : lanes_) ferry_disconnect(l->c);
+  for (auto& l : lanes_) {
+    // Kept as spares, not freed: a thread's remembered lane stays memory it may look at.
+    l->users.store(kClosed);
+    ferry_disconnect(l->c);
+    l->c = nullptr;
+    spares_.push_back(std::move(l));
+  }
   lanes_.clear();
   dead_ = 0;
   gone_ = closed_ = 0;

@@ -14,6 +14,14 @@
 // process: new lanes connect to whichever ferryd listens next, so a program
 // that outlives its ferryd is staged again once a new one is up. After
 // fork() the child starts with no lanes (the parent's clients are its own).
+//
+// A thread that copies on one queue again and again takes no lock: it
+// remembers the lane it had (thread-local) and takes it back by one
+// compare-and-swap of the lane's `users` from 0, when that lane still
+// serves the same queue and was prepared for the same key. Anything else (a
+// lane in use by another thread, rebound, dead, a first copy) goes through
+// mu_. Lane structs are never freed, only reused (with a new generation):
+// a thread's remembered lane is always memory it may look at.
 #pragma once
 
 #include <ferry/ferry.h>
@@ -72,20 +80,36 @@ class Lanes {
 
  private:
   struct Lane {
-    ferry_client* c = nullptr;
-    uint64_t queue = 0, context = 0;
-    uint32_t users = 0;  // calls using it now
-    bool dead = false;
-    bool fresh = false;  // connected, not yet given to a queue
+    ferry_client* c = nullptr;  // written under mu_ before `users` leaves kClosed
+    std::atomic<uint64_t> queue{0}, context{0};  // written under mu_
+    std::atomic<uint32_t> users{0};  // calls using it now; kClosed: disconnected, a spare
+    std::atomic<bool> dead{false};
+    std::atomic<uint64_t> generation{0};  // raised each time the struct is reused
+    bool fresh = false;  // connected, not yet given to a queue (mu_)
     struct Undo {
       Unprepare fn;
       void* arg;
     };
     std::map<uint64_t, Undo> prepared;  // keys prepare() ran for, and how to undo each
   };
+  static constexpr uint32_t kClosed = 1u << 30;
+  // The lane a thread took last, to take it back without mu_.
+  struct Held {
+    Lane* lane = nullptr;
+    uint64_t generation = 0, queue = 0, context = 0, key = 0;
+  };
+  static Held& held();
   Lanes();
-  // mu_ held: the queue's own lane, else an idle one that may take it on.
-  Lane* lane_for(uint64_t queue, uint64_t context);
+  // The thread's last lane, taken back without a lock if it still serves
+  // (queue, context) and `key`: its client, or nullptr.
+  ferry_client* take_back(uint64_t queue, uint64_t context, uint64_t key);
+  // mu_ held: the queue's own lane, else an idle one that may take it on
+  // (claimed: its users went from 0 to 1).
+  Lane* lane_for(uint64_t queue, uint64_t context, bool* claimed);
+  // mu_ held: a Lane for a new client: a spare one reused, or a new one.
+  Lane& new_struct(ferry_client* c);
+  // mu_ held: l's client disconnected; the struct becomes a spare.
+  void close(std::unique_ptr<Lane> l);
   // mu_ held (by lock, which the wait lets go): a lane just connected, or
   // nullptr with *why.
   Lane* new_lane(std::unique_lock<std::mutex>& lock, Clock::duration connect_wait, int* why);
@@ -104,6 +128,7 @@ class Lanes {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Lane>> lanes_;
+  std::vector<std::unique_ptr<Lane>> spares_;  // disconnected lanes' structs, for reuse (never freed)
   uint32_t dead_ = 0;   // lanes that failed (kMaxDead)
   uint64_t gone_ = 0;   // lanes whose daemon went away
   uint64_t closed_ = 0; // dead lanes disconnected
