@@ -15,9 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <boost/property_tree/json_parser.hpp>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -719,85 +717,11 @@ TEST_CASE("ferry-run: a forked child makes its own lane, never the parent's", "[
   lanes.done(again, 0);
 }
 
-namespace {
-// A queue that runs each command as it is appended: the copy lands in `dst`
-// at once, the number is written at once.
-struct ImmediateQueue {
-  std::vector<uint8_t> dst;
-  static int copy(void* ctx, uint64_t off, const void* staging, uint64_t n) {
-    auto* q = static_cast<ImmediateQueue*>(ctx);
-    std::memcpy(q->dst.data() + off, staging, n);
-    return 0;
-  }
-  static int write(void*, volatile uint64_t* word, uint64_t value) {
-    __atomic_store_n(word, value, __ATOMIC_RELEASE);
-    return 0;
-  }
-};
-}  // namespace
-
-// Run by the test below in a process of its own (Lanes is one per process,
-// its socket read at its first use), never on its own ("[.]": hidden).
-TEST_CASE("ferry-run's lanes: threads take their lanes back, switch queues, share one", "[.][lanethreads]") {
-  std::atomic<int> prepared{0};
-  auto prepare = [](ferry_client*, uint64_t, void* n) {
-    static_cast<std::atomic<int>*>(n)->fetch_add(1);
-    return 0;
-  };
-  auto unprepare = [](ferry_client*, uint64_t, void*) {};
-  fr::Lanes& lanes = fr::Lanes::get();
-  constexpr int kThreads = 4, kRounds = 300;
-  constexpr uint64_t kBytes = 65536;
-  std::atomic<int> wrong{0}, staged{0}, no_lane{0}, failed{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      ImmediateQueue q{std::vector<uint8_t>(kBytes)};
-      std::vector<uint8_t> src(kBytes);
-      for (int i = 0; i < kRounds; ++i) {
-        // Threads 0 and 1 share queue 1; every 50th round a thread copies on
-        // another queue (a lane is rebound, or another taken).
-        const uint64_t queue = i % 50 == 49 ? 10 + t : t < 2 ? 1 : t;
-        int why = -1;
-        ferry_client* c =
-            lanes.acquire(queue, 7, 0, prepare, unprepare, &prepared, &why, std::chrono::seconds(60));
-        if (c == nullptr) {
-          no_lane.fetch_add(1);
-          continue;
-        }
-        std::fill(src.begin(), src.end(), static_cast<uint8_t>(t * 31 + i));
-        ferry_direct_ops ops{sizeof ops, FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_CALLER_THREAD, &q, queue, 7,
-                             ImmediateQueue::copy, ImmediateQueue::write};
-        const int r = ferry_upload_direct(c, src.data(), kBytes, &ops, nullptr);
-        lanes.done(c, r);
-        if (r == 0) {
-          staged.fetch_add(1);
-          if (q.dst != src) wrong.fetch_add(1);
-        } else if (r != -EAGAIN) {
-          failed.fetch_add(1);
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  CHECK(wrong.load() == 0);
-  CHECK(failed.load() == 0);
-  CHECK(no_lane.load() == 0);
-  CHECK(staged.load() > kThreads * kRounds / 2);
-  // No more lanes than ferry-run allows, and each prepared once per lane at most.
-  const std::string line = lanes.report();
-  boost::property_tree::ptree rep;
-  std::istringstream in(line);
-  boost::property_tree::read_json(in, rep);
-  CHECK(rep.get<int>("lanes") <= static_cast<int>(lanes.settings().max_lanes));
-  CHECK(prepared.load() <= static_cast<int>(lanes.settings().max_lanes));
-}
-
 TEST_CASE("ferry-run's lanes: threads copying at once, each taking its lane back without a lock", "[run]") {
   Daemon d;
-  auto [rc, out] = run_command("env FERRY_SOCKET=" + d.socket + " " + build_path("tests/run_tests") +
-                               " '[lanethreads]' 2>&1");
+  // A process of its own: Lanes is one per process, its socket read at its first use.
+  auto [rc, out] = run_command("env FERRY_SOCKET=" + d.socket + " " + build_path("tests/lane_threads") + " 2>&1");
   INFO(out);
   CHECK(rc == 0);
-  CHECK(out.find("All tests passed") != std::string::npos);
+  CHECK(out.find("lane_threads: ok") != std::string::npos);
 }

@@ -141,10 +141,15 @@ int place_upload(ferry_client* c, const ferry_direct_ops* ops, bool no_wait, uin
   Tickets& tickets = c->tickets;
   *area = nullptr;
   if (c->areas.enabled() || no_wait) {
-    // Room now: numbered and placed at once, one lock in all.
-    if (c->fifo.claim_now(*plan, bytes, turn)) {
-      to->claimed = true;
-      return 0;
+    // Room now: numbered and placed at once, one lock in all (an upload of
+    // more pieces is numbered, then placed piece by piece, as below).
+    if (plan->pieces <= Destination::kClaimed) {
+      if (c->fifo.claim_now(*plan, bytes, turn, to->offsets)) {
+        to->claimed = true;
+        return 0;
+      }
+    } else if (c->fifo.room_now(*plan, bytes)) {
+      return tickets.take(plan->pieces, true, turn);
     }
     int why = 0;
     const bool grow = (ops->flags & FERRY_DIRECT_NO_GROW) == 0;

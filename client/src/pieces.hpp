@@ -32,11 +32,14 @@ struct Piece {
 };
 
 // Where an upload's pieces go: the staging area, each placed at its turn
-// (fifo); the staging area, every piece placed already (claimed:
-// StagingFifo::claim_now); or an area of the upload's own.
+// (fifo); the staging area, every piece placed already (claimed, at
+// offsets[i]: StagingFifo::claim_now, for uploads of kClaimed pieces at
+// most); or an area of the upload's own.
 struct Destination {
+  static constexpr uint64_t kClaimed = 16;
   char* area = nullptr;
   bool claimed = false;
+  uint64_t offsets[kClaimed] = {};
 };
 
 // Runs every piece of `plan` (`bytes` in all, from `from`) through `sink`
@@ -47,14 +50,14 @@ struct Destination {
 // 0, or the first error.
 template <class Sink>
 int stage_pieces(ferry_client* c, const StagingPlan& plan, uint64_t bytes, const Turn& turn, const Gather& from,
-                 Destination to, bool threads, bool last_alone, Sink&& sink) {
+                 const Destination& to, bool threads, bool last_alone, Sink&& sink) {
   StagingFifo& fifo = c->fifo;
   auto one = [&](uint64_t i) {
     Piece p{i, plan.offset(i), plan.length(i, bytes), plan.offset(i), nullptr};
     if (to.area != nullptr) {
       p.at = to.area + p.offset;
     } else if (to.claimed) {
-      p.staging = fifo.claimed_at(turn.place + i);
+      p.staging = to.offsets[i];
       p.at = fifo.staging() + p.staging;
     } else {
       if (int r = fifo.place(turn.next(i), p.length, c->conn.timeout_ms(), &p.staging); r != 0) return r;

@@ -100,14 +100,13 @@ void StagingFifo::claim_locked(const Turn& turn, uint64_t length, uint64_t* offs
   room->need = need;
 }
 
-bool StagingFifo::claim_now(const StagingPlan& plan, uint64_t bytes, Turn* turn) {
+bool StagingFifo::claim_now(const StagingPlan& plan, uint64_t bytes, Turn* turn, uint64_t* offsets) {
   {
     std::lock_guard lock(mu_);
     if (!room_locked(plan, bytes) || !tickets_.take_direct_after(plan.pieces, placed_, turn)) return false;
     for (uint64_t i = 0; i < plan.pieces; ++i) {
-      uint64_t offset = 0;
       Room room;
-      claim_locked(turn->next(i), plan.length(i, bytes), &offset, &room);
+      claim_locked(turn->next(i), plan.length(i, bytes), &offsets[i], &room);
     }
   }
   turn_cv_.notify_all();  // a ring upload that took the placement after these waits for its turn

@@ -47,13 +47,10 @@ class StagingFifo {
   bool room_now(const StagingPlan& plan, uint64_t bytes);
   // room_now, and where there is room, the upload's direct numbers and
   // placements taken (Tickets::take_direct_after) and every piece placed,
-  // all under one lock: true, with *turn. Each piece's bytes are then at
-  // claimed_at(turn->place + i), free to write (no wait). Direct uploads only,
-  // one at a time (ferry_client::direct_mu).
-  bool claim_now(const StagingPlan& plan, uint64_t bytes, Turn* turn);
-  // Where placement `place`'s bytes are, from staging(), once this thread
-  // placed it (claim_now): until it is done, no other placement rewrites its record.
-  uint64_t claimed_at(uint64_t place) const { return placed_at_[(place - 1) % placements_].start % staging_bytes_; }
+  // all under one lock: true, with *turn, and piece i's bytes at offsets[i]
+  // from staging() (plan.pieces of them), free to write now. Direct uploads
+  // only, one at a time (ferry_client::direct_mu).
+  bool claim_now(const StagingPlan& plan, uint64_t bytes, Turn* turn, uint64_t* offsets);
 
   // A download reads placement p's bytes after its ticket completes: no
   // later transfer may reuse them until release(p). Call hold before the

@@ -53,8 +53,6 @@ __attribute__((constructor)) static void counts_from_the_start() {
     }
 }
 
-bool Lanes::idle(const Lane& l) { return l.users.load() == 0 && ferry_flush(l.c, 0) == 0; }
-
 Lanes::Held& Lanes::held() {
   thread_local Held h;
   return h;
@@ -93,6 +91,7 @@ void Lanes::close(std::unique_ptr<Lane> l) {
 void Lanes::retire(Lane& l, int err) {
   if (l.dead) return;
   l.dead = true;
+  sweep_wanted_.store(true, std::memory_order_release);
   if (daemon_gone(err)) {
     ++gone_;
   } else {
@@ -116,11 +115,20 @@ void Lanes::sweep() {
       if (int err = ferry_connection_error(l->c); err != 0) retire(*l, err);
   // A dead lane's staging is the program's queues' until they copied the
   // last of it (every number written): then it goes, registrations first.
+  bool dead_left = false;
   for (auto it = lanes_.begin(); it != lanes_.end();) {
     Lane& l = **it;
     uint32_t none = 0;
-    if (!l.dead || publishing_.load(std::memory_order_seq_cst) != 0 || ferry_flush(l.c, 0) != 0 ||
-        !l.users.compare_exchange_strong(none, kClosed)) {  // no thread may take it back from here on
+    // Closed first (no thread takes it back from here on), then looked at:
+    // a copy appended before the close is then seen by the flush.
+    if (!l.dead || !l.users.compare_exchange_strong(none, kClosed)) {
+      dead_left = dead_left || l.dead;
+      ++it;
+      continue;
+    }
+    if (publishing_.load(std::memory_order_seq_cst) != 0 || ferry_flush(l.c, 0) != 0) {
+      l.users.store(0, std::memory_order_release);
+      dead_left = true;
       ++it;
       continue;
     }
@@ -128,6 +136,9 @@ void Lanes::sweep() {
     ++closed_;
     it = lanes_.erase(it);
   }
+  // While a dead lane waits for its queues, every call comes here (take_back
+  // declines), so that it is closed once they are done.
+  sweep_wanted_.store(dead_left, std::memory_order_release);
 }
 
 ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Prepare prepare, Unprepare unprepare,
@@ -163,12 +174,16 @@ ferry_client* Lanes::acquire(uint64_t queue, uint64_t context, uint64_t key, Pre
 ferry_client* Lanes::take_back(uint64_t queue, uint64_t context, uint64_t key) {
   const Held& h = held();
   Lane* l = h.lane;
-  if (l == nullptr || h.queue != queue || h.context != context || h.key != key) return nullptr;
+  if (l == nullptr || h.queue != queue || h.context != context || h.key != key ||
+      sweep_wanted_.load(std::memory_order_acquire))
+    return nullptr;
   uint32_t none = 0;
   if (!l->users.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) return nullptr;  // in use, or closed
-  // Ours now: no one rebinds, retires into a spare or reuses it while we hold it.
+  // Ours now: no one rebinds, closes or reuses it while we hold it. A client
+  // whose daemon went or stops goes through mu_, which retires it.
   if (l->generation.load(std::memory_order_acquire) == h.generation && !l->dead.load(std::memory_order_acquire) &&
-      l->queue.load(std::memory_order_relaxed) == queue && l->context.load(std::memory_order_relaxed) == context)
+      l->queue.load(std::memory_order_relaxed) == queue && l->context.load(std::memory_order_relaxed) == context &&
+      ferry_connection_error(l->c) == 0)
     return l->c;
   l->users.fetch_sub(1, std::memory_order_release);
   return nullptr;
@@ -183,11 +198,15 @@ Lanes::Lane* Lanes::lane_for(uint64_t queue, uint64_t context, bool* claimed) {
   // it would wait out its whole wait for a connect that never comes.
   for (auto& l : lanes_) {
     uint32_t none = 0;
-    // Claimed from 0: a thread taking it back meanwhile would find it bound elsewhere.
-    if (!l->dead && idle(*l) && (!l->fresh || waiting_ == 0) && l->users.compare_exchange_strong(none, 1)) {
+    if (l->dead || (l->fresh && waiting_ != 0) || !l->users.compare_exchange_strong(none, 1)) continue;
+    // Claimed from 0 first (a thread taking it back from here on finds it in
+    // use, then bound elsewhere), then looked at: a copy its last thread
+    // appended before the claim shows in the flush.
+    if (ferry_flush(l->c, 0) == 0) {
       *claimed = true;
       return l.get();
     }
+    l->users.fetch_sub(1);
   }
   return nullptr;
 }
@@ -269,9 +288,10 @@ void Lanes::done(ferry_client* c, int err) {
   std::lock_guard lock(mu_);
   for (auto& l : lanes_) {
     if (l->c != c) continue;
+    // Retired before it is let go: a thread that takes it back then sees it
+    // dead. Kept mapped until its queues are done with it (sweep).
+    if (ends) retire(*l, err);
     l->users.fetch_sub(1);
-    // Kept mapped until its queues are done with it (sweep).
-    if (err != 0 && ends_client(err)) retire(*l, err);
   }
 }
 

@@ -114,7 +114,6 @@ class Lanes {
   // nullptr with *why.
   Lane* new_lane(std::unique_lock<std::mutex>& lock, Clock::duration connect_wait, int* why);
   void publish(bool force);
-  static bool idle(const Lane& l);
   // mu_ held: lanes whose connection ended are marked dead; dead ones whose
   // copies are all done are disconnected.
   void sweep();
@@ -140,6 +139,7 @@ class Lanes {
   uint64_t connects_ = 0;  // connects finished (either way)
   Clock::time_point retry_at_{};
   std::atomic<ferry_client*> lead_{nullptr};
+  std::atomic<bool> sweep_wanted_{false};  // a dead lane is not closed yet: calls go through mu_
   std::atomic<uint32_t> publishing_{0};  // publish() calls under way (sweep)
   std::atomic<uint64_t> staged_{0}, staged_bytes_{0}, passed_bytes_{0};
   std::atomic<uint64_t> passed_[FERRY_PASS_REASONS] = {};
