@@ -930,3 +930,40 @@ TEST_CASE("a daemon that exits after --drain leaves a successor's socket alone",
   ::kill(successor, SIGTERM);
   CHECK(reap(successor) == 0);
 }
+
+TEST_CASE("ferryd's socket file appears only once it accepts: a client that waited for the file connects at once",
+          "[faults][start]") {
+  // A script (or systemd's ExecStartPost, or a test) that waits for the file
+  // and then connects must never be refused: the file is renamed into place
+  // after the listen, not bound there before it.
+  for (int round = 0; round < 20; ++round) {
+    const std::string sock = temp_socket();
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::setenv("FERRY_SIM_FAST", "1", 1);
+      execl(FERRYD_PATH, FERRYD_PATH, "--sim", "--socket", sock.c_str(), "--log-level", "warn",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    REQUIRE(eventually([&] { return ::access(sock.c_str(), F_OK) == 0; }, std::chrono::seconds(30)));
+    const int fd = connect_unix(sock);
+    CHECK(fd >= 0);
+    if (fd >= 0) ::close(fd);
+    ::kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    // Nothing left in the folder under the name it was bound at first.
+    const std::string dir = sock.substr(0, sock.rfind('/'));
+    const std::string base = sock.substr(sock.rfind('/') + 1);
+    bool leftover = false;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (dirent* e = ::readdir(d)) leftover = leftover || std::string(e->d_name).rfind(base + ".new-", 0) == 0;
+      ::closedir(d);
+    }
+    CHECK_FALSE(leftover);
+    ::unlink(sock.c_str());
+  }
+}

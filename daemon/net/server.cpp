@@ -138,35 +138,54 @@ int Server::adopt(int fd, std::string& why) {
   return apply_perms(std::string(a.sun_path, ::strnlen(a.sun_path, sizeof a.sun_path)), why);
 }
 
+int Server::bind_listen(const std::string& at, std::string& why) {
+  boost::system::error_code ec;
+  acceptor_.open(stream(), ec);
+  if (!ec) acceptor_.bind(stream::endpoint(at), ec);
+  if (ec) {
+    why = "cannot bind " + at + ": " + ec.message();
+    return -ec.value();
+  }
+  int r = apply_perms(at, why);
+  if (r == 0) {
+    acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      why = "cannot listen on " + at + ": " + ec.message();
+      r = -ec.value();
+    }
+  }
+  if (r != 0) ::unlink(at.c_str());  // the file this bind made
+  return r;
+}
+
 // A socket of ferryd's own at path: one left by a daemon that died is
-// replaced, one that another daemon listens on is not.
+// replaced, one that another daemon listens on is not. It is bound, given
+// its group and mode and listening under a name of its own in the same
+// folder first, then renamed into place: a socket file at `path` always
+// accepts (a client, or a script that waits for the file, never meets one
+// that refuses the connect while ferryd is between bind and listen).
 int Server::bind_path(const std::string& path, std::string& why) {
   if (path.size() >= sizeof(sockaddr_un::sun_path)) {
     why = "socket path too long: " + path;
     return -ENAMETOOLONG;
   }
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) {
-    if (someone_listens(path)) {
-      why = "another daemon already listens on " + path;
-      return -EADDRINUSE;
-    }
-    ::unlink(path.c_str());  // left behind by a daemon that died
+  if (::stat(path.c_str(), &st) == 0 && someone_listens(path)) {
+    why = "another daemon already listens on " + path;
+    return -EADDRINUSE;
   }
-  boost::system::error_code ec;
-  acceptor_.open(stream(), ec);
-  if (!ec) acceptor_.bind(stream::endpoint(path), ec);
-  if (ec) {
-    why = "cannot bind " + path + ": " + ec.message();
-    return -ec.value();
+  const std::string temp = path + ".new-" + std::to_string(::getpid());
+  const bool renamed = temp.size() < sizeof(sockaddr_un::sun_path);  // else bound at path itself
+  const std::string& at = renamed ? temp : path;
+  ::unlink(at.c_str());  // left behind by a daemon that died (or one of this pid's, before)
+  if (int r = bind_listen(at, why); r != 0) return r;
+  if (renamed && ::rename(temp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    why = "cannot rename " + temp + " to " + path + ": " + std::strerror(e);
+    ::unlink(temp.c_str());  // never left behind under its own name
+    return -e;
   }
   owns_path_ = ::lstat(path.c_str(), &bound_) == 0;
-  if (int r = apply_perms(path, why); r != 0) return r;
-  acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    why = "cannot listen on " + path + ": " + ec.message();
-    return -ec.value();
-  }
   return 0;
 }
 

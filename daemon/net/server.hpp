@@ -46,6 +46,9 @@ class Server {
   int apply_perms(const std::string& path, std::string& why);
   int adopt(int fd, std::string& why);
   int bind_path(const std::string& path, std::string& why);
+  // The acceptor bound at `at`, given its group and mode, listening: 0, or
+  // -errno and why (no file left at `at` then).
+  int bind_listen(const std::string& at, std::string& why);
   void accept();
   void wait_signal();
   // Why a new connection (its socket) is refused, or empty: the bounds of
