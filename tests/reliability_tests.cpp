@@ -933,7 +933,7 @@ TEST_CASE("a daemon that exits after --drain leaves a successor's socket alone",
 
 TEST_CASE("ferryd's socket file appears only once it accepts: a client that waited for the file connects at once",
           "[faults][start]") {
-  // A script (or systemd's ExecStartPost, or a test) that waits for the file
+  // A script (or a test) that waits for the file
   // and then connects must never be refused: the file is renamed into place
   // after the listen, not bound there before it.
   for (int round = 0; round < 20; ++round) {
