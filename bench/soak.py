@@ -361,8 +361,12 @@ def settle(d, steady_uid):
         st = d.status()
         names = [c["name"] for c in st["clients"]]
         kept = st.get("kept", {})
+        # The segment pool at rest too: refilled, nothing left to unmap (its
+        # thread does both in its own time after a wave's clients went).
+        pool_at_rest = kept.get("segments_ready") == kept.get("segments_target") and \
+            not kept.get("segments_to_unmap") and not kept.get("segment_orders")
         if names == ["soak steady"] and st["held"]["clients"] == 1 and not kept.get("departed_clients") and \
-                not kept.get("copies_in_flight"):
+                not kept.get("copies_in_flight") and pool_at_rest:
             return st
         if time.monotonic() > deadline:
             return st

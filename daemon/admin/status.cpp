@@ -129,6 +129,7 @@ json::object kept_json(const StatusInputs& ctx) {
           {"run_rows", k.run_rows},
           {"run_exited", k.run_exited},
           {"segments_ready", k.segments.ready},
+          {"segments_target", k.segments.target},
           {"segments_to_unmap", k.segments.to_unmap},
           {"segment_orders", k.segments.orders}};
 }

@@ -73,7 +73,7 @@ void SegmentPool::discard(StagingSegment seg, bool registered) {
 
 SegmentPool::Counts SegmentPool::counts() const {
   std::lock_guard lock(mu_);
-  return {ready_.size(), dead_.size(), orders_.size()};
+  return {ready_.size(), dead_.size(), orders_.size(), target_};
 }
 
 // Unregistered before unmapped: the address cannot be mapped again (and

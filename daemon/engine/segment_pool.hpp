@@ -53,6 +53,7 @@ class SegmentPool {
   static constexpr size_t kMaxDead = 64;
   struct Counts {
     size_t ready = 0, to_unmap = 0, orders = 0;
+    size_t target = 0;  // how many it keeps ready (--segment-pool): at rest, ready == target
   };
   Counts counts() const;
 
