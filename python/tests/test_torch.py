@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import unittest
+from unittest import mock
 
 if not os.environ.get("FERRY_TEST_INSTALLED"):  # else the ferry installed (tests/wheel_test.sh: the wheel's)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -390,7 +391,15 @@ class LoaderTest(unittest.TestCase):
         # Every batch is torch's, element by element; batches of the old
         # ferryd that were on their way arrive, those made while none
         # listened travel as torch's loader sends them, and the loader is
-        # ferryd's client again once the new one listens.
+        # ferryd's client again once the new one listens. The loop goes on
+        # through the drain; from batch 30 it waits for the new ferryd to
+        # listen (on a busy machine the 100 batches can be through before
+        # it does), and the trainer tries a connect at every task, so the
+        # batches after that are the new ferryd's to take.
+        for name in ("_CHECK_S", "_RETRY_S"):
+            patched = mock.patch.object(ft_pool, name, 0)
+            patched.start()
+            self.addCleanup(patched.stop)
         first = Daemon("--slots", "4", "--slot-size", "65536")
         kw = dict(batch_size=4, num_workers=2)
         theirs = list(TorchLoader(Mixed(400), generator=torch.Generator().manual_seed(5), **kw))
@@ -412,6 +421,8 @@ class LoaderTest(unittest.TestCase):
                 if i == 10:
                     restarted = threading.Thread(target=restart)
                     restarted.start()
+                if i == 30:
+                    restarted.join()
                 if not back and restarted is not None and not restarted.is_alive() and second is not None:
                     # The loader is the new ferryd's client: trainer and workers.
                     names = {c["name"] for c in self.status_of(second)["clients"]}

@@ -23,6 +23,7 @@ from ._wire import _GONE, _Batch, _Job, _Spill, _gone
 
 _FIRST_CONNECT_S = 5.0  # a loader made while its ferryd restarts waits this long for it
 _CHECK_S = 0.02  # the trainer looks at its connection this often at most
+_RETRY_S = 0.5   # a connect no ferryd took is tried again this long after, at the earliest
 
 
 class _Slot:
@@ -146,7 +147,7 @@ class _Pool:
                 if first and not (restarting and time.monotonic() < deadline):
                     raise
                 if not first:
-                    self.retry_at = time.monotonic() + 0.5
+                    self.retry_at = time.monotonic() + _RETRY_S
                     return
                 time.sleep(0.05)
 
