@@ -201,6 +201,54 @@ TEST_CASE("ferry-run: a Python program on the loader through ctypes", "[run][int
   CHECK(r.only().get<uint64_t>("staged") == kSizes.size());
 }
 
+TEST_CASE("ferry-run: a regular command list copies its source as it is at each execution", "[run][interpose]") {
+  Daemon d;
+  struct Case {
+    const char* mode;
+    const char* plain;   // what the device receives without ferry
+    const char* ferried; // and under ferry-run
+    uint64_t staged;     // executions' copies staged, a size each
+  };
+  const Case cases[] = {
+      {"regular-hazard", "overwritten", "original", 1},  // overwritten after the execute returned: ferry's bytes
+      {"regular-late", "overwritten", "overwritten", 1},  // before the execute: the driver's meaning, kept
+      {"regular-again", "overwritten", "overwritten", 2},  // the second execution copies the source anew
+      {"regular", "original", "original", 1},
+  };
+  const std::string sizes = " 1024 1048576 4194304";
+  for (const Case& c : cases) {
+    SECTION(c.mode) {
+      const Outcome plain = upload(d.socket, std::string("--mode ") + c.mode + sizes, nullptr);
+      Report r;
+      const std::string opts = r.opt();
+      const Outcome ferried = upload(d.socket, std::string("--mode ") + c.mode + sizes, &opts);
+      INFO(plain.out << ferried.out);
+      REQUIRE(plain.rc == 0);
+      REQUIRE(ferried.rc == 0);
+      CHECK(plain.count(c.plain) == 3);
+      CHECK(ferried.count(c.ferried) == 3);
+      const auto t = r.only();
+      CHECK(t.get<uint64_t>("staged") == 3 * c.staged);
+      CHECK(t.get<uint64_t>("passed.replayable") == 0);
+    }
+  }
+  SECTION("a list a copy: one block serves them all, the next copy reuses it") {
+    // As oneAPI.jl uploads (a list per copy, destroyed after): 12 of 4 MiB
+    // fit in a bound of 5 MiB only if every destroyed list's block comes back.
+    Report r;
+    const std::string opts = r.opt() + " --list-bytes " + std::to_string(5 << 20);
+    std::string many;
+    for (int i = 0; i < 12; ++i) many += " 4194304";
+    const Outcome o = upload(d.socket, "--mode regular" + many, &opts);
+    INFO(o.out);
+    REQUIRE(o.rc == 0);
+    CHECK(o.count("original") == 12);
+    const auto t = r.only();
+    CHECK(t.get<uint64_t>("staged") == 12);
+    CHECK(t.get<uint64_t>("passed.no_room") == 0);
+  }
+}
+
 TEST_CASE("ferry-run: what goes to the driver behaves as without ferry, and is counted", "[run][interpose]") {
   Daemon d;
   struct Case {
@@ -211,7 +259,8 @@ TEST_CASE("ferry-run: what goes to the driver behaves as without ferry, and is c
   };
   const Case cases[] = {
       {"pinned", "", "passed.pinned", "overwritten"},    // the driver's host memory is read when the copy runs
-      {"regular", "", "passed.replayable", "original"},  // a regular list runs when executed, and again if it is
+      {"regular", "--list-bytes 0", "passed.replayable", "original"},  // regular lists left to the driver
+      {"regular", "--list-bytes 65536", "passed.no_room", "original"},  // more than the lists' bound
       {"hazard", "--min-bytes 4096", "passed.small", "overwritten"},
       {"sync", "", "staged", "original"},
   };

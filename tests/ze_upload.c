@@ -10,8 +10,14 @@
  *            overwritten (the hazard: plain, the device reads the new bytes)
  *   sync     a careful program: it waits for the copy before reusing the
  *            source (correct with or without ferry)
- *   regular  a regular command list, executed after the append (the driver's
- *            business: it may run again), waited for before reuse
+ *   regular  a regular command list (create, append, close, execute, wait,
+ *            destroy: as oneAPI.jl copies), waited for before reuse
+ *   regular-hazard  the same list held on an event until after the source
+ *            was overwritten (plain: the device reads the new bytes)
+ *   regular-late  the source overwritten after the append, before the
+ *            execute (the driver copies what is there at execution: new bytes)
+ *   regular-again  executed, the source overwritten, executed again with no
+ *            wait between (the second execution copies the new bytes)
  *   pinned   the source is the driver's host memory (zeMemAllocHost)
  *   d2d      device to device (an upload into a staging buffer of its own first)
  * --dlopen reaches the loader through dlopen + dlsym, as Julia and ctypes do;
@@ -47,6 +53,8 @@
   X(zeCommandListCreate,                                                                                    \
     (ze_context_handle_t, ze_device_handle_t, const ze_command_list_desc_t *, ze_command_list_handle_t *))  \
   X(zeCommandListClose, (ze_command_list_handle_t))                                                        \
+  X(zeCommandListDestroy, (ze_command_list_handle_t))                                                      \
+  X(zeCommandQueueDestroy, (ze_command_queue_handle_t))                                                    \
   X(zeCommandQueueCreate,                                                                                   \
     (ze_context_handle_t, ze_device_handle_t, const ze_command_queue_desc_t *, ze_command_queue_handle_t *))\
   X(zeCommandQueueExecuteCommandLists,                                                                      \
@@ -111,6 +119,40 @@ static double now_ms(void) {
 
 static uint8_t pattern(uint64_t i, int second) { return (uint8_t)(i * 131 + (second ? 77 : 5) + (i >> 13)); }
 
+static void overwrite(uint8_t *src, size_t n) {
+  for (size_t i = 0; i < n; ++i) src[i] = pattern(i, 1);
+}
+
+/* The regular modes: a list of its own on a queue of its own, both destroyed after. */
+static void regular_upload(ze_device_handle_t dev, void *dst, uint8_t *src, size_t n, ze_event_handle_t gate) {
+  ze_command_list_desc_t ld = {ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC, NULL, 0, 0};
+  ze_command_queue_desc_t qd = {ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, NULL, 0, 0, 0,
+                                ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+  ze_command_list_handle_t regular = NULL;
+  ze_command_queue_handle_t q = NULL;
+  const int hazard = strcmp(mode, "regular-hazard") == 0;
+  OK(p_zeCommandListCreate(ctx, dev, &ld, &regular));
+  OK(p_zeCommandQueueCreate(ctx, dev, &qd, &q));
+  if (hazard) OK(p_zeCommandListAppendBarrier(regular, NULL, 1, &gate));
+  const double t0 = now_ms();
+  OK(p_zeCommandListAppendMemoryCopy(regular, dst, src, n, NULL, 0, NULL));
+  OK(p_zeCommandListClose(regular));
+  if (strcmp(mode, "regular-late") == 0) overwrite(src, n);
+  OK(p_zeCommandQueueExecuteCommandLists(q, 1, &regular, NULL));
+  call_ms = now_ms() - t0;
+  if (hazard) {
+    overwrite(src, n);
+    OK(p_zeEventHostSignal(gate));
+  } else if (strcmp(mode, "regular-again") == 0) {
+    overwrite(src, n);
+    OK(p_zeCommandQueueExecuteCommandLists(q, 1, &regular, NULL));
+  }
+  OK(p_zeCommandQueueSynchronize(q, UINT64_MAX));
+  OK(p_zeCommandListDestroy(regular));
+  OK(p_zeCommandQueueDestroy(q));
+  if (strcmp(mode, "regular") == 0) overwrite(src, n);
+}
+
 /* One upload of n bytes to `dev` on `list` (immediate) and what arrived. */
 static const char *upload(ze_device_handle_t dev, ze_command_list_handle_t list, size_t n) {
   ze_device_mem_alloc_desc_t dd = {ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, NULL, 0, 0};
@@ -162,19 +204,8 @@ static const char *upload(ze_device_handle_t dev, ze_command_list_handle_t list,
     OK(p_zeEventHostSynchronize(done, UINT64_MAX));
     OK(p_zeEventHostReset(done));
     for (size_t i = 0; i < n; ++i) src[i] = pattern(i, 1);
-  } else if (strcmp(mode, "regular") == 0) {
-    ze_command_list_desc_t ld = {ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC, NULL, 0, 0};
-    ze_command_queue_desc_t qd = {ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, NULL, 0, 0, 0,
-                                  ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
-    ze_command_list_handle_t regular = NULL;
-    ze_command_queue_handle_t q = NULL;
-    OK(p_zeCommandListCreate(ctx, dev, &ld, &regular));
-    OK(p_zeCommandQueueCreate(ctx, dev, &qd, &q));
-    OK(p_zeCommandListAppendMemoryCopy(regular, dst, src, n, NULL, 0, NULL));
-    OK(p_zeCommandListClose(regular));
-    OK(p_zeCommandQueueExecuteCommandLists(q, 1, &regular, NULL));
-    OK(p_zeCommandQueueSynchronize(q, UINT64_MAX));
-    for (size_t i = 0; i < n; ++i) src[i] = pattern(i, 1);
+  } else if (strncmp(mode, "regular", 7) == 0) {
+    regular_upload(dev, dst, src, n, gate);
   } else {
     fprintf(stderr, "ze_upload: unknown mode %s\n", mode);
     exit(2);

@@ -17,6 +17,10 @@ struct Settings {
   // Zero reads the source when the copy runs, at any size: stage every one.
   uint64_t cuda_min_bytes = (2u << 20) + 1;
   uint64_t ze_min_bytes = 0;
+  // Bytes of the driver's host memory that copies on regular Level Zero
+  // command lists may be staged in, all lists of the process together
+  // (FERRY_RUN_LIST_BYTES; 0: such copies go to the driver, as replayable).
+  uint64_t list_bytes = 256ull << 20;
   // The daemon's socket (FERRY_SOCKET, as for any libferry client).
   std::string socket;
   // Clients (each one queue at a time) one process may make (FERRY_RUN_LANES).

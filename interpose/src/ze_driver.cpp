@@ -9,7 +9,9 @@
 // The entries it takes: zeCommandListAppendMemoryCopy (a pageable source
 // into device memory on an immediate command list is staged into ferry's
 // pinned staging before the call returns, and the list copies from there:
-// ferry_upload_direct), and what it needs to judge a copy: which lists are
+// ferry_upload_direct; on a regular list, the copy is staged when the list
+// is executed: ze_lists.hpp, with the list's close, reset and destroy and
+// the queue's execute), and what it needs to judge a copy: which lists are
 // immediate and of which context, which context belongs to which driver,
 // and which host ranges the program imported itself. Everything else is the
 // real driver's, untouched. Handles here are the driver's own (the loader's
@@ -101,8 +103,18 @@ FERRY_EXPORT ze_result_t zeGetCommandListProcAddrTable(ze_api_version_t v, ze_co
   fr::put(t->pfnCreate, &fr::list_create);
   fr::put(t->pfnCreateImmediate, &fr::list_create_immediate);
   fr::put(t->pfnDestroy, &fr::list_destroy);
+  fr::put(t->pfnClose, &fr::list_close);
+  fr::put(t->pfnReset, &fr::list_reset);
   // Without the calls it needs, copies stay the driver's.
   if (t->pfnAppendMemoryCopy != nullptr && t->pfnAppendBarrier != nullptr) t->pfnAppendMemoryCopy = fr::append_copy;
+  return r;
+}
+
+FERRY_EXPORT ze_result_t zeGetCommandQueueProcAddrTable(ze_api_version_t v, ze_command_queue_dditable_t* t) {
+  const ze_result_t r = fr::forward("zeGetCommandQueueProcAddrTable", v, t);
+  if (r != ZE_RESULT_SUCCESS) return r;
+  fr::keep(fr::real().queue, fr::real().have_queue, *t);
+  fr::put(t->pfnExecuteCommandLists, &fr::queue_execute);
   return r;
 }
 
@@ -119,7 +131,6 @@ FERRY_EXPORT ze_result_t zeGetMemProcAddrTable(ze_api_version_t v, ze_mem_dditab
 FERRY_FORWARD(zeGetGlobalProcAddrTable, ze_global_dditable_t)
 FERRY_FORWARD(zeGetDeviceProcAddrTable, ze_device_dditable_t)
 FERRY_FORWARD(zeGetDeviceExpProcAddrTable, ze_device_exp_dditable_t)
-FERRY_FORWARD(zeGetCommandQueueProcAddrTable, ze_command_queue_dditable_t)
 FERRY_FORWARD(zeGetEventProcAddrTable, ze_event_dditable_t)
 FERRY_FORWARD(zeGetEventExpProcAddrTable, ze_event_exp_dditable_t)
 FERRY_FORWARD(zeGetEventPoolProcAddrTable, ze_event_pool_dditable_t)

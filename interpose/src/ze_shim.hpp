@@ -23,7 +23,8 @@ struct Real {
   ze_context_dditable_t context{};
   ze_command_list_dditable_t list{};
   ze_mem_dditable_t mem{};
-  bool have_driver = false, have_context = false, have_list = false, have_mem = false;
+  ze_command_queue_dditable_t queue{};
+  bool have_driver = false, have_context = false, have_list = false, have_mem = false, have_queue = false;
 };
 // The real driver's entries, kept by the getters before they put ours in.
 Real& real();
@@ -41,6 +42,9 @@ ze_result_t list_create(ze_context_handle_t c, ze_device_handle_t dev, const ze_
 ze_result_t list_create_immediate(ze_context_handle_t c, ze_device_handle_t dev, const ze_command_queue_desc_t* desc,
                                   ze_command_list_handle_t* l);
 ze_result_t list_destroy(ze_command_list_handle_t l);
+ze_result_t list_close(ze_command_list_handle_t l);
+ze_result_t list_reset(ze_command_list_handle_t l);
+ze_result_t queue_execute(ze_command_queue_handle_t q, uint32_t n, ze_command_list_handle_t* lists, ze_fence_handle_t f);
 ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* src, size_t size,
                         ze_event_handle_t signal, uint32_t waits, ze_event_handle_t* wait_events);
 

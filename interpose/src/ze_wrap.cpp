@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The entries ferry-run's Level Zero driver puts in the real driver's tables:
-// what they learn (drivers, contexts, immediate lists, the program's own
-// imports) and the staged copy (zeCommandListAppendMemoryCopy).
+// what they learn (drivers, contexts, immediate and regular lists, the
+// program's own imports) and the staged copy (zeCommandListAppendMemoryCopy;
+// on a regular list, with its close, reset and execute: ze_lists.hpp).
 #include <ferry/ferry.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "lanes.hpp"
 #include "policy.hpp"
 #include "stage.hpp"
+#include "ze_lists.hpp"
 #include "ze_shim.hpp"
 
 namespace ferry::run {
@@ -126,6 +128,7 @@ ze_result_t context_create_ex(ze_driver_handle_t d, const ze_context_desc_t* des
 }
 
 ze_result_t context_destroy(ze_context_handle_t c) {
+  ListStaging::get().context_gone(c);
   {
     std::unique_lock lock(known().mu);
     known().contexts.erase(c);
@@ -158,7 +161,20 @@ ze_result_t list_destroy(ze_command_list_handle_t l) {
     std::unique_lock lock(known().mu);
     known().lists.erase(l);
   }
+  ListStaging::get().forget(l);
   return real().list.pfnDestroy(l);
+}
+
+ze_result_t list_close(ze_command_list_handle_t l) { return ListStaging::get().close(l); }
+
+ze_result_t list_reset(ze_command_list_handle_t l) {
+  ListStaging::get().forget(l);
+  return real().list.pfnReset(l);
+}
+
+ze_result_t queue_execute(ze_command_queue_handle_t q, uint32_t n, ze_command_list_handle_t* lists,
+                          ze_fence_handle_t f) {
+  return ListStaging::get().execute(q, n, lists, f);
 }
 
 // ---- judging a copy
@@ -278,7 +294,7 @@ static int ze_write(void* p, volatile uint64_t* word, uint64_t value) {
 
 // What the policy needs to know of a copy on `list`, and the list's driver.
 static Copy list_facts(ze_command_list_handle_t list, void* dst, const void* src, size_t size, uint64_t min_bytes,
-                       ze_driver_handle_t* drv) {
+                       ze_driver_handle_t* drv, ListInfo* out) {
   ListInfo info;
   {
     std::shared_lock lock(known().mu);
@@ -292,12 +308,38 @@ static Copy list_facts(ze_command_list_handle_t list, void* dst, const void* src
   facts.min_bytes = min_bytes;
   facts.dst = classify(info.ctx, dst);
   facts.src = classify(info.ctx, src);
-  // A list it never saw made (none should be) is judged unknown.
-  facts.queue = info.ctx == nullptr ? FERRY_PASS_UNSUPPORTED
-                : !info.immediate   ? FERRY_PASS_REPLAYABLE
-                : *drv == nullptr   ? FERRY_PASS_UNSUPPORTED
-                                    : -1;
+  // A list it never saw made (none should be) is judged unknown. A regular
+  // list's copy is staged when the list executes, where its execute and
+  // close are ferry-run's and the process has room for such copies.
+  const bool regular_ok = real().have_queue && real().queue.pfnExecuteCommandLists != nullptr &&
+                          real().list.pfnClose != nullptr && Lanes::get().settings().list_bytes > 0;
+  facts.queue = info.ctx == nullptr                   ? FERRY_PASS_UNSUPPORTED
+                : !info.immediate && !regular_ok      ? FERRY_PASS_REPLAYABLE
+                : *drv == nullptr                     ? FERRY_PASS_UNSUPPORTED
+                                                      : -1;
+  *out = info;
   return facts;
+}
+
+// A copy on a regular list: staged when the list executes (ze_lists.hpp).
+static ze_result_t append_regular(ze_command_list_handle_t list, ze_context_handle_t ctx, ze_driver_handle_t drv,
+                                  const Copy& facts, void* dst, const void* src, ze_event_handle_t signal,
+                                  uint32_t waits, ze_event_handle_t* wait_events) {
+  Lanes& lanes = Lanes::get();
+  const Verdict v = decide(facts);
+  int why = v.why;
+  if (v.stage) {
+    why = FERRY_PASS_UNSUPPORTED;  // a driver that cannot write memory from a list
+    if (WriteFn write = extension<WriteFn>(drv, "zexCommandListAppendWriteToMemory", known().write_fn)) {
+      bool taken = false;
+      const ze_result_t r =
+          ListStaging::get().append(list, ctx, write, dst, src, facts.bytes, signal, waits, wait_events, &taken);
+      if (taken) return r;  // counted as staged at each execution
+      why = FERRY_PASS_NO_ROOM;
+    }
+  }
+  lanes.passed(why, facts.bytes);
+  return real().list.pfnAppendMemoryCopy(list, dst, src, facts.bytes, signal, waits, wait_events);
 }
 
 ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* src, size_t size,
@@ -309,7 +351,9 @@ ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* sr
   Lanes& lanes = Lanes::get();
   if (small(size, lanes.settings().ze_min_bytes) || dst == nullptr || src == nullptr) return pass(FERRY_PASS_SMALL);
   ze_driver_handle_t drv = nullptr;
-  const Copy facts = list_facts(list, dst, src, size, lanes.settings().ze_min_bytes, &drv);
+  ListInfo info;
+  const Copy facts = list_facts(list, dst, src, size, lanes.settings().ze_min_bytes, &drv, &info);
+  if (!info.immediate && facts.queue == -1) return append_regular(list, info.ctx, drv, facts, dst, src, signal, waits, wait_events);
   Queue q;
   q.id = reinterpret_cast<uint64_t>(list);
   q.context = 0;  // a list's handle names it in the whole process

@@ -499,7 +499,7 @@ enum {
   FERRY_PASS_PINNED,      /* the source is pinned or the driver's host memory already */
   FERRY_PASS_NOT_UPLOAD,  /* not host to device */
   FERRY_PASS_CAPTURED,    /* a stream being captured into a graph */
-  FERRY_PASS_REPLAYABLE,  /* a regular Level Zero command list (it may run again) */
+  FERRY_PASS_REPLAYABLE,  /* a regular Level Zero command list ferry-run leaves alone (--list-bytes 0) */
   FERRY_PASS_NO_DAEMON,   /* ferryd absent, stopped or refusing */
   FERRY_PASS_NO_ROOM,     /* no staging room now and no more granted */
   FERRY_PASS_ERROR,       /* a ferry call failed */

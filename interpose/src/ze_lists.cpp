@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: MIT
+#include "ze_lists.hpp"
+
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "lanes.hpp"
+
+namespace ferry::run {
+
+namespace {
+constexpr uint64_t kWordBytes = 64;        // a block of its own for the done word
+constexpr uint64_t kGranule = 64 * 1024;   // blocks are made in multiples of this
+constexpr uint64_t kDone = 1;              // the word's value while no execution runs
+
+uint64_t load(const volatile uint64_t* w) { return __atomic_load_n(const_cast<const uint64_t*>(w), __ATOMIC_ACQUIRE); }
+void store(volatile uint64_t* w, uint64_t v) { __atomic_store_n(const_cast<uint64_t*>(w), v, __ATOMIC_RELEASE); }
+}  // namespace
+
+ListStaging& ListStaging::get() {
+  static ListStaging* s = new ListStaging();  // never destroyed: lists may run until the very end
+  return *s;
+}
+
+std::shared_ptr<ListStaging::List> ListStaging::find(ze_command_list_handle_t list) {
+  std::lock_guard lock(lists_mu_);
+  auto it = lists_.find(list);
+  return it == lists_.end() ? nullptr : it->second;
+}
+
+// ---- the blocks
+bool ListStaging::take(ze_context_handle_t ctx, uint64_t n, Block* out) {
+  std::lock_guard lock(pool_mu_);
+  // The smallest free block that fits and wastes at most its own size.
+  auto best = free_.end();
+  for (auto it = free_.begin(); it != free_.end(); ++it)
+    if (it->ctx == ctx && it->bytes >= n && it->bytes <= 2 * n + kGranule && (best == free_.end() || it->bytes < best->bytes))
+      best = it;
+  if (best != free_.end()) {
+    *out = *best;
+    free_.erase(best);
+    return true;
+  }
+  const uint64_t bytes = n <= kWordBytes ? kWordBytes : (n + kGranule - 1) / kGranule * kGranule;
+  const uint64_t bound = Lanes::get().settings().list_bytes;
+  if (made_ + bytes > bound) trim(true);  // free blocks of other sizes give way first
+  if (made_ + bytes > bound) return false;
+  ze_host_mem_alloc_desc_t desc{ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, nullptr, 0};
+  void* p = nullptr;
+  if (real().mem.pfnAllocHost(ctx, &desc, bytes, 64, &p) != ZE_RESULT_SUCCESS || p == nullptr) return false;
+  made_ += bytes;
+  *out = Block{ctx, static_cast<char*>(p), bytes, Clock::now()};
+  return true;
+}
+
+void ListStaging::give(Block b) {
+  if (b.p == nullptr) return;
+  std::lock_guard lock(pool_mu_);
+  b.used = Clock::now();
+  free_.push_back(b);
+  trim(false);
+}
+
+void ListStaging::trim(bool all, ze_context_handle_t only) {
+  const auto now = Clock::now();
+  auto keep = [&](const Block& b) {
+    if (only != nullptr ? b.ctx != only : !all && now - b.used < kIdle) return true;
+    real().mem.pfnFree(b.ctx, b.p);
+    made_ -= b.bytes;
+    return false;
+  };
+  free_.erase(std::stable_partition(free_.begin(), free_.end(), keep), free_.end());
+}
+
+void ListStaging::context_gone(ze_context_handle_t ctx) {
+  std::lock_guard lock(pool_mu_);
+  trim(false, ctx);
+}
+
+uint64_t ListStaging::bytes() const {
+  std::lock_guard lock(pool_mu_);
+  return made_;
+}
+
+// ---- the list's calls
+ze_result_t ListStaging::append(ze_command_list_handle_t list, ze_context_handle_t ctx, WriteFn write, void* dst,
+                                const void* src, size_t n, ze_event_handle_t signal, uint32_t waits,
+                                ze_event_handle_t* wait_events, bool* taken) {
+  *taken = false;
+  std::shared_ptr<List> l;
+  {
+    std::lock_guard lock(lists_mu_);
+    auto& slot = lists_[list];
+    if (slot == nullptr) slot = std::make_shared<List>();
+    l = slot;
+  }
+  std::lock_guard lock(l->mu);
+  if (l->closed || (l->ctx != nullptr && l->ctx != ctx)) return ZE_RESULT_SUCCESS;  // not ours to judge: the driver's
+  if (l->word == nullptr) {
+    if (!take(ctx, kWordBytes, &l->word_block)) return ZE_RESULT_SUCCESS;
+    l->word = reinterpret_cast<volatile uint64_t*>(l->word_block.p);
+    store(l->word, kDone);
+    l->ctx = ctx;
+    l->write = write;
+  }
+  Copy c;
+  if (!take(ctx, n, &c.block)) return ZE_RESULT_SUCCESS;
+  c.src = src;
+  c.n = n;
+  const ze_result_t r = real().list.pfnAppendMemoryCopy(list, dst, c.block.p, n, signal, waits, wait_events);
+  *taken = true;  // the driver's answer is the call's, either way
+  if (r != ZE_RESULT_SUCCESS) {
+    give(c.block);
+    return r;
+  }
+  l->copies.push_back(c);
+  return r;
+}
+
+ze_result_t ListStaging::close(ze_command_list_handle_t list) {
+  if (std::shared_ptr<List> l = find(list)) {
+    std::lock_guard lock(l->mu);
+    if (!l->copies.empty() && !l->closed) {
+      // After every command before it, the device writes kDone.
+      WriteDesc desc{1u << 2};
+      if (real().list.pfnAppendBarrier(list, nullptr, 0, nullptr) != ZE_RESULT_SUCCESS ||
+          l->write(list, &desc, const_cast<uint64_t*>(l->word), kDone) != ZE_RESULT_SUCCESS)
+        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;  // the list cannot say when its copies are done: it must not run
+      l->closed = true;
+    }
+  }
+  return real().list.pfnClose(list);
+}
+
+bool ListStaging::wait_done(const List& l, Clock::duration limit) {
+  if (load(l.word) == kDone) return true;
+  const auto until = Clock::now() + limit;
+  for (long ns = 1000; load(l.word) != kDone; ns = std::min(ns * 2, 1'000'000L)) {
+    if (Clock::now() > until) return false;
+    if (ns < 16'000) {
+      sched_yield();
+    } else {
+      timespec t{0, ns};
+      nanosleep(&t, nullptr);
+    }
+  }
+  return true;
+}
+
+ze_result_t ListStaging::execute(ze_command_queue_handle_t q, uint32_t n, ze_command_list_handle_t* lists,
+                                 ze_fence_handle_t f) {
+  std::vector<std::shared_ptr<List>> ours;
+  if (lists != nullptr) {
+    std::lock_guard lock(lists_mu_);
+    for (uint32_t i = 0; i < n; ++i)
+      if (auto it = lists_.find(lists[i]); it != lists_.end() && it->second->closed) ours.push_back(it->second);
+  }
+  if (ours.empty()) return real().queue.pfnExecuteCommandLists(q, n, lists, f);
+  std::sort(ours.begin(), ours.end());  // locked in one order by every thread
+  ours.erase(std::unique(ours.begin(), ours.end()), ours.end());
+  // Held through the driver's call: a second execute of the same list (on
+  // another thread) sees the word this one cleared.
+  std::vector<std::unique_lock<std::mutex>> held;
+  for (auto& l : ours) {
+    held.emplace_back(l->mu);
+    wait_done(*l, Clock::duration::max());  // the last execution's copies read the blocks until then
+    store(l->word, 0);
+    for (const Copy& c : l->copies) std::memcpy(c.block.p, c.src, c.n);
+  }
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  const ze_result_t r = real().queue.pfnExecuteCommandLists(q, n, lists, f);
+  Lanes& lanes = Lanes::get();
+  for (auto& l : ours) {
+    if (r != ZE_RESULT_SUCCESS) {
+      store(l->word, kDone);  // nothing runs
+      continue;
+    }
+    for (const Copy& c : l->copies) lanes.staged(c.n);
+  }
+  return r;
+}
+
+void ListStaging::forget(ze_command_list_handle_t list) {
+  std::shared_ptr<List> l;
+  {
+    std::lock_guard lock(lists_mu_);
+    auto it = lists_.find(list);
+    if (it == lists_.end()) return;
+    l = std::move(it->second);
+    lists_.erase(it);
+  }
+  std::lock_guard lock(l->mu);
+  if (l->word != nullptr && !wait_done(*l, kForgetWait)) return;  // still read, or never to be: not reused
+  for (Copy& c : l->copies) give(c.block);
+  give(l->word_block);
+}
+
+}  // namespace ferry::run
