@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "ze_lists.hpp"
 
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
@@ -12,18 +13,30 @@
 namespace ferry::run {
 
 namespace {
-constexpr uint64_t kWordBytes = 64;        // a block of its own for the done word
+constexpr uint64_t kWordBytes = 64;        // the done word's room, at the end of a list's first block
 constexpr uint64_t kGranule = 64 * 1024;   // blocks are made in multiples of this
 constexpr uint64_t kDone = 1;              // the word's value while no execution runs
 
 uint64_t load(const volatile uint64_t* w) { return __atomic_load_n(const_cast<const uint64_t*>(w), __ATOMIC_ACQUIRE); }
 void store(volatile uint64_t* w, uint64_t v) { __atomic_store_n(const_cast<uint64_t*>(w), v, __ATOMIC_RELEASE); }
+
+std::atomic<ListStaging*> current{nullptr};
 }  // namespace
 
 ListStaging& ListStaging::get() {
-  static ListStaging* s = new ListStaging();  // never destroyed: lists may run until the very end
-  return *s;
+  if (ListStaging* s = current.load(std::memory_order_acquire)) return *s;
+  static ListStaging* first = [] {
+    auto* s = new ListStaging();  // never destroyed: lists may run until the very end
+    current.store(s, std::memory_order_release);
+    pthread_atfork(nullptr, nullptr, &ListStaging::after_fork_child);
+    return s;
+  }();
+  return *first;
 }
+
+// The parent's lists and blocks belong to its contexts: the child starts
+// anew (the old state, whose locks another thread may have held, is left).
+void ListStaging::after_fork_child() { current.store(new ListStaging(), std::memory_order_release); }
 
 std::shared_ptr<ListStaging::List> ListStaging::find(ze_command_list_handle_t list) {
   std::lock_guard lock(lists_mu_);
@@ -44,7 +57,7 @@ bool ListStaging::take(ze_context_handle_t ctx, uint64_t n, Block* out) {
     free_.erase(best);
     return true;
   }
-  const uint64_t bytes = n <= kWordBytes ? kWordBytes : (n + kGranule - 1) / kGranule * kGranule;
+  const uint64_t bytes = (n + kGranule - 1) / kGranule * kGranule;
   const uint64_t bound = Lanes::get().settings().list_bytes;
   if (made_ + bytes > bound) trim(true);  // free blocks of other sizes give way first
   if (made_ + bytes > bound) return false;
@@ -68,7 +81,7 @@ void ListStaging::trim(bool all, ze_context_handle_t only) {
   const auto now = Clock::now();
   auto keep = [&](const Block& b) {
     if (only != nullptr ? b.ctx != only : !all && now - b.used < kIdle) return true;
-    real().mem.pfnFree(b.ctx, b.p);
+    if (only == nullptr) real().mem.pfnFree(b.ctx, b.p);  // a context going frees its memory itself
     made_ -= b.bytes;
     return false;
   };
@@ -76,7 +89,19 @@ void ListStaging::trim(bool all, ze_context_handle_t only) {
 }
 
 void ListStaging::context_gone(ze_context_handle_t ctx) {
+  // Its lists' blocks go with it: never given back, no longer counted.
+  uint64_t gone = 0;
+  {
+    std::lock_guard lock(lists_mu_);
+    for (auto& [handle, l] : lists_) {
+      std::lock_guard ll(l->mu);
+      if (l->ctx != ctx || l->orphan) continue;
+      l->orphan = true;
+      for (const Copy& c : l->copies) gone += c.block.bytes;
+    }
+  }
   std::lock_guard lock(pool_mu_);
+  made_ -= gone;
   trim(false, ctx);
 }
 
@@ -98,16 +123,11 @@ ze_result_t ListStaging::append(ze_command_list_handle_t list, ze_context_handle
     l = slot;
   }
   std::lock_guard lock(l->mu);
-  if (l->closed || (l->ctx != nullptr && l->ctx != ctx)) return ZE_RESULT_SUCCESS;  // not ours to judge: the driver's
-  if (l->word == nullptr) {
-    if (!take(ctx, kWordBytes, &l->word_block)) return ZE_RESULT_SUCCESS;
-    l->word = reinterpret_cast<volatile uint64_t*>(l->word_block.p);
-    store(l->word, kDone);
-    l->ctx = ctx;
-    l->write = write;
-  }
+  if (l->closed || l->orphan || (l->ctx != nullptr && l->ctx != ctx)) return ZE_RESULT_SUCCESS;  // the driver's to judge
+  const bool first = l->word == nullptr;
+  const uint64_t room = (n + kWordBytes - 1) / kWordBytes * kWordBytes;
   Copy c;
-  if (!take(ctx, n, &c.block)) return ZE_RESULT_SUCCESS;
+  if (!take(ctx, first ? room + kWordBytes : n, &c.block)) return ZE_RESULT_SUCCESS;
   c.src = src;
   c.n = n;
   const ze_result_t r = real().list.pfnAppendMemoryCopy(list, dst, c.block.p, n, signal, waits, wait_events);
@@ -115,6 +135,12 @@ ze_result_t ListStaging::append(ze_command_list_handle_t list, ze_context_handle
   if (r != ZE_RESULT_SUCCESS) {
     give(c.block);
     return r;
+  }
+  if (first) {
+    l->word = reinterpret_cast<volatile uint64_t*>(c.block.p + room);
+    store(l->word, kDone);
+    l->ctx = ctx;
+    l->write = write;
   }
   l->copies.push_back(c);
   return r;
@@ -124,22 +150,24 @@ ze_result_t ListStaging::close(ze_command_list_handle_t list) {
   if (std::shared_ptr<List> l = find(list)) {
     std::lock_guard lock(l->mu);
     if (!l->copies.empty() && !l->closed) {
-      // After every command before it, the device writes kDone.
+      // After every command before it, the device writes kDone. A driver
+      // that refuses it: the list is filled at every execute, unwatched.
       WriteDesc desc{1u << 2};
-      if (real().list.pfnAppendBarrier(list, nullptr, 0, nullptr) != ZE_RESULT_SUCCESS ||
-          l->write(list, &desc, const_cast<uint64_t*>(l->word), kDone) != ZE_RESULT_SUCCESS)
-        return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;  // the list cannot say when its copies are done: it must not run
-      l->closed = true;
+      l->watched = real().list.pfnAppendBarrier(list, nullptr, 0, nullptr) == ZE_RESULT_SUCCESS &&
+                   l->write(list, &desc, const_cast<uint64_t*>(l->word), kDone) == ZE_RESULT_SUCCESS;
+      const ze_result_t r = real().list.pfnClose(list);
+      l->closed = r == ZE_RESULT_SUCCESS;
+      return r;
     }
   }
   return real().list.pfnClose(list);
 }
 
 bool ListStaging::wait_done(const List& l, Clock::duration limit) {
-  if (load(l.word) == kDone) return true;
+  if (!l.watched || load(l.word) == kDone) return true;
   const auto until = Clock::now() + limit;
   for (long ns = 1000; load(l.word) != kDone; ns = std::min(ns * 2, 1'000'000L)) {
-    if (Clock::now() > until) return false;
+    if (limit != Clock::duration::zero() && Clock::now() > until) return false;
     if (ns < 16'000) {
       sched_yield();
     } else {
@@ -152,30 +180,47 @@ bool ListStaging::wait_done(const List& l, Clock::duration limit) {
 
 ze_result_t ListStaging::execute(ze_command_queue_handle_t q, uint32_t n, ze_command_list_handle_t* lists,
                                  ze_fence_handle_t f) {
+  if (lists == nullptr || n == 0) return real().queue.pfnExecuteCommandLists(q, n, lists, f);
+  // The call in runs that name none of ours twice, in order (the queue
+  // runs them in order either way); the fence goes on the last.
+  uint32_t from = 0;
   std::vector<std::shared_ptr<List>> ours;
-  if (lists != nullptr) {
-    std::lock_guard lock(lists_mu_);
-    for (uint32_t i = 0; i < n; ++i)
-      if (auto it = lists_.find(lists[i]); it != lists_.end() && it->second->closed) ours.push_back(it->second);
+  for (uint32_t i = 0; i <= n; ++i) {
+    std::shared_ptr<List> l = i < n ? find(lists[i]) : nullptr;
+    if (l != nullptr && !l->closed) l = nullptr;
+    const bool again = l != nullptr && std::find(ours.begin(), ours.end(), l) != ours.end();
+    if (i == n || again) {
+      const ze_result_t r = execute_run(q, i - from, lists + from, i == n ? f : nullptr, std::move(ours));
+      if (r != ZE_RESULT_SUCCESS || i == n) return r;
+      ours.clear();
+      from = i;
+    }
+    if (l != nullptr) ours.push_back(std::move(l));
   }
+  return ZE_RESULT_SUCCESS;  // not reached
+}
+
+ze_result_t ListStaging::execute_run(ze_command_queue_handle_t q, uint32_t n, ze_command_list_handle_t* lists,
+                                     ze_fence_handle_t f, std::vector<std::shared_ptr<List>> ours) {
   if (ours.empty()) return real().queue.pfnExecuteCommandLists(q, n, lists, f);
   std::sort(ours.begin(), ours.end());  // locked in one order by every thread
-  ours.erase(std::unique(ours.begin(), ours.end()), ours.end());
   // Held through the driver's call: a second execute of the same list (on
   // another thread) sees the word this one cleared.
   std::vector<std::unique_lock<std::mutex>> held;
   for (auto& l : ours) {
     held.emplace_back(l->mu);
-    wait_done(*l, Clock::duration::max());  // the last execution's copies read the blocks until then
-    store(l->word, 0);
+    if (l->orphan || !l->closed) continue;  // its context went, or it was reset or destroyed meanwhile
+    wait_done(*l, Clock::duration::zero());  // the last execution's copies read the blocks until then
+    if (l->watched) store(l->word, 0);
     for (const Copy& c : l->copies) std::memcpy(c.block.p, c.src, c.n);
   }
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   const ze_result_t r = real().queue.pfnExecuteCommandLists(q, n, lists, f);
   Lanes& lanes = Lanes::get();
   for (auto& l : ours) {
+    if (l->orphan || !l->closed) continue;
     if (r != ZE_RESULT_SUCCESS) {
-      store(l->word, kDone);  // nothing runs
+      if (l->watched) store(l->word, kDone);  // nothing runs
       continue;
     }
     for (const Copy& c : l->copies) lanes.staged(c.n);
@@ -193,9 +238,9 @@ void ListStaging::forget(ze_command_list_handle_t list) {
     lists_.erase(it);
   }
   std::lock_guard lock(l->mu);
-  if (l->word != nullptr && !wait_done(*l, kForgetWait)) return;  // still read, or never to be: not reused
+  l->closed = false;  // an execute that still finds it fills nothing
+  if (l->orphan || !wait_done(*l, kForgetWait)) return;  // still read, or never to be: not reused
   for (Copy& c : l->copies) give(c.block);
-  give(l->word_block);
 }
 
 }  // namespace ferry::run

@@ -17,9 +17,16 @@
 //   refilled only once the device no longer reads it. (The one difference a
 //   program can see: a list executed again while its last execution waits
 //   on an event that the host signals only later blocks in the execute.)
+// - A list named twice in one execute is executed in two calls, the second
+//   after the first one's copies are done (each occurrence its own fill).
 // - Reset and destroy give the blocks back once the last execution is done;
 //   blocks of a list whose execution never ended (a lost device) are never
-//   reused.
+//   reused, nor those of a list whose context was destroyed (the driver
+//   freed them with it).
+// - A list whose close could not append the done write (the driver refused
+//   it) is filled at every execute without waiting.
+// - After fork() the child starts with no lists and no blocks (they are the
+//   parent's context's).
 // Blocks are the process's own pinned memory (zeMemAllocHost), at most
 // Settings::list_bytes in all, free ones kept for reuse (a program that
 // makes a list per upload allocates once); those unused for kIdle are freed
@@ -29,6 +36,7 @@
 
 #include <level_zero/ze_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -82,23 +90,30 @@ class ListStaging {
     uint64_t n = 0;
   };
   // One list's copies and its done word (1: no execution running).
+  // the word lies at the end of the first copy's block.
   struct List {
     std::mutex mu;
     ze_context_handle_t ctx = nullptr;
     WriteFn write = nullptr;
     std::vector<Copy> copies;
-    Block word_block;
     volatile uint64_t* word = nullptr;
-    bool closed = false;  // the done write is on the list
+    std::atomic<bool> closed{false};  // closed with copies of ours: executes fill them
+    bool watched = false;  // the done write is on it
+    bool orphan = false;   // its context went: its blocks are not ours to give back
   };
   ListStaging() = default;
+  // One execute call's lists, none of ours twice (ours: those to fill).
+  ze_result_t execute_run(ze_command_queue_handle_t q, uint32_t n, ze_command_list_handle_t* lists,
+                          ze_fence_handle_t f, std::vector<std::shared_ptr<List>> ours);
   std::shared_ptr<List> find(ze_command_list_handle_t list);
   // pool_mu_ taken inside: a free block of at least n bytes of ctx, or a new one.
   bool take(ze_context_handle_t ctx, uint64_t n, Block* out);
   void give(Block b);
   // pool_mu_ held: frees blocks unused for kIdle (every free one with `all`).
   void trim(bool all, ze_context_handle_t only = nullptr);
+  // Until no execution of l runs, or `limit` (0: none) passed: whether none does.
   static bool wait_done(const List& l, Clock::duration limit);
+  static void after_fork_child();
 
   mutable std::mutex lists_mu_;
   std::unordered_map<ze_command_list_handle_t, std::shared_ptr<List>> lists_;
