@@ -10,7 +10,11 @@
 # Settings: OUT (results, default /tmp/ferry-run-gpu), ROUNDS (3: each
 # benchmark plain, ferry-run and the hand-pinned rewrite, interleaved),
 # STEPS ("checks bench sizes": sizes runs the seed loop at 1 KiB-2 MiB
-# plain and with every size staged, to place --min-bytes). Writes run.txt
+# plain and with every size staged, to place --min-bytes; copies runs the
+# blocking uploads at 16 MiB-1 GiB, the first upload of a size in a fresh
+# process, CuPy's uploads and a DataLoader(pin_memory=False) loop, each
+# plain, under ferry-run and, where a user can, pinned by hand; BIG,
+# FIRSTS, CUPY_MODES, LOADER=0 and VARIANTS narrow it). Writes run.txt
 # (every line every program printed, prefixed by what ran), summary.txt
 # (medians and spreads) and results.tgz (both, ferryd's log, the reports).
 set -u
@@ -77,6 +81,37 @@ if [[ " $STEPS " == *" bench "* ]]; then
   done
 fi
 
+if [[ " $STEPS " == *" copies "* ]]; then
+  log "== copies: $ROUNDS rounds, interleaved"
+  CUPY="python3 $P/tree/bench/run_cupy.py"
+  big=${BIG:-16777216 67108864 268435456 1073741824}      # blocking uploads' sizes
+  firsts=${FIRSTS:-4194304 67108864 268435456 1073741824} # first uploads' sizes, a process each
+  cupy_modes=${CUPY_MODES:-memcpy asarray set}
+  variants=" ${VARIANTS:-plain ferry pinned} "            # leave plain and pinned out of a second pack's run
+  for r in $(seq "$ROUNDS"); do
+    [[ $variants == *" plain "* ]] && one "blocking plain r$r" $TORCH blocking $big
+    one "blocking ferry r$r" $RUN --report "$OUT/report-copies.jsonl" -- $TORCH blocking $big
+    [[ $variants == *" pinned "* ]] && one "blocking pinned r$r" $TORCH blocking --pinned $big
+    for n in $firsts; do
+      [[ $variants == *" plain "* ]] && one "first plain r$r" $TORCH first "$n"
+      one "first ferry r$r" $RUN --report "$OUT/report-copies.jsonl" -- $TORCH first "$n"
+    done
+    [[ $variants == *" plain "* ]] && one "first plain r$r" $TORCH first --behind 67108864
+    one "first ferry r$r" $RUN --report "$OUT/report-copies.jsonl" -- $TORCH first --behind 67108864
+    if python3 -c "import cupy" 2>/dev/null; then
+      for m in $cupy_modes; do
+        [[ $variants == *" plain "* ]] && one "cupy plain r$r" $CUPY "$m" 16777216 268435456
+        one "cupy ferry r$r" $RUN --report "$OUT/report-copies.jsonl" -- $CUPY "$m" 16777216 268435456
+      done
+    fi
+    if [[ ${LOADER:-1} == 1 ]]; then
+      [[ $variants == *" plain "* ]] && one "loader plain r$r" $TORCH loader
+      one "loader ferry r$r" $RUN --report "$OUT/report-copies.jsonl" -- $TORCH loader
+      [[ $variants == *" pinned "* ]] && one "loader pinned r$r" $TORCH loader --pin
+    fi
+  done
+fi
+
 if [[ " $STEPS " == *" sizes "* ]]; then
   log "== sizes: the seed loop per upload size, plain and every size staged"
   for r in $(seq "$ROUNDS"); do
@@ -99,9 +134,11 @@ for line in open(out + "/run.txt"):
     label, text = line.rstrip("\n").split(" | ", 1)
     key = re.sub(r" r\d+$", "", label)
     for m in re.finditer(r"(\w+)=([\d.]+)", text):
-        rows[(key, text.split()[0] + (" " + text.split()[1] if text.startswith("behind") else ""), m.group(1))].append(float(m.group(2)))
+        words = text.split()
+        what = " ".join([w for w in words[:3] if "=" not in w] + [w for w in words if w.startswith("size=")])
+        rows[(key, what, m.group(1))].append(float(m.group(2)))
 for (key, what, field), v in sorted(rows.items()):
-    if field in ("it_per_s", "call_ms", "ms") and len(v) >= 1:
+    if field in ("it_per_s", "call_ms", "ms", "gbps", "first_ms", "second_ms") and len(v) >= 1:
         print(f"{key:24s} {what:28s} {field:9s} median {statistics.median(v):10.3f}  min {min(v):10.3f}  max {max(v):10.3f}  n={len(v)}")
 EOF
 grep -c "WRONG\|mixed" "$OUT/run.txt" | sed 's/^/lines with WRONG or mixed: /' | tee -a "$OUT/summary.txt"

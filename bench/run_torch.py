@@ -12,6 +12,21 @@ results and whether the consumer saw the right bytes.
       dst.copy_(src, non_blocking=True) from a pageable tensor behind a 20 ms
       kernel, the source overwritten as soon as the call returns; 12 calls
       per size. Prints the median call time and how many arrived wrong.
+  blocking [--pinned] SIZE...
+      x = src.cuda() (blocking) from a pageable tensor (or one pinned by
+      hand), 1 warm call and 6 timed per size, each checked on the device
+      (its sum). Prints the median GB/s and how many arrived wrong.
+  first [--behind] SIZE
+      The first upload of SIZE bytes in this process, once CUDA is up: a
+      blocking .cuda() (or, with --behind, copy_(non_blocking=True) behind a
+      20 ms kernel, the source overwritten at once), then a second one.
+      Prints both call times and whether they arrived right.
+  loader [--pin] [--iters N]
+      A training loop over torch's own DataLoader (4 workers, batches of
+      16 MiB made by collate from 1 MiB samples), pin_memory=False (or True
+      with --pin), each batch moved with .to("cuda", non_blocking=True) and
+      read by a small model step; every batch's sum checked on the device.
+      Prints batches per second.
   small [--iters N]
       Only copies ferry leaves alone: 4 KiB pageable and 16 MiB pinned
       uploads between small kernels. Prints the loop's time.
@@ -95,6 +110,110 @@ def behind(args):
     return 0 if wrong_total == 0 else 1
 
 
+def device_sum(x):
+    return int(x.sum(dtype=torch.int64))
+
+
+def blocking(args):
+    pinned = "--pinned" in args
+    sizes = [int(a) for a in args if not a.startswith("--")]
+    wrong_total = 0
+    for n in sizes:
+        src = torch.randint(0, 255, (n,), dtype=torch.uint8)
+        if pinned:
+            src = src.pin_memory()
+        rates, wrong = [], 0
+        for i in range(7):
+            src[i] = (i * 37) % 251  # a different source each call
+            want = int(src.sum(dtype=torch.int64))
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            x = src.cuda()
+            t1 = time.perf_counter()
+            wrong += int(device_sum(x) != want)
+            if i > 0:
+                rates.append(n / (t1 - t0) / 1e9)
+            del x
+        wrong_total += wrong
+        print(f"blocking {'pinned' if pinned else 'pageable'} size={n} gbps={statistics.median(rates):.2f} "
+              f"min={min(rates):.2f} max={max(rates):.2f} wrong={wrong}")
+        sys.stdout.flush()
+        del src
+    return 0 if wrong_total == 0 else 1
+
+
+def first(args):
+    behind_kernel = "--behind" in args
+    n = int([a for a in args if not a.startswith("--")][0])
+    torch.zeros(1, device="cuda").add_(1)  # the context and a kernel, as a program has them
+    torch.cuda.synchronize()
+    src = torch.randint(0, 255, (n,), dtype=torch.uint8)
+    dst = torch.empty(n, dtype=torch.uint8, device="cuda")
+    times, wrong = [], 0
+    for i in range(2):
+        src[i] = 7 + i
+        want = int(src.sum(dtype=torch.int64))
+        if behind_kernel:
+            torch.cuda._sleep(sleep_cycles(20))
+        t0 = time.perf_counter()
+        if behind_kernel:
+            dst.copy_(src, non_blocking=True)
+        else:
+            dst = src.cuda()
+        t1 = time.perf_counter()
+        if behind_kernel:
+            src.fill_(3)  # the program reuses its buffer at once
+        torch.cuda.synchronize()
+        times.append((t1 - t0) * 1e3)
+        wrong += int(device_sum(dst) != want)
+    mode = "behind" if behind_kernel else "blocking"
+    print(f"first {mode} size={n} first_ms={times[0]:.3f} second_ms={times[1]:.3f} wrong={wrong}")
+    return 0 if wrong == 0 else 1
+
+
+class Samples(torch.utils.data.Dataset):
+    """1 MiB samples, each its index's bytes (cheap to make, known sums)."""
+
+    def __init__(self, count):
+        self.count = count
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, i):
+        return torch.full((1 << 20,), i % 251, dtype=torch.uint8)
+
+
+def loader(args):
+    pin = "--pin" in args
+    iters = 200
+    if "--iters" in args:
+        iters = int(args[args.index("--iters") + 1])
+    batch = 16
+    data = torch.utils.data.DataLoader(Samples((iters + 10) * batch), batch_size=batch, num_workers=4,
+                                       pin_memory=pin, persistent_workers=False)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    acc = torch.zeros((), dtype=torch.int64, device="cuda")
+    expect, t0 = 0, None
+    for k, x in enumerate(data):
+        if k == 10:  # warm: workers, kernels, staging
+            torch.cuda.synchronize()
+            acc.zero_()
+            expect = 0
+            t0 = time.perf_counter()
+        first = k * batch
+        expect += sum((first + j) % 251 for j in range(batch)) * (1 << 20)
+        g = x.to("cuda", non_blocking=True)
+        acc += g.sum(dtype=torch.int64)
+        for _ in range(3):
+            w2 = w @ w
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    ok = int(acc) == expect
+    print(f"loader {'pin' if pin else 'pageable'} iters={iters} it_per_s={iters / dt:.1f} {'ok' if ok else 'WRONG'}")
+    return 0 if ok else 1
+
+
 def small(args):
     iters = 2000
     if "--iters" in args:
@@ -155,7 +274,7 @@ def check(_args):
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
-    fn = {"loop": loop, "behind": behind, "small": small, "check": check}.get(what)
+    fn = {"loop": loop, "behind": behind, "blocking": blocking, "first": first, "loader": loader, "small": small, "check": check}.get(what)
     if fn is None:
         print(__doc__)
         sys.exit(2)

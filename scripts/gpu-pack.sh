@@ -24,6 +24,6 @@ cp -L /usr/lib/x86_64-linux-gnu/libze_loader.so.1 "$root/.device/lib/"
 # runs ferry.torch of each pack against its own libferry (before/after).
 mkdir -p "$root/.device/tree/bench"
 cp -r "$root/python" "$root/.device/tree/"
-cp "$root/bench/torch_loader_bench.py" "$root/bench/run_torch.py" "$root/bench/run_gpu.sh" "$root/.device/tree/bench/"
+cp "$root/bench/torch_loader_bench.py" "$root/bench/run_torch.py" "$root/bench/run_cupy.py" "$root/bench/run_gpu.sh" "$root/.device/tree/bench/"
 git -C "$root" describe --always --dirty >"$root/.device/COMMIT"
 du -sh "$root/.device"

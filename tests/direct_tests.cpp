@@ -298,7 +298,7 @@ TEST_CASE("direct uploads: misuse, a refused copy and a refused write", "[direct
   small.size = 8;
   CHECK(ferry_upload_direct(c, v.data(), v.size(), &small, &t) == -EINVAL);
   ferry_direct_ops flagged = ops;
-  flagged.flags = 1u << 3;  // no such flag
+  flagged.flags = 1u << 4;  // no such flag
   CHECK(ferry_upload_direct(c, v.data(), v.size(), &flagged, &t) == -EINVAL);
   CHECK(std::string(ferry_last_error()).find("ferry_upload_direct") != std::string::npos);
   CHECK(ferry_wait(c, FERRY_DIRECT_TICKET | 1, 0) == -ESRCH);
@@ -380,10 +380,13 @@ namespace {
 struct ZeHooks {
   ze_driver_handle_t drv = nullptr;
   std::atomic<int> attached{0}, detached{0};
+  std::atomic<int> attached_elsewhere{0};  // attached on a thread other than the one that made these hooks
+  std::thread::id owner = std::this_thread::get_id();
   static int attach(void* p, void* area, uint64_t bytes) {
     auto* h = static_cast<ZeHooks*>(p);
     auto f = (ferry_zex_import_fn)ferry_ze_ext_(h->drv, "zexDriverImportExternalPointer");
     if (f == nullptr || f(h->drv, area, bytes) != ZE_RESULT_SUCCESS) return -EIO;
+    if (std::this_thread::get_id() != h->owner) ++h->attached_elsewhere;
     ++h->attached;
     return 0;
   }
@@ -402,13 +405,13 @@ struct ZeHooks {
   }
 };
 
-// ferry_ze_upload's ops with FERRY_DIRECT_NO_WAIT.
-int upload_no_wait(App& a, void* dst, const std::vector<uint8_t>& src, ferry_ticket* t) {
+// ferry_ze_upload's ops with FERRY_DIRECT_NO_WAIT (and `more` flags).
+int upload_no_wait(App& a, void* dst, const std::vector<uint8_t>& src, ferry_ticket* t, uint32_t more = 0) {
   ferry_ze_direct_ d{a.k.list, (ze_command_list_handle_t)ferry_ze_native_(ZEL_HANDLE_COMMAND_LIST, a.k.list),
                      static_cast<char*>(dst), (ferry_zex_write_fn)ferry_ze_ext_(a.k.drv, "zexCommandListAppendWriteToMemory")};
   ferry_direct_ops ops{};
   ops.size = sizeof ops;
-  ops.flags = FERRY_DIRECT_NO_WAIT;
+  ops.flags = FERRY_DIRECT_NO_WAIT | more;
   ops.ctx = &d;
   ops.queue = reinterpret_cast<uint64_t>(a.k.list);
   ops.copy = ferry_ze_direct_copy_;
@@ -464,6 +467,75 @@ TEST_CASE("staging that grows: uploads past a held list's staging take areas and
   CHECK(h.detached == 3);
   CHECK(eventually([&] { return user_staging(d) == 0; }));
   for (void* p : dst) zeMemFree(a.k.ctx, p);
+}
+
+TEST_CASE("areas made ahead: ferry_staging_grow and FERRY_DIRECT_GROW_LATER make them on libferry's thread",
+          "[direct][simonly]") {
+  Daemon d({"--slots", "4", "--slot-size", "65536"});  // 256 KiB of staging
+  App a(d.socket);
+  ZeHooks h;
+  h.drv = a.k.drv;
+  const size_t n = 1 << 20;
+  CHECK(ferry_staging_grow(a.c, n) == -ENOTSUP);  // no hooks: nothing to attach an area with
+  const ferry_staging_hooks hooks = h.hooks();
+  REQUIRE(ferry_set_staging_hooks(a.c, &hooks) == 0);
+  CHECK(ferry_staging_grow(a.c, 0) == -EINVAL);
+  void* dst = a.k.device_alloc(n);
+  a.hold();  // the list runs nothing yet: an upload of 1 MiB finds no room but in an area
+
+  SECTION("ferry_staging_grow: the area is ready before the upload that needs it") {
+    REQUIRE(ferry_staging_grow(a.c, n) == 0);
+    REQUIRE(eventually([&] { return h.attached == 1; }));
+    CHECK(h.attached_elsewhere == 1);
+    CHECK(ferry_staging_grow(a.c, n / 2) == 0);  // a free one holds it: nothing more is made
+    const auto sent = bytes_for(7, n);
+    std::vector<uint8_t> src = sent;
+    ferry_ticket t = 0;
+    REQUIRE(upload_no_wait(a, dst, src, &t, FERRY_DIRECT_NO_GROW) == 0);  // NO_GROW: only a made one serves
+    std::fill(src.begin(), src.end(), 0xEE);
+    CHECK(h.attached == 1);
+    a.release();
+    a.finish_queue();
+    CHECK(a.read(dst, n) == sent);
+  }
+  SECTION("FERRY_DIRECT_GROW_LATER: the upload goes on without one, the next finds it") {
+    const auto sent = bytes_for(8, n);
+    ferry_ticket t = 0;
+    CHECK(upload_no_wait(a, dst, sent, &t, FERRY_DIRECT_GROW_LATER) == -EAGAIN);  // nothing appended
+    REQUIRE(eventually([&] { return h.attached == 1; }));
+    CHECK(h.attached_elsewhere == 1);
+    REQUIRE(upload_no_wait(a, dst, sent, &t, FERRY_DIRECT_GROW_LATER) == 0);
+    CHECK(h.attached == 1);
+    // That area is busy until the list runs: a second upload asks for another.
+    CHECK(upload_no_wait(a, dst, sent, &t, FERRY_DIRECT_GROW_LATER) == -EAGAIN);
+    REQUIRE(eventually([&] { return h.attached == 2; }));
+    a.release();
+    a.finish_queue();
+    CHECK(a.read(dst, n) == sent);
+  }
+  SECTION("a client whose areas are all busy, at its bound, is told -EAGAIN") {
+    const auto sent = bytes_for(9, n);
+    ferry_ticket t = 0;
+    for (int i = 0; i < 8; ++i) {  // Areas::kMaxAreas, each held by an upload the list has not run
+      CHECK(upload_no_wait(a, dst, sent, &t, FERRY_DIRECT_GROW_LATER) == -EAGAIN);
+      REQUIRE(eventually([&] { return h.attached == i + 1; }));
+      REQUIRE(upload_no_wait(a, dst, sent, &t, FERRY_DIRECT_GROW_LATER) == 0);
+    }
+    CHECK(ferry_staging_grow(a.c, n) == -EAGAIN);
+    CHECK(upload_no_wait(a, dst, sent, &t, FERRY_DIRECT_GROW_LATER) == -EAGAIN);
+    a.release();
+    a.finish_queue();
+    CHECK(a.read(dst, n) == sent);
+    CHECK(h.attached == 8);
+  }
+  // Disconnected: the areas made ahead go as the others do.
+  const int attached = h.attached;
+  ferry_ze_release(a.c, a.k.drv);
+  ferry_disconnect(a.c);
+  a.c = nullptr;
+  CHECK(h.detached == attached);
+  CHECK(eventually([&] { return user_staging(d) == 0; }));
+  zeMemFree(a.k.ctx, dst);
 }
 
 TEST_CASE("an area's copies still queued when ferryd goes read the area's bytes", "[direct][simonly]") {

@@ -70,6 +70,8 @@ NOT_HERE = {
     ("ferry_upload_direct", "EIO"): "a queue that refused the timeline write: direct_tests [direct]",
     ("ferry_upload_direct", "ETIMEDOUT"): "a queue held past $FERRY_TIMEOUT_MS: direct_tests [direct]",
     ("ferry_set_staging_hooks", "EAGAIN"): "hooks changed with areas attached: direct_tests [direct]",
+    ("ferry_staging_grow", "EAGAIN"): "a client at its bound of areas, none free (needs hooks that attach): "
+                                       "direct_tests [direct]",
     ("ferry_upload_gather", "ENOTSUP"): "fences asked of a daemon without them: fence_tests",
     ("ferry_buffer_fence", "ENOTSUP"): "an allocation past the segment's fences: fence_tests",
     ("ferry_fence_wait", "ENOTSUP"): "as ferry_buffer_fence",
@@ -111,6 +113,7 @@ SIG = {
     "ferry_signal": [P, U64],
     "ferry_upload_direct": [P, P, U64, P, P],
     "ferry_set_staging_hooks": [P, P],
+    "ferry_staging_grow": [P, U64],
     "ferry_publish_run": [P, P],
     "ferry_get_info": [P, P],
 }
@@ -224,6 +227,8 @@ class Errnos(unittest.TestCase):
         self.expect("ferry_upload_direct", "EINVAL", call("ferry_upload_direct", c, src, 16, small, None))
         self.expect("ferry_set_staging_hooks", "EINVAL", call("ferry_set_staging_hooks", c, small))
         self.expect("ferry_publish_run", "EINVAL", call("ferry_publish_run", c, small))
+        self.expect("ferry_staging_grow", "EINVAL", call("ferry_staging_grow", c, 0))
+        self.expect("ferry_staging_grow", "ENOTSUP", call("ferry_staging_grow", c, 1 << 20))  # no hooks set
         # A reservation used twice: committed, then cancelled; cancelled twice.
         r = C.create_string_buffer(32)
         self.assertEqual(call("ferry_upload_reserve", c, 16, r), 0)

@@ -40,6 +40,16 @@ int ferry_set_staging_hooks(ferry_client* c, const ferry_staging_hooks* hooks) {
   return 0;
 }
 
+int ferry_staging_grow(ferry_client* c, uint64_t bytes) {
+  if (int e = fc::owner_check(c); e != 0) return e;
+  if (bytes == 0) return fc::misuse(-EINVAL, "ferry_staging_grow", "0 bytes (an area holds at least one)");
+  std::lock_guard lock(c->direct_mu);
+  const int r = c->areas.grow_later(bytes, c->tickets.direct_completed(), c->conn);
+  if (r == -ENOTSUP)
+    return fc::misuse(r, "ferry_staging_grow", "no staging hooks are set (ferry_set_staging_hooks): nothing to attach an area with");
+  return r;
+}
+
 const char* ferry_pass_reason_name(int why) {
   return why >= 0 && why < FERRY_PASS_REASONS ? proto::kPassNames[why] : nullptr;
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <utility>
 
 #include "ferry/util/mapping.hpp"
 
@@ -18,6 +19,13 @@ constexpr uint64_t kStep = proto::kStagingAreaStep;
 }  // namespace
 
 Areas::~Areas() {
+  {
+    std::lock_guard lock(grow_mu_);
+    stop_ = true;
+  }
+  grow_cv_.notify_all();
+  if (grower_.joinable()) grower_.join();
+  for (Area& a : grown_) ::munmap(a.base, a.bytes);
   for (Area& a : areas_) ::munmap(a.base, a.bytes);
 }
 
@@ -32,6 +40,7 @@ uint64_t Areas::bytes() const {
 Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, bool grow, int* err) {
   *err = -ENOTSUP;
   if (!enabled()) return nullptr;
+  adopt_grown();
   // The smallest free one that holds it.
   Area* best = nullptr;
   for (Area& a : areas_)
@@ -41,7 +50,9 @@ Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, bool g
   if (!grow) return nullptr;
   // ferryd did not answer the last ask in time (stopped, say): not asked
   // again for a while, so each upload does not wait kAskMs for nothing.
-  if (Clock::now() < quiet_until_) return nullptr;
+  if (Clock::now() < quiet_until_ ||
+      Clock::now().time_since_epoch().count() < grow_quiet_until_.load(std::memory_order_relaxed))
+    return nullptr;
   if (areas_.size() >= kMaxAreas) {
     trim(done, conn, true);
     if (areas_.size() >= kMaxAreas) return nullptr;
@@ -52,57 +63,134 @@ Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, bool g
   return adopt(reply, fd, conn, err);
 }
 
+int Areas::grow_later(uint64_t bytes, uint64_t done, Connection& conn) {
+  if (!enabled()) return -ENOTSUP;
+  adopt_grown();
+  for (const Area& a : areas_)
+    if (a.busy_until <= done && a.bytes >= bytes) return 0;
+  if (Clock::now() < quiet_until_ ||
+      Clock::now().time_since_epoch().count() < grow_quiet_until_.load(std::memory_order_relaxed))
+    return -EAGAIN;
+  std::unique_lock lock(grow_mu_);
+  if (std::max(wanted_, making_) >= bytes) return 0;  // on its way
+  const bool refused = std::exchange(refused_, false);
+  const size_t coming = grown_.size() + (making_ != 0 ? 1 : 0) + (wanted_ != 0 ? 1 : 0);
+  if (refused || areas_.size() + coming >= kMaxAreas) {
+    lock.unlock();
+    trim(done, conn, true);  // free areas of ours may be what stands in the way
+    lock.lock();
+    if (areas_.size() + grown_.size() + (making_ != 0 ? 1 : 0) + (wanted_ != 0 ? 1 : 0) >= kMaxAreas) return -EAGAIN;
+  }
+  wanted_ = bytes;
+  grow_hooks_ = hooks_;
+  if (!grower_.joinable()) grower_ = std::thread([this, c = &conn] { grow_loop(c); });
+  lock.unlock();
+  grow_cv_.notify_one();
+  return 0;
+}
+
+void Areas::grow_loop(Connection* conn) {
+  std::unique_lock lock(grow_mu_);
+  for (;;) {
+    grow_cv_.wait(lock, [&] { return stop_ || wanted_ != 0; });
+    if (stop_) return;
+    const uint64_t bytes = std::exchange(wanted_, 0);
+    making_ = bytes;
+    const ferry_staging_hooks hooks = grow_hooks_;
+    lock.unlock();
+    proto::StagingReply reply{};
+    int fd = -1, err = 0;
+    Area a;
+    const bool made = ask_once(bytes, *conn, &reply, &fd, &err) && map_area(reply, fd, *conn, hooks, &a, &err);
+    if (err == -ETIMEDOUT)
+      grow_quiet_until_.store((Clock::now() + kQuiet).time_since_epoch().count(), std::memory_order_relaxed);
+    lock.lock();
+    making_ = 0;
+    refused_ = err == -EDQUOT;
+    if (made) {
+      grown_.push_back(a);
+      any_grown_.store(true, std::memory_order_release);
+    }
+  }
+}
+
+void Areas::adopt_grown() {
+  if (!any_grown_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(grow_mu_);
+  for (Area& a : grown_) {
+    a.used = Clock::now();
+    areas_.push_back(a);
+  }
+  grown_.clear();
+  any_grown_.store(false, std::memory_order_relaxed);
+}
+
 bool Areas::ask(uint64_t bytes, uint64_t done, Connection& conn, proto::StagingReply* reply, int* fd, int* err) {
+  bool got = ask_once(bytes, conn, reply, fd, err);
+  if (!got && *err == -EDQUOT) {
+    // Idle areas of ours may be what stands in the way.
+    trim(done, conn, true);
+    got = ask_once(bytes, conn, reply, fd, err);
+  }
+  if (*err == -ETIMEDOUT) quiet_until_ = Clock::now() + kQuiet;
+  return got;
+}
+
+bool Areas::ask_once(uint64_t bytes, Connection& conn, proto::StagingReply* reply, int* fd, int* err) {
   auto m = proto::make<proto::StagingGrow>(proto::Type::staging_grow);
   m.bytes = (bytes + kStep - 1) / kStep * kStep;
+  *fd = -1;
   // A daemon that does not answer at once (stopped, say) is not waited for:
   // the upload has somewhere else to go (room later, or the driver).
   *err = conn.request(&m, sizeof m, &m.request, reply, -1, fd, kAskMs);
-  if (*err == -EDQUOT) {
-    // Idle areas of ours may be what stands in the way.
-    trim(done, conn, true);
-    *err = conn.request(&m, sizeof m, &m.request, reply, -1, fd, kAskMs);
-  }
-  if (*err == -ETIMEDOUT) quiet_until_ = Clock::now() + kQuiet;
   if (*err == 0 && reply->status != 0) *err = reply->status;
   if (*err == 0 && (*fd < 0 || reply->bytes < bytes)) *err = -EPROTO;
   if (*err == 0) return true;
   if (*fd >= 0) ::close(*fd);
+  *fd = -1;
   return false;
 }
 
-Areas::Area* Areas::adopt(const proto::StagingReply& reply, int fd, Connection& conn, int* err) {
+bool Areas::map_area(const proto::StagingReply& reply, int fd, Connection& conn, const ferry_staging_hooks& hooks,
+                     Area* out, int* err) {
   // A descriptor smaller than it says, or one it could shrink later, would
   // kill this process with SIGBUS: the server is no ferryd, and is done with.
   if (ferry::util::sealed_for(fd, reply.bytes) != 0) {
     ::close(fd);
     *err = -EPROTO;
     conn.fail(-EPROTO, "a staging area smaller than it said, or one it could shrink (not sealed)");
-    return nullptr;
+    return false;
   }
   // Populated now, in one pass: an upload would otherwise take a page fault
   // per page it stages (a fresh 64 MiB area cost 250 ms in faults on a VM).
   void* p = ::mmap(nullptr, reply.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int map_err = errno;
   ::close(fd);
-  Area a{reply.area, static_cast<char*>(p), reply.bytes, 0, Clock::now(), hooks_};
+  Area a{reply.area, static_cast<char*>(p), reply.bytes, 0, Clock::now(), hooks};
   if (p == MAP_FAILED) {
     *err = -map_err;
     a.base = nullptr;
     drop(a, &conn);
-    return nullptr;
+    return false;
   }
   // Not inherited by a forked child (a DataLoader's workers, say), as the
   // segment is not: it could not use it (its calls are refused), and its
   // mapping would keep a released area charged to the user for its life.
   (void)::madvise(a.base, a.bytes, MADV_DONTFORK);
-  if (int r = hooks_.attach(hooks_.ctx, a.base, a.bytes); r != 0) {
+  if (int r = hooks.attach(hooks.ctx, a.base, a.bytes); r != 0) {
     *err = r < 0 ? r : -EIO;
     ::munmap(a.base, a.bytes);
     a.base = nullptr;  // never attached: nothing to detach
     drop(a, &conn);
-    return nullptr;
+    return false;
   }
+  *out = a;
+  return true;
+}
+
+Areas::Area* Areas::adopt(const proto::StagingReply& reply, int fd, Connection& conn, int* err) {
+  Area a;
+  if (!map_area(reply, fd, conn, hooks_, &a, err)) return nullptr;
   areas_.push_back(a);
   return &areas_.back();
 }
@@ -121,6 +209,14 @@ void Areas::drop(Area& a, Connection* conn) {
 }
 
 void Areas::drop_all(Connection& conn) {
+  {
+    std::lock_guard lock(grow_mu_);
+    stop_ = true;
+  }
+  grow_cv_.notify_all();
+  if (grower_.joinable()) grower_.join();
+  any_grown_.store(true, std::memory_order_relaxed);
+  adopt_grown();
   for (Area& a : areas_) drop(a, &conn);
   areas_.clear();
 }

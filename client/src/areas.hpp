@@ -4,12 +4,18 @@
 // would otherwise wait for staging room. An area holds one upload at a time,
 // whole; it is free again once the queue wrote that upload's last number,
 // and goes back to ferryd after kIdle unused. Every member is used under
-// the client's direct_mu (direct uploads go one call at a time).
+// the client's direct_mu (direct uploads go one call at a time), but for
+// the grower's (grow_later): a thread of its own that makes areas ahead,
+// asked for and mapped outside that lock, handed over under grow_mu_.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "connection.hpp"
@@ -59,10 +65,16 @@ class Areas {
   // user's bound, -ENOTSUP without hooks, -EAGAIN none free and no growing,
   // the hook's or the daemon's error otherwise).
   Area* take(uint64_t bytes, uint64_t done, Connection& conn, bool grow, int* err);
+  // Has an area of at least `bytes` made on the grower's thread for a later
+  // upload, unless a free one (done: the queue's word) or one being made
+  // holds it; returns at once. 0, -ENOTSUP without hooks, -EAGAIN at
+  // kMaxAreas with none free, or while ferryd is not asked (kQuiet).
+  int grow_later(uint64_t bytes, uint64_t done, Connection& conn);
   // Gives back the free areas unused for kIdle (all free ones with `all`).
   void trim(uint64_t done, Connection& conn, bool all);
-  // Detaches, unmaps and gives back every area (ferry_disconnect): ferryd
-  // would count an area a session ends with until this process exits.
+  // Stops the grower, then detaches, unmaps and gives back every area
+  // (ferry_disconnect): ferryd would count an area a session ends with
+  // until this process exits.
   void drop_all(Connection& conn);
   uint64_t bytes() const;
 
@@ -71,11 +83,32 @@ class Areas {
   // A new area of at least `bytes` from ferryd (StagingGrow): its reply and
   // descriptor, or *err; idle areas go first when the user's bound is met.
   bool ask(uint64_t bytes, uint64_t done, Connection& conn, proto::StagingReply* reply, int* fd, int* err);
-  // The area ferryd sent, mapped and attached (the hooks), or nullptr and *err.
+  // One StagingGrow and its reply checked (no trim: the grower's too).
+  bool ask_once(uint64_t bytes, Connection& conn, proto::StagingReply* reply, int* fd, int* err);
+  // The area ferryd sent, mapped and attached with `hooks` into *a; false and *err.
+  bool map_area(const proto::StagingReply& reply, int fd, Connection& conn, const ferry_staging_hooks& hooks,
+                Area* a, int* err);
+  // The area ferryd sent, mapped, attached and listed, or nullptr and *err.
   Area* adopt(const proto::StagingReply& reply, int fd, Connection& conn, int* err);
+  // Areas the grower made join the list (under direct_mu; no lock unless one did).
+  void adopt_grown();
+  void grow_loop(Connection* conn);
   ferry_staging_hooks hooks_{};
   std::vector<Area> areas_;
   Clock::time_point quiet_until_{};
+
+  // The grower: one area at a time, the largest asked for since it began.
+  std::mutex grow_mu_;
+  std::condition_variable grow_cv_;
+  std::thread grower_;
+  uint64_t wanted_ = 0;         // bytes asked for and not begun (0: none)
+  uint64_t making_ = 0;         // bytes of the area being made (0: none)
+  ferry_staging_hooks grow_hooks_{};
+  std::vector<Area> grown_;     // made, not yet listed
+  bool refused_ = false;        // the last growth met the user's bound: trim first
+  bool stop_ = false;
+  std::atomic<bool> any_grown_{false};
+  std::atomic<int64_t> grow_quiet_until_{0};  // steady-clock ns: ferryd left the grower unanswered
 };
 
 }  // namespace ferry::client

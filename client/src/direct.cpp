@@ -8,6 +8,7 @@
 // the caller set staging hooks, an area of its own (areas.hpp): the upload
 // is staged there whole, copied in as few copies as its pieces allow, and
 // gets one number, which frees the whole area.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -23,7 +24,8 @@ namespace ferry::client {
 
 namespace {
 
-constexpr uint32_t kKnownFlags = FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_CALLER_THREAD | FERRY_DIRECT_NO_GROW;
+constexpr uint32_t kKnownFlags =
+    FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_CALLER_THREAD | FERRY_DIRECT_NO_GROW | FERRY_DIRECT_GROW_LATER;
 
 int check_ops(const void* src, uint64_t bytes, const ferry_direct_ops* ops) {
   const char* fn = "ferry_upload_direct";
@@ -33,7 +35,8 @@ int check_ops(const void* src, uint64_t bytes, const ferry_direct_ops* ops) {
   if ((ops->flags & ~kKnownFlags) != 0)
     return misuse(-EINVAL, fn,
                   "ops->flags is " + std::to_string(ops->flags) +
-                      ": FERRY_DIRECT_NO_WAIT, FERRY_DIRECT_CALLER_THREAD and FERRY_DIRECT_NO_GROW are all there are");
+                      ": FERRY_DIRECT_NO_WAIT, FERRY_DIRECT_CALLER_THREAD, FERRY_DIRECT_NO_GROW and "
+                      "FERRY_DIRECT_GROW_LATER are all there are");
   if (ops->copy == nullptr || ops->write == nullptr) return misuse(-EFAULT, fn, "ops->copy or ops->write is NULL");
   if (src == nullptr) return misuse(-EFAULT, fn, "the source is NULL");
   if (bytes == 0) return misuse(-EINVAL, fn, "0 bytes (nothing to copy)");
@@ -152,16 +155,23 @@ int place_upload(ferry_client* c, const ferry_direct_ops* ops, bool no_wait, uin
       return tickets.take(plan->pieces, true, turn);
     }
     int why = 0;
-    const bool grow = (ops->flags & FERRY_DIRECT_NO_GROW) == 0;
+    const bool later = (ops->flags & (FERRY_DIRECT_NO_GROW | FERRY_DIRECT_GROW_LATER)) == FERRY_DIRECT_GROW_LATER;
+    const bool grow = (ops->flags & (FERRY_DIRECT_NO_GROW | FERRY_DIRECT_GROW_LATER)) == 0;
     *area = c->areas.take(bytes, tickets.direct_completed(), c->conn, grow, &why);
+    // Made on the grower's thread for the uploads after this one, which
+    // goes on as it would without areas.
+    if (*area == nullptr && later) (void)c->areas.grow_later(bytes, tickets.direct_completed(), c->conn);
     // No room now: the caller goes elsewhere, told why when the daemon is
     // gone (no area will ever come from it: a new client is the way back).
     if (*area == nullptr && no_wait) return c->conn.ended() != 0 ? c->conn.ended() : -EAGAIN;
   }
   if (*area == nullptr) return tickets.take(plan->pieces, true, turn);
   to->area = (*area)->base;
-  // Pieces only to share the staging among threads: no slot bounds them.
-  *plan = plan_for(c, bytes, bytes);
+  // No slot bounds the pieces here: they are cut to share the staging among
+  // threads and small enough that the queue copies the first ones while the
+  // threads stage the rest (each run of pieces staged back to back goes as
+  // one copy, so small pieces cost few commands).
+  *plan = plan_for(c, bytes, std::min(bytes, tuning().area_piece));
   turn->direct = true;
   return tickets.take_direct(1, &turn->ticket);
 }

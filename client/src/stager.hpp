@@ -16,10 +16,13 @@ namespace ferry::client {
 // Runs the pieces of a large upload on several threads at once: one
 // thread's memcpy from pageable memory is slower than a PCIe link (9.5 GB/s
 // against 55 on the H200 machine). Each thread stages whole pieces, so no
-// piece waits on a barrier. Threads: $FERRY_STAGING_THREADS, else half the
-// cores, at most 8; started on the first large upload.
+// piece waits on a barrier. Threads: $FERRY_STAGING_THREADS (at most the
+// cores), else half the cores, at most kDefaultMax; started on the first
+// large upload.
 class Stager {
  public:
+  static constexpr unsigned kDefaultMax = 8;
+
   ~Stager() {
     {
       std::lock_guard lock(mu_);
@@ -60,9 +63,10 @@ class Stager {
 
   size_t workers() {
     std::call_once(started_, [&] {
-      unsigned n = std::thread::hardware_concurrency() / 2;
-      if (const char* e = std::getenv("FERRY_STAGING_THREADS")) n = static_cast<unsigned>(std::atoi(e));
-      n = std::min(8u, std::max(1u, n));
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      unsigned n = std::min(kDefaultMax, cores / 2);
+      if (const char* e = std::getenv("FERRY_STAGING_THREADS")) n = std::min(cores, static_cast<unsigned>(std::atoi(e)));
+      n = std::max(1u, n);
       for (unsigned i = 1; i < n; ++i) threads_.emplace_back([this, i] { work(i - 1); });
     });
     return threads_.size();

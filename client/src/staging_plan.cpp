@@ -63,6 +63,7 @@ const StagingTuning& tuning() {
     read("FERRY_MIN_PIECES", &v.min_pieces, 1, 64);
     read("FERRY_PARALLEL_FROM", &v.parallel_from, 1, UINT64_MAX);
     read("FERRY_FIRST_PIECE", &v.first_piece, 0, uint64_t{1} << 40);
+    read("FERRY_AREA_PIECE", &v.area_piece, kPage, uint64_t{1} << 40);
 #endif
     return v;
   }();

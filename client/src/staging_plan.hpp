@@ -22,6 +22,7 @@ struct StagingTuning {
   uint64_t first_piece = 64 * 1024;     // an upload alone leads with a quarter piece, at least this (0: none)
   uint64_t hot_below = 2ull << 20;      // alone and this small: plain stores into cache-hot bytes
   uint64_t stream_below = 128ull << 20; // streaming stores pay below this; above, plain stores won
+  uint64_t area_piece = 4ull << 20;     // an upload staged in an area of its own: pieces at most this
 };
 
 struct StagingInput {
@@ -57,7 +58,8 @@ bool wants_threads(const StagingInput& in, const StagingTuning& t = {});
 uint64_t thread_share(uint64_t pool, uint32_t published);
 
 // The shipped tuning, or (built with FERRY_TUNING_ENV) the environment's
-// FERRY_MIN_PIECE, FERRY_MIN_PIECES, FERRY_PARALLEL_FROM, FERRY_FIRST_PIECE.
+// FERRY_MIN_PIECE, FERRY_MIN_PIECES, FERRY_PARALLEL_FROM, FERRY_FIRST_PIECE,
+// FERRY_AREA_PIECE.
 const StagingTuning& tuning();
 
 }  // namespace ferry::client

@@ -59,6 +59,7 @@ using MemcpyHtoDAsync = CUresult (*)(CUdeviceptr, const void*, size_t, CUstream)
 using MemcpyHtoD = CUresult (*)(CUdeviceptr, const void*, size_t);
 using MemcpyAsync = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 using Memcpy = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);
+using MemAlloc = CUresult (*)(CUdeviceptr* out, size_t bytes);
 using RtMemcpyAsync = cudaError_t (*)(void*, const void*, size_t, int, CUstream);
 using RtMemcpy = cudaError_t (*)(void*, const void*, size_t, int);
 using RtMemcpy2DAsync = cudaError_t (*)(void*, size_t, const void*, size_t, size_t, size_t, int, CUstream);

@@ -26,5 +26,6 @@ static_assert(c::kCudaMemcpyHostToDevice == cudaMemcpyHostToDevice && c::kCudaMe
 static_assert(sizeof(c::CUdeviceptr) == sizeof(CUdeviceptr));
 static_assert(std::is_same_v<decltype(&cuMemcpyHtoDAsync_v2),
                              CUresult (*)(CUdeviceptr, const void*, size_t, CUstream)>);
+static_assert(std::is_same_v<decltype(&cuMemAlloc_v2), CUresult (*)(CUdeviceptr*, size_t)>);
 static_assert(std::is_same_v<decltype(&cuGetProcAddress_v2),
                              CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*)>);

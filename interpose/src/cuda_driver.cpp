@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <mutex>
+#include <thread>
 #include <type_traits>
 
 #include "lanes.hpp"
@@ -71,6 +72,7 @@ Driver* driver() {
   sym(d->x_async_ptsz, "cuMemcpyAsync_ptsz");
   sym(d->x_memcpy, "cuMemcpy");
   sym(d->x_memcpy_ptds, "cuMemcpy_ptds");
+  sym(d->x_alloc, "cuMemAlloc_v2");
   // What ferry calls, as a CUDA 12 program gets them (the driver picks the version).
   auto entry = [&](auto& f, const char* name) {
     void* p = nullptr;
@@ -168,7 +170,12 @@ int prepare(ferry_client* c, uint64_t, void* arg) {
   h.ctx = ctx;
   h.attach = attach_area;
   h.detach = detach_area;
-  return ferry_set_staging_hooks(c, &h);
+  if (int e = ferry_set_staging_hooks(c, &h); e != 0) return e;
+  // Made on libferry's thread while the program goes on: the first large
+  // upload behind a kernel finds it (registering 64 MiB takes longer than
+  // the copy).
+  if (const uint64_t ahead = Lanes::get().settings().ahead_bytes; ahead != 0) (void)ferry_staging_grow(c, ahead);
+  return 0;
 }
 
 // The lane goes (its copies all done): the segment's registration first.
@@ -267,17 +274,52 @@ bool staged(void* dst, const void* src, size_t n, CUstream stream, bool per_thre
   q.arg = ctx;
   CuCopy cc{d, stream, reinterpret_cast<CUdeviceptr>(dst), ctx, 0, sync_first};
   ferry_direct_ops ops{};
-  // An asynchronous copy with no room and no area to be had waits for
-  // room: the driver's own path for it would wait for the whole stream.
-  // A synchronous copy waited for its stream already: it never waits, and
-  // a new staging area (registering it costs more than the driver's copy)
-  // would not pay.
-  ops.flags = (per_thread ? FERRY_DIRECT_CALLER_THREAD : 0u) |
-              (sync_first ? FERRY_DIRECT_NO_WAIT | FERRY_DIRECT_NO_GROW : 0u);
+  // No copy waits for a staging area to be made (registering one costs
+  // more than the driver's copy of it): one is made in the background for
+  // the copies after it. Meanwhile an asynchronous copy waits for room in
+  // the lane's staging, through which it runs piece by piece behind the
+  // stream (the driver's own path would wait for the whole stream too); a
+  // synchronous one, whose stream is idle already, goes to the driver.
+  ops.flags = (per_thread ? FERRY_DIRECT_CALLER_THREAD : 0u) | FERRY_DIRECT_GROW_LATER |
+              (sync_first ? FERRY_DIRECT_NO_WAIT : 0u);
   ops.ctx = &cc;
   ops.copy = cu_copy;
   ops.write = cu_write;
   return stage(facts, q, src, ops, cu_before, &cc) == kStaged;
+}
+
+namespace {
+// The contexts a lane was readied for ahead: one per device a program uses,
+// so a few slots; past them a context's first copy readies its own lane.
+constexpr size_t kAheadContexts = 16;
+std::atomic<CUcontext> ahead_contexts[kAheadContexts];
+}  // namespace
+
+void allocated() {
+  if (inside != 0) return;
+  Driver* d = driver();
+  if (!complete(d) || Lanes::get().settings().off) return;
+  CUcontext ctx = nullptr;
+  if (d->ctx_current(&ctx) != kCudaSuccess || ctx == nullptr) return;
+  for (auto& slot : ahead_contexts) {
+    CUcontext seen = slot.load(std::memory_order_acquire);
+    if (seen == ctx) return;
+    if (seen != nullptr || !slot.compare_exchange_strong(seen, ctx)) {
+      if (seen == ctx) return;
+      continue;
+    }
+    // A lane bound to no stream (queue 0: no CUDA stream is named so), which
+    // the context's first copy takes on as an idle lane, prepared already.
+    std::thread([ctx] {
+      Inside guard;
+      int why = 0;
+      Lanes& lanes = Lanes::get();
+      if (ferry_client* c = lanes.acquire(0, reinterpret_cast<uint64_t>(ctx), 0, prepare, unprepare, ctx, &why,
+                                          Lanes::kConnectWaitUnsafe))
+        lanes.done(c, 0);
+    }).detach();
+    return;
+  }
 }
 
 }  // namespace ferry::run

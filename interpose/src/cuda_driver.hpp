@@ -50,6 +50,7 @@ struct Driver {
   MemcpyHtoD x_htod = nullptr, x_htod_ptds = nullptr;
   MemcpyAsync x_async = nullptr, x_async_ptsz = nullptr;
   Memcpy x_memcpy = nullptr, x_memcpy_ptds = nullptr;
+  MemAlloc x_alloc = nullptr;
 };
 
 // nullptr until the program has loaded libcuda (looked for again each time until then).
@@ -64,5 +65,10 @@ void* real_dlsym(void* handle, const char* name);
 // reason counted). `sync_first`: a synchronous copy, which waits for the
 // stream first as the driver's own does.
 bool staged(void* dst, const void* src, size_t n, CUstream stream, bool per_thread, bool sync_first);
+// The program allocated device memory in the current context: the first
+// time for a context, a lane is connected and prepared for it in the
+// background, with a staging area made ahead (Settings::ahead_bytes), so
+// that its first upload finds them ready.
+void allocated();
 
 }  // namespace ferry::run

@@ -118,6 +118,15 @@ CUresult any_async_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) 
 CUresult any_sync_legacy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return any_sync(dst, src, n, false); }
 CUresult any_sync_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return any_sync(dst, src, n, true); }
 
+// Device memory allocated: the context's lane is readied ahead (allocated()).
+CUresult mem_alloc(CUdeviceptr* out, size_t bytes) {
+  Driver* d = driver();
+  if (d == nullptr || d->x_alloc == nullptr) return kCudaErrorNotFound;
+  const CUresult r = d->x_alloc(out, bytes);
+  if (r == kCudaSuccess) allocated();
+  return r;
+}
+
 CUresult gpa2(const char* symbol, void** pfn, int version, uint64_t flags, int* status);
 CUresult gpa1(const char* symbol, void** pfn, int version, uint64_t flags);
 
@@ -135,6 +144,7 @@ void* ours(void* p) {
   if (p == reinterpret_cast<void*>(d->x_async_ptsz)) return reinterpret_cast<void*>(&any_async_ptsz);
   if (p == reinterpret_cast<void*>(d->x_memcpy)) return reinterpret_cast<void*>(&any_sync_legacy);
   if (p == reinterpret_cast<void*>(d->x_memcpy_ptds)) return reinterpret_cast<void*>(&any_sync_ptds);
+  if (p == reinterpret_cast<void*>(d->x_alloc)) return reinterpret_cast<void*>(&mem_alloc);
   if (p == reinterpret_cast<void*>(d->gpa2)) return reinterpret_cast<void*>(&gpa2);
   if (p == reinterpret_cast<void*>(d->gpa1)) return reinterpret_cast<void*>(&gpa1);
   return p;
@@ -225,6 +235,7 @@ FERRY_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { ret
 FERRY_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   return fr::any_sync(dst, src, n, true);
 }
+FERRY_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t bytes) { return fr::mem_alloc(out, bytes); }
 FERRY_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, uint64_t flags, int* status) {
   return fr::gpa2(symbol, pfn, version, flags, status);
 }

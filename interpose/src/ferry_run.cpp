@@ -41,6 +41,9 @@ const char kUsage[] =
     "  --list-bytes N    host memory per process for copies on regular Level Zero command\n"
     "                    lists, each filled from its source when the list is executed\n"
     "                    (default 268435456; 0: such copies go to the driver)\n"
+    "  --ahead-bytes N   pinned staging made ahead for each CUDA context once the program\n"
+    "                    allocates device memory, so that its first large upload finds it\n"
+    "                    (default 67108864; 0: none, staging is made as uploads need it)\n"
     "  --report FILE     each process appends one JSON line of its counts to FILE at exit\n"
     "  --stats           each process prints that line on stderr at exit\n"
     "  --off             load the interposers but stage nothing (for measuring their cost)\n"
@@ -171,7 +174,9 @@ int set_report(const char* v) {
 // One option that takes a value, at argv[*i] (the value next): -1 when it
 // was one and was good, 0 when it is none of these, else the exit status.
 int value_option(const std::string& a, int argc, char** argv, int* i) {
-  if (a != "--socket" && a != "--min-bytes" && a != "--lanes" && a != "--list-bytes" && a != "--report") return 0;
+  if (a != "--socket" && a != "--min-bytes" && a != "--lanes" && a != "--list-bytes" && a != "--ahead-bytes" &&
+      a != "--report")
+    return 0;
   const char* v = *i + 1 < argc ? argv[++*i] : nullptr;
   if (a == "--report") return set_report(v);
   if (a == "--socket") {
@@ -182,7 +187,11 @@ int value_option(const std::string& a, int argc, char** argv, int* i) {
   if (!is_number(v)) return fail(a + " needs a number (got " + (v != nullptr ? "\"" + std::string(v) + "\"" : "nothing") + ")");
   if (a == "--lanes" && (std::strtoull(v, nullptr, 10) < 1 || std::strtoull(v, nullptr, 10) > 64))
     return fail("--lanes must be from 1 to 64");
-  setenv(a == "--lanes" ? "FERRY_RUN_LANES" : a == "--list-bytes" ? "FERRY_RUN_LIST_BYTES" : "FERRY_RUN_MIN_BYTES", v, 1);
+  const char* name = a == "--lanes"         ? "FERRY_RUN_LANES"
+                     : a == "--list-bytes"  ? "FERRY_RUN_LIST_BYTES"
+                     : a == "--ahead-bytes" ? "FERRY_RUN_AHEAD_BYTES"
+                                            : "FERRY_RUN_MIN_BYTES";
+  setenv(name, v, 1);
   return -1;
 }
 

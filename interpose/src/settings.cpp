@@ -29,6 +29,7 @@ Settings settings_from_env() {
   s.cuda_min_bytes = number("FERRY_RUN_MIN_BYTES", s.cuda_min_bytes);
   s.ze_min_bytes = number("FERRY_RUN_MIN_BYTES", s.ze_min_bytes);
   s.list_bytes = number("FERRY_RUN_LIST_BYTES", s.list_bytes);
+  s.ahead_bytes = number("FERRY_RUN_AHEAD_BYTES", s.ahead_bytes);
   if (const char* v = std::getenv("FERRY_SOCKET")) s.socket = v;
   s.max_lanes = static_cast<uint32_t>(number("FERRY_RUN_LANES", s.max_lanes));
   if (s.max_lanes == 0) s.max_lanes = 1;

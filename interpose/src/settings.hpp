@@ -21,6 +21,12 @@ struct Settings {
   // command lists may be staged in, all lists of the process together
   // (FERRY_RUN_LIST_BYTES; 0: such copies go to the driver, as replayable).
   uint64_t list_bytes = 256ull << 20;
+  // A staging area of this many bytes is made ahead for each CUDA lane, in
+  // the background, once the program allocates device memory in a context
+  // (FERRY_RUN_AHEAD_BYTES; 0: none): the first upload behind a kernel then
+  // finds its staging ready. Larger uploads grow theirs in the background
+  // too, while the driver (or the lane's staging ring) takes the first.
+  uint64_t ahead_bytes = 64ull << 20;
   // The daemon's socket (FERRY_SOCKET, as for any libferry client).
   std::string socket;
   // Clients (each one queue at a time) one process may make (FERRY_RUN_LANES).

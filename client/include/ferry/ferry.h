@@ -420,10 +420,17 @@ int ferry_signal(ferry_client *c, uint64_t value);
  * area already made and free may still serve): for a copy that would not
  * pay for one, such as a synchronous one. */
 #define FERRY_DIRECT_NO_GROW (1u << 2)
+/* ferry_direct_ops::flags: where no staging area free now holds the upload,
+ * take none now: have one made on a thread of libferry's (as
+ * ferry_staging_grow) for the uploads after it, and go on as without areas
+ * (wait for room, or -EAGAIN with FERRY_DIRECT_NO_WAIT). For a caller with
+ * a way of its own that is faster than making an area (registering 1 GiB
+ * takes longer than the driver's pageable copy of it). NO_GROW wins. */
+#define FERRY_DIRECT_GROW_LATER (1u << 3)
 
 typedef struct ferry_direct_ops {
   uint32_t size;   /* sizeof(ferry_direct_ops) */
-  uint32_t flags;  /* 0, or FERRY_DIRECT_NO_WAIT | _CALLER_THREAD | _NO_GROW */
+  uint32_t flags;  /* 0, or FERRY_DIRECT_NO_WAIT | _CALLER_THREAD | _NO_GROW | _GROW_LATER */
   void *ctx;       /* passed to both functions */
   uint64_t queue;  /* names the queue (e.g. the stream's handle): see "One queue at a time" */
   uint64_t queue_context; /* and its context (a handle is unique only within one): both name the queue */
@@ -466,7 +473,8 @@ int ferry_upload_direct(ferry_client *c, const void *src, uint64_t bytes, const 
  * The caller's context must be able to copy from an area at full speed, as
  * from the segment (ferry_cu_register, ferry_ze_import): the hooks do that.
  * attach() is called on the thread of the upload that first uses an area,
- * before any copy from it is appended; detach() once no queue copies from it
+ * before any copy from it is appended (for an area made ahead, on a thread
+ * of libferry's: ferry_staging_grow); detach() once no queue copies from it
  * any more, before it is unmapped, on the thread of a later ferry call (or
  * ferry_disconnect). 0 or a negative errno from attach: that area is not
  * used (and given back). Without hooks (the default) no area is taken and
@@ -486,6 +494,17 @@ typedef struct ferry_staging_hooks {
  * struct is copied. -EINVAL for a size too small or unknown flags, -EFAULT
  * for a NULL function. Does not block. */
 int ferry_set_staging_hooks(ferry_client *c, const ferry_staging_hooks *hooks);
+
+/* Has a staging area of at least `bytes` made ahead, for the direct uploads
+ * to come: ferryd is asked and the area mapped and attached (the hooks'
+ * attach) on a thread of libferry's, and the call returns at once. The area
+ * is then kept and given back as any other. Nothing is made when a free
+ * area already holds `bytes` or one being made does. 0 (asked for, or not
+ * needed), -EINVAL for 0 bytes, -ENOTSUP without staging hooks, -EAGAIN
+ * when the client holds as many areas as it may and none is free, or
+ * ferryd left the last ask unanswered (asked again after a few seconds).
+ * Whether ferryd granted it shows only in the uploads that use it. */
+int ferry_staging_grow(ferry_client *c, uint64_t bytes);
 
 /* ---------------------------------------------------------------- programs that stand in
  * For a program that stands in for another's GPU calls (ferry-run's
