@@ -249,6 +249,31 @@ TEST_CASE("ferry-run: a regular command list copies its source as it is at each 
   }
 }
 
+TEST_CASE("ferry-run: a region copy's rows arrive as they were when the call returned", "[run][interpose]") {
+  // Two slices of 4 KiB rows from an origin inside a source with gaps
+  // between rows and slices (ze_upload's region modes), held on an event
+  // until the source was overwritten. On an immediate list the rows are cut
+  // by the pieces' edges (1 MiB pieces; 32 MiB goes into an area).
+  Daemon d;
+  const std::string sizes = " 1024 1048576 4194304 33554432";
+  for (const char* mode : {"region", "region-regular"}) {
+    SECTION(mode) {
+      const Outcome plain = upload(d.socket, std::string("--mode ") + mode + sizes, nullptr);
+      Report r;
+      const std::string opts = r.opt();
+      const Outcome ferried = upload(d.socket, std::string("--mode ") + mode + sizes, &opts);
+      INFO(plain.out << ferried.out);
+      REQUIRE(plain.rc == 0);
+      REQUIRE(ferried.rc == 0);
+      CHECK(plain.count("overwritten") == 4);
+      CHECK(ferried.count("original") == 4);
+      const auto t = r.only();
+      CHECK(t.get<uint64_t>("staged") == 4);
+      CHECK(t.get<uint64_t>("passed.unsupported") == 0);
+    }
+  }
+}
+
 TEST_CASE("ferry-run: what goes to the driver behaves as without ferry, and is counted", "[run][interpose]") {
   Daemon d;
   struct Case {

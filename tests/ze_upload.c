@@ -18,6 +18,10 @@
  *            execute (the driver copies what is there at execution: new bytes)
  *   regular-again  executed, the source overwritten, executed again with no
  *            wait between (the second execution copies the new bytes)
+ *   region   a 3-D region copy (zeCommandListAppendMemoryCopyRegion: two
+ *            slices of rows with gaps, from an origin inside the source)
+ *            on the immediate list, held as in hazard
+ *   region-regular  the same on a regular list, held as in regular-hazard
  *   pinned   the source is the driver's host memory (zeMemAllocHost)
  *   d2d      device to device (an upload into a staging buffer of its own first)
  * --dlopen reaches the loader through dlopen + dlsym, as Julia and ctypes do;
@@ -62,6 +66,10 @@
   X(zeCommandQueueSynchronize, (ze_command_queue_handle_t, uint64_t))                                       \
   X(zeCommandListAppendMemoryCopy, (ze_command_list_handle_t, void *, const void *, size_t,                \
                                     ze_event_handle_t, uint32_t, ze_event_handle_t *))                      \
+  X(zeCommandListAppendMemoryCopyRegion, (ze_command_list_handle_t, void *, const ze_copy_region_t *,     \
+                                          uint32_t, uint32_t, const void *, const ze_copy_region_t *,      \
+                                          uint32_t, uint32_t, ze_event_handle_t, uint32_t,                 \
+                                          ze_event_handle_t *))                                            \
   X(zeCommandListAppendBarrier, (ze_command_list_handle_t, ze_event_handle_t, uint32_t, ze_event_handle_t *)) \
   X(zeMemAllocDevice, (ze_context_handle_t, const ze_device_mem_alloc_desc_t *, size_t, size_t,            \
                        ze_device_handle_t, void **))                                                        \
@@ -153,6 +161,68 @@ static void regular_upload(ze_device_handle_t dev, void *dst, uint8_t *src, size
   if (strcmp(mode, "regular") == 0) overwrite(src, n);
 }
 
+/* The region modes: about n bytes in two slices of rows 4 KiB wide, taken
+ * from an origin inside a source whose rows and slices have gaps, into
+ * packed device memory; the list held on `gate` until the source was
+ * overwritten. What arrived, as upload() says it. */
+static const char *region_upload(ze_device_handle_t dev, ze_command_list_handle_t list, size_t n,
+                                 ze_event_handle_t gate, ze_event_handle_t done) {
+  const uint32_t w = 4096, h = n / (2 * w) > 0 ? (uint32_t)(n / (2 * w)) : 1, d = 2;
+  const uint32_t pitch = 16 + w + 48, slice = pitch * (h + 1) + 64;
+  const size_t src_bytes = (size_t)slice * d, packed = (size_t)w * h * d;
+  ze_device_mem_alloc_desc_t dd = {ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, NULL, 0, 0};
+  void *dst = NULL;
+  OK(p_zeMemAllocDevice(ctx, &dd, packed, 64, dev, &dst));
+  uint8_t *src = malloc(src_bytes), *back = malloc(packed);
+  if (dst == NULL || src == NULL || back == NULL) {
+    fprintf(stderr, "ze_upload: out of memory\n");
+    exit(2);
+  }
+  for (size_t i = 0; i < src_bytes; ++i) src[i] = pattern(i, 0);
+  const ze_copy_region_t sr = {16, 1, 0, w, h, d}, dr = {0, 0, 0, w, h, d};
+  ze_command_list_handle_t on = list, regular = NULL;
+  ze_command_queue_handle_t q = NULL;
+  const int on_regular = strcmp(mode, "region-regular") == 0;
+  if (on_regular) {
+    ze_command_list_desc_t ld = {ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC, NULL, 0, 0};
+    ze_command_queue_desc_t qd = {ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, NULL, 0, 0, 0,
+                                  ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, ZE_COMMAND_QUEUE_PRIORITY_NORMAL};
+    OK(p_zeCommandListCreate(ctx, dev, &ld, &regular));
+    OK(p_zeCommandQueueCreate(ctx, dev, &qd, &q));
+    on = regular;
+  }
+  OK(p_zeCommandListAppendBarrier(on, NULL, 1, &gate));
+  const double t0 = now_ms();
+  OK(p_zeCommandListAppendMemoryCopyRegion(on, dst, &dr, w, w * h, src, &sr, pitch, slice, NULL, 0, NULL));
+  if (on_regular) {
+    OK(p_zeCommandListClose(regular));
+    OK(p_zeCommandQueueExecuteCommandLists(q, 1, &regular, NULL));
+  }
+  call_ms = now_ms() - t0;
+  for (size_t i = 0; i < src_bytes; ++i) src[i] = pattern(i, 1);
+  OK(p_zeEventHostSignal(gate));
+  if (on_regular) {
+    OK(p_zeCommandQueueSynchronize(q, UINT64_MAX));
+    OK(p_zeCommandListDestroy(regular));
+    OK(p_zeCommandQueueDestroy(q));
+  }
+  OK(p_zeCommandListAppendMemoryCopy(list, back, dst, packed, done, 0, NULL));
+  OK(p_zeEventHostSynchronize(done, UINT64_MAX));
+  size_t first = 0, second = 0;
+  for (uint32_t z = 0; z < d; ++z)
+    for (uint32_t y = 0; y < h; ++y)
+      for (uint32_t x = 0; x < w; ++x) {
+        const size_t from = (size_t)z * slice + (size_t)(1 + y) * pitch + 16 + x;
+        const uint8_t got = back[((size_t)z * h + y) * w + x];
+        first += got == pattern(from, 0);
+        second += got == pattern(from, 1);
+      }
+  free(src);
+  free(back);
+  OK(p_zeMemFree(ctx, dst));
+  return first == packed ? "original" : second == packed ? "overwritten" : "mixed";
+}
+
 /* One upload of n bytes to `dev` on `list` (immediate) and what arrived. */
 static const char *upload(ze_device_handle_t dev, ze_command_list_handle_t list, size_t n) {
   ze_device_mem_alloc_desc_t dd = {ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, NULL, 0, 0};
@@ -180,6 +250,13 @@ static const char *upload(ze_device_handle_t dev, ze_command_list_handle_t list,
   ed.index = 1;
   OK(p_zeEventCreate(pool, &ed, &done));
 
+  if (strncmp(mode, "region", 6) == 0) {
+    const char *what = region_upload(dev, list, n, gate, done);
+    free(src);
+    free(back);
+    OK(p_zeMemFree(ctx, dst));
+    return what;
+  }
   if (strcmp(mode, "hazard") == 0 || strcmp(mode, "pinned") == 0) {
     /* Held until the source was overwritten: what the device reads then is
      * what the driver (or ferry) kept of it. */

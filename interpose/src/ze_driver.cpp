@@ -11,7 +11,8 @@
 // pinned staging before the call returns, and the list copies from there:
 // ferry_upload_direct; on a regular list, the copy is staged when the list
 // is executed: ze_lists.hpp, with the list's close, reset and destroy and
-// the queue's execute), and what it needs to judge a copy: which lists are
+// the queue's execute), zeCommandListAppendMemoryCopyRegion (the same, its
+// source's rows staged as one span: ze_region.hpp), and what it needs to judge a copy: which lists are
 // immediate and of which context, which context belongs to which driver,
 // and which host ranges the program imported itself. Everything else is the
 // real driver's, untouched. Handles here are the driver's own (the loader's
@@ -107,6 +108,8 @@ FERRY_EXPORT ze_result_t zeGetCommandListProcAddrTable(ze_api_version_t v, ze_co
   fr::put(t->pfnReset, &fr::list_reset);
   // Without the calls it needs, copies stay the driver's.
   if (t->pfnAppendMemoryCopy != nullptr && t->pfnAppendBarrier != nullptr) t->pfnAppendMemoryCopy = fr::append_copy;
+  if (t->pfnAppendMemoryCopyRegion != nullptr && t->pfnAppendMemoryCopy != nullptr && t->pfnAppendBarrier != nullptr)
+    t->pfnAppendMemoryCopyRegion = fr::append_copy_region;
   return r;
 }
 

@@ -111,9 +111,8 @@ uint64_t ListStaging::bytes() const {
 }
 
 // ---- the list's calls
-ze_result_t ListStaging::append(ze_command_list_handle_t list, ze_context_handle_t ctx, WriteFn write, void* dst,
-                                const void* src, size_t n, ze_event_handle_t signal, uint32_t waits,
-                                ze_event_handle_t* wait_events, bool* taken) {
+ze_result_t ListStaging::append(ze_command_list_handle_t list, ze_context_handle_t ctx, WriteFn write,
+                                const void* src, size_t n, From from, bool* taken) {
   *taken = false;
   std::shared_ptr<List> l;
   {
@@ -130,7 +129,7 @@ ze_result_t ListStaging::append(ze_command_list_handle_t list, ze_context_handle
   if (!take(ctx, first ? room + kWordBytes : n, &c.block)) return ZE_RESULT_SUCCESS;
   c.src = src;
   c.n = n;
-  const ze_result_t r = real().list.pfnAppendMemoryCopy(list, dst, c.block.p, n, signal, waits, wait_events);
+  const ze_result_t r = from.append(from.arg, c.block.p);
   *taken = true;  // the driver's answer is the call's, either way
   if (r != ZE_RESULT_SUCCESS) {
     give(c.block);

@@ -57,13 +57,18 @@ class ListStaging {
 
   static ListStaging& get();
 
-  // Appends the copy of n bytes from the program's source into dst to the
-  // regular list (of ctx) from a block of its own: the driver's answer, with
-  // *taken false when no block can be had (the caller leaves the copy to the
-  // driver). `write` is the driver's write-to-memory.
-  ze_result_t append(ze_command_list_handle_t list, ze_context_handle_t ctx, WriteFn write, void* dst,
-                     const void* src, size_t n, ze_event_handle_t signal, uint32_t waits,
-                     ze_event_handle_t* wait_events, bool* taken);
+  // How a copy is appended once its block is there: from `block`, which
+  // holds what the n bytes from the program's source will be. The driver's answer.
+  struct From {
+    ze_result_t (*append)(void* arg, const char* block);
+    void* arg;
+  };
+  // Appends a copy that reads n bytes from the program's source (src) to
+  // the regular list (of ctx), made by `from` from a block of its own: the
+  // driver's answer, with *taken false when no block can be had (the caller
+  // leaves the copy to the driver). `write` is the driver's write-to-memory.
+  ze_result_t append(ze_command_list_handle_t list, ze_context_handle_t ctx, WriteFn write, const void* src,
+                     size_t n, From from, bool* taken);
   // zeCommandListClose: a list with copies of ours gets the write that says
   // an execution's copies are done.
   ze_result_t close(ze_command_list_handle_t list);

@@ -47,5 +47,9 @@ ze_result_t list_reset(ze_command_list_handle_t l);
 ze_result_t queue_execute(ze_command_queue_handle_t q, uint32_t n, ze_command_list_handle_t* lists, ze_fence_handle_t f);
 ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* src, size_t size,
                         ze_event_handle_t signal, uint32_t waits, ze_event_handle_t* wait_events);
+ze_result_t append_copy_region(ze_command_list_handle_t list, void* dst, const ze_copy_region_t* dr, uint32_t dst_pitch,
+                               uint32_t dst_slice, const void* src, const ze_copy_region_t* sr, uint32_t src_pitch,
+                               uint32_t src_slice, ze_event_handle_t signal, uint32_t waits,
+                               ze_event_handle_t* wait_events);
 
 }  // namespace ferry::run

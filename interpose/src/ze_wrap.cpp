@@ -18,6 +18,7 @@
 #include "policy.hpp"
 #include "stage.hpp"
 #include "ze_lists.hpp"
+#include "ze_region.hpp"
 #include "ze_shim.hpp"
 
 namespace ferry::run {
@@ -246,6 +247,7 @@ struct ZeCopy {
   ze_event_handle_t* wait_events;
   ze_driver_handle_t drv;
   WriteFn write = nullptr;  // found by ze_before
+  const RegionCopy* region = nullptr;  // a region copy's rows (bytes: its span), or a plain copy
   uint64_t appended = 0;  // copies appended so far
   uint64_t copied = 0;    // their bytes
   bool signalled = false;  // the program's event is on a barrier
@@ -264,7 +266,9 @@ static int ze_copy(void* p, uint64_t off, const void* staging, uint64_t n) {
   if (z->appended == 0 && z->waits != 0 &&
       real().list.pfnAppendBarrier(z->list, nullptr, z->waits, z->wait_events) != ZE_RESULT_SUCCESS)
     return -EIO;
-  const ze_result_t r = real().list.pfnAppendMemoryCopy(z->list, z->dst + off, staging, n, nullptr, 0, nullptr);
+  const ze_result_t r = z->region != nullptr ? append_rows(z->list, *z->region, off, static_cast<const char*>(staging), n)
+                                             : real().list.pfnAppendMemoryCopy(z->list, z->dst + off, staging, n,
+                                                                               nullptr, 0, nullptr);
   if (r != ZE_RESULT_SUCCESS) {
     if (z->refused == ZE_RESULT_SUCCESS) z->refused = r;
     return -EIO;
@@ -322,9 +326,9 @@ static Copy list_facts(ze_command_list_handle_t list, void* dst, const void* src
 }
 
 // A copy on a regular list: staged when the list executes (ze_lists.hpp).
+// `from` appends it from a block, or (nullptr) as the program asked.
 static ze_result_t append_regular(ze_command_list_handle_t list, ze_context_handle_t ctx, ze_driver_handle_t drv,
-                                  const Copy& facts, void* dst, const void* src, ze_event_handle_t signal,
-                                  uint32_t waits, ze_event_handle_t* wait_events) {
+                                  const Copy& facts, const void* src, ListStaging::From from) {
   Lanes& lanes = Lanes::get();
   const Verdict v = decide(facts);
   int why = v.why;
@@ -332,28 +336,19 @@ static ze_result_t append_regular(ze_command_list_handle_t list, ze_context_hand
     why = FERRY_PASS_UNSUPPORTED;  // a driver that cannot write memory from a list
     if (WriteFn write = extension<WriteFn>(drv, "zexCommandListAppendWriteToMemory", known().write_fn)) {
       bool taken = false;
-      const ze_result_t r =
-          ListStaging::get().append(list, ctx, write, dst, src, facts.bytes, signal, waits, wait_events, &taken);
+      const ze_result_t r = ListStaging::get().append(list, ctx, write, src, facts.bytes, from, &taken);
       if (taken) return r;  // counted as staged at each execution
       why = FERRY_PASS_NO_ROOM;
     }
   }
   lanes.passed(why, facts.bytes);
-  return real().list.pfnAppendMemoryCopy(list, dst, src, facts.bytes, signal, waits, wait_events);
+  return from.append(from.arg, nullptr);
 }
 
-ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* src, size_t size,
-                        ze_event_handle_t signal, uint32_t waits, ze_event_handle_t* wait_events) {
-  auto pass = [&](int why) {
-    Lanes::get().passed(why, size);
-    return real().list.pfnAppendMemoryCopy(list, dst, src, size, signal, waits, wait_events);
-  };
-  Lanes& lanes = Lanes::get();
-  if (small(size, lanes.settings().ze_min_bytes) || dst == nullptr || src == nullptr) return pass(FERRY_PASS_SMALL);
-  ze_driver_handle_t drv = nullptr;
-  ListInfo info;
-  const Copy facts = list_facts(list, dst, src, size, lanes.settings().ze_min_bytes, &drv, &info);
-  if (!info.immediate && facts.queue == -1) return append_regular(list, info.ctx, drv, facts, dst, src, signal, waits, wait_events);
+// A copy on an immediate list, staged by libferry into its lane's staging
+// and appended by `z`'s ops: whether it was (otherwise the reason is counted).
+static bool append_staged(ze_command_list_handle_t list, ze_driver_handle_t drv, const Copy& facts,
+                          const void* src, ZeCopy* z) {
   Queue q;
   q.id = reinterpret_cast<uint64_t>(list);
   q.context = 0;  // a list's handle names it in the whole process
@@ -361,18 +356,105 @@ ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* sr
   q.prepare = prepare;
   q.unprepare = unprepare;
   q.connect_wait = Lanes::kConnectWaitUnsafe;
-  ZeCopy z{list, static_cast<char*>(dst), size, signal, waits, wait_events, drv};
   ferry_direct_ops ops{};
   ops.flags = FERRY_DIRECT_NO_WAIT;
-  ops.ctx = &z;
+  ops.ctx = z;
   ops.copy = ze_copy;
   ops.write = ze_write;
-  if (stage(facts, q, src, ops, ze_before, &z) == kStaged) return ZE_RESULT_SUCCESS;
+  return stage(facts, q, src, ops, ze_before, z) == kStaged;
+}
+
+namespace {
+struct PlainCopy {
+  ze_command_list_handle_t list;
+  void* dst;
+  const void* src;
+  size_t n;
+  ze_event_handle_t signal;
+  uint32_t waits;
+  ze_event_handle_t* wait_events;
+  static ze_result_t append(void* p, const char* block) {
+    auto* c = static_cast<PlainCopy*>(p);
+    return real().list.pfnAppendMemoryCopy(c->list, c->dst, block != nullptr ? block : c->src, c->n, c->signal,
+                                           c->waits, c->wait_events);
+  }
+};
+}  // namespace
+
+ze_result_t append_copy(ze_command_list_handle_t list, void* dst, const void* src, size_t size,
+                        ze_event_handle_t signal, uint32_t waits, ze_event_handle_t* wait_events) {
+  PlainCopy plain{list, dst, src, size, signal, waits, wait_events};
+  auto pass = [&](int why) {
+    Lanes::get().passed(why, size);
+    return PlainCopy::append(&plain, nullptr);
+  };
+  Lanes& lanes = Lanes::get();
+  if (small(size, lanes.settings().ze_min_bytes) || dst == nullptr || src == nullptr) return pass(FERRY_PASS_SMALL);
+  ze_driver_handle_t drv = nullptr;
+  ListInfo info;
+  const Copy facts = list_facts(list, dst, src, size, lanes.settings().ze_min_bytes, &drv, &info);
+  if (!info.immediate && facts.queue == -1)
+    return append_regular(list, info.ctx, drv, facts, src, ListStaging::From{&PlainCopy::append, &plain});
+  ZeCopy z{list, static_cast<char*>(dst), size, signal, waits, wait_events, drv};
+  if (append_staged(list, drv, facts, src, &z)) return ZE_RESULT_SUCCESS;
   // The driver refused the copy itself: what the call would have said.
   if (z.refused != ZE_RESULT_SUCCESS && z.appended == 0) return z.refused;
   // Nothing appended (no room now), or part of it: the driver's own copy,
   // in full, after whatever went before.
-  return real().list.pfnAppendMemoryCopy(list, dst, src, size, signal, waits, wait_events);
+  return PlainCopy::append(&plain, nullptr);
+}
+
+namespace {
+// The program's region copy, and its rows (ze_region.hpp).
+struct RegionCall {
+  ze_command_list_handle_t list;
+  void* dst;
+  const ze_copy_region_t* dr;
+  uint32_t dst_pitch, dst_slice;
+  const void* src;
+  const ze_copy_region_t* sr;
+  uint32_t src_pitch, src_slice;
+  ze_event_handle_t signal;
+  uint32_t waits;
+  ze_event_handle_t* wait_events;
+  RegionCopy rows;
+  static ze_result_t append(void* p, const char* block) {
+    auto* c = static_cast<RegionCall*>(p);
+    if (block != nullptr) return append_region(c->list, c->rows, block, c->signal, c->waits, c->wait_events);
+    return real().list.pfnAppendMemoryCopyRegion(c->list, c->dst, c->dr, c->dst_pitch, c->dst_slice, c->src, c->sr,
+                                                 c->src_pitch, c->src_slice, c->signal, c->waits, c->wait_events);
+  }
+};
+}  // namespace
+
+// A region copy: its source's rows staged as one span (ze_region.hpp).
+ze_result_t append_copy_region(ze_command_list_handle_t list, void* dst, const ze_copy_region_t* dr, uint32_t dst_pitch,
+                               uint32_t dst_slice, const void* src, const ze_copy_region_t* sr, uint32_t src_pitch,
+                               uint32_t src_slice, ze_event_handle_t signal, uint32_t waits,
+                               ze_event_handle_t* wait_events) {
+  RegionCall call{list, dst, dr, dst_pitch, dst_slice, src, sr, src_pitch, src_slice, signal, waits, wait_events, {}};
+  Lanes& lanes = Lanes::get();
+  // Nothing to stage, or a shape ferry leaves alone: the driver judges it.
+  if (src == nullptr || !region_copy(dst, dr, dst_pitch, dst_slice, sr, src_pitch, src_slice, &call.rows)) {
+    lanes.passed(FERRY_PASS_UNSUPPORTED, 0);
+    return RegionCall::append(&call, nullptr);
+  }
+  const RegionCopy& rows = call.rows;
+  const char* from = static_cast<const char*>(src) + rows.start;
+  if (small(rows.span, lanes.settings().ze_min_bytes)) {
+    lanes.passed(FERRY_PASS_SMALL, rows.span);
+    return RegionCall::append(&call, nullptr);
+  }
+  ze_driver_handle_t drv = nullptr;
+  ListInfo info;
+  const Copy facts = list_facts(list, dst, from, rows.span, lanes.settings().ze_min_bytes, &drv, &info);
+  if (!info.immediate && facts.queue == -1)
+    return append_regular(list, info.ctx, drv, facts, from, ListStaging::From{&RegionCall::append, &call});
+  ZeCopy z{list, static_cast<char*>(dst), rows.span, signal, waits, wait_events, drv};
+  z.region = &rows;
+  if (append_staged(list, drv, facts, from, &z)) return ZE_RESULT_SUCCESS;
+  if (z.refused != ZE_RESULT_SUCCESS && z.appended == 0) return z.refused;
+  return RegionCall::append(&call, nullptr);
 }
 
 }  // namespace ferry::run
