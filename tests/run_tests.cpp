@@ -272,6 +272,18 @@ TEST_CASE("ferry-run: a region copy's rows arrive as they were when the call ret
       CHECK(t.get<uint64_t>("passed.unsupported") == 0);
     }
   }
+  SECTION("a region the driver refuses is refused as without ferry, and counted") {
+    const Outcome plain = upload(d.socket, "--mode region-bad 1048576", nullptr);
+    Report r;
+    const std::string opts = r.opt();
+    const Outcome ferried = upload(d.socket, "--mode region-bad 1048576", &opts);
+    INFO(plain.out << ferried.out);
+    CHECK(plain.count("refused") == 1);
+    CHECK(ferried.count("refused") == 1);
+    const auto t = r.only();
+    CHECK(t.get<uint64_t>("staged") == 0);
+    CHECK(t.get<uint64_t>("passed.unsupported") == 1);
+  }
 }
 
 TEST_CASE("ferry-run: what goes to the driver behaves as without ferry, and is counted", "[run][interpose]") {

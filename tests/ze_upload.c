@@ -22,6 +22,8 @@
  *            slices of rows with gaps, from an origin inside the source)
  *            on the immediate list, held as in hazard
  *   region-regular  the same on a regular list, held as in regular-hazard
+ *   region-bad  a region whose rows run past the source's pitch: says
+ *            "refused" when the call fails as the driver says, else "accepted"
  *   pinned   the source is the driver's host memory (zeMemAllocHost)
  *   d2d      device to device (an upload into a staging buffer of its own first)
  * --dlopen reaches the loader through dlopen + dlsym, as Julia and ctypes do;
@@ -180,6 +182,15 @@ static const char *region_upload(ze_device_handle_t dev, ze_command_list_handle_
   }
   for (size_t i = 0; i < src_bytes; ++i) src[i] = pattern(i, 0);
   const ze_copy_region_t sr = {16, 1, 0, w, h, d}, dr = {0, 0, 0, w, h, d};
+  if (strcmp(mode, "region-bad") == 0) {
+    const ze_copy_region_t past = {pitch - 8, 1, 0, w, h, d};  /* each row 8 bytes short of room */
+    const ze_result_t r = p_zeCommandListAppendMemoryCopyRegion(list, dst, &dr, w, w * h, src, &past, pitch, slice,
+                                                                NULL, 0, NULL);
+    free(src);
+    free(back);
+    OK(p_zeMemFree(ctx, dst));
+    return r == ZE_RESULT_ERROR_INVALID_SIZE ? "refused" : "accepted";
+  }
   ze_command_list_handle_t on = list, regular = NULL;
   ze_command_queue_handle_t q = NULL;
   const int on_regular = strcmp(mode, "region-regular") == 0;

@@ -10,8 +10,9 @@ namespace ferry::run {
 namespace {
 constexpr unsigned __int128 kLimit = uint64_t{1} << 48;
 
+// A 2-D region (depth 0: the slice pitches are not read).
 ze_copy_region_t rows_of(uint64_t width, uint64_t rows) {
-  return ze_copy_region_t{0, 0, 0, static_cast<uint32_t>(width), static_cast<uint32_t>(rows), 1};
+  return ze_copy_region_t{0, 0, 0, static_cast<uint32_t>(width), static_cast<uint32_t>(rows), 0};
 }
 
 // Rows y0 .. y0 + k - 1 of slice z, whole, from `from`.
@@ -19,10 +20,8 @@ ze_result_t whole_rows(ze_command_list_handle_t list, const RegionCopy& r, uint6
                        const char* from) {
   if (k == 1) return real().list.pfnAppendMemoryCopy(list, r.dst_row(z, y0), from, r.width, nullptr, 0, nullptr);
   const ze_copy_region_t d = rows_of(r.width, k), s = rows_of(r.width, k);
-  return real().list.pfnAppendMemoryCopyRegion(list, r.dst_row(z, y0), &d, static_cast<uint32_t>(r.dst_pitch),
-                                               static_cast<uint32_t>(r.dst_pitch * k), from, &s,
-                                               static_cast<uint32_t>(r.pitch), static_cast<uint32_t>(r.pitch * k),
-                                               nullptr, 0, nullptr);
+  return real().list.pfnAppendMemoryCopyRegion(list, r.dst_row(z, y0), &d, static_cast<uint32_t>(r.dst_pitch), 0, from,
+                                               &s, static_cast<uint32_t>(r.pitch), 0, nullptr, 0, nullptr);
 }
 }  // namespace
 
@@ -31,7 +30,13 @@ bool region_copy(void* dst, const ze_copy_region_t* dr, uint32_t dst_pitch, uint
   if (dst == nullptr || dr == nullptr || sr == nullptr) return false;
   const uint64_t depth = std::max(1u, sr->depth);
   if (dr->width != sr->width || dr->height != sr->height || std::max(1u, dr->depth) != depth) return false;
-  if (sr->width == 0 || sr->height == 0 || sr->width > src_pitch) return false;
+  if (sr->width == 0 || sr->height == 0) return false;
+  // A row runs past its pitch, or (3-D) a slice past its slice pitch: the
+  // driver's to refuse, so that ferry accepts nothing it would not.
+  if (uint64_t{sr->originX} + sr->width > src_pitch || uint64_t{dr->originX} + dr->width > dst_pitch) return false;
+  if (depth > 1 && (uint64_t{src_pitch} * (uint64_t{sr->originY} + sr->height) > src_slice ||
+                    uint64_t{dst_pitch} * (uint64_t{dr->originY} + dr->height) > dst_slice))
+    return false;
   RegionCopy r;
   r.width = sr->width;
   r.height = sr->height;
@@ -39,8 +44,6 @@ bool region_copy(void* dst, const ze_copy_region_t* dr, uint32_t dst_pitch, uint
   r.depth_given = sr->depth;
   r.pitch = src_pitch;
   r.slice = src_slice;
-  // Slices one after another: a slice's last row ends before the next starts.
-  if (depth > 1 && r.slice < (r.height - 1) * r.pitch + r.width) return false;
   const unsigned __int128 start = static_cast<unsigned __int128>(sr->originZ) * src_slice +
                                   static_cast<unsigned __int128>(sr->originY) * src_pitch + sr->originX;
   const unsigned __int128 span = static_cast<unsigned __int128>(depth - 1) * src_slice +

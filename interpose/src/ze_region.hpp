@@ -36,7 +36,8 @@ struct RegionCopy {
 
 // The program's region copy as a span of rows, or false when ferry leaves
 // it to the driver: no region, regions of different shapes, nothing to copy,
-// rows wider than their pitch, slices that overlap, sizes past 2^48.
+// a row past its pitch or (3-D) a slice past its slice pitch on either side
+// (so slices never overlap), sizes past 2^48.
 bool region_copy(void* dst, const ze_copy_region_t* dr, uint32_t dst_pitch, uint32_t dst_slice,
                  const ze_copy_region_t* sr, uint32_t src_pitch, uint32_t src_slice, RegionCopy* out);
 
