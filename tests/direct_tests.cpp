@@ -480,6 +480,7 @@ TEST_CASE("areas made ahead: ferry_staging_grow and FERRY_DIRECT_GROW_LATER make
   const ferry_staging_hooks hooks = h.hooks();
   REQUIRE(ferry_set_staging_hooks(a.c, &hooks) == 0);
   CHECK(ferry_staging_grow(a.c, 0) == -EINVAL);
+  CHECK(ferry_staging_grow(a.c, UINT64_MAX) == -EINVAL);  // would wrap in rounding up
   void* dst = a.k.device_alloc(n);
   a.hold();  // the list runs nothing yet: an upload of 1 MiB finds no room but in an area
 
@@ -512,6 +513,14 @@ TEST_CASE("areas made ahead: ferry_staging_grow and FERRY_DIRECT_GROW_LATER make
     a.release();
     a.finish_queue();
     CHECK(a.read(dst, n) == sent);
+  }
+  SECTION("an area made ahead and never used goes back by itself, no upload needed") {
+    REQUIRE(ferry_staging_grow(a.c, n) == 0);
+    REQUIRE(eventually([&] { return h.attached == 1; }));
+    CHECK(eventually([&] { return user_staging(d) >= n; }));
+    // The grower gives back areas unused for Areas::kIdle (10 s), looking every as long.
+    CHECK(eventually([&] { return h.detached == 1 && user_staging(d) == 0; }, std::chrono::seconds(40)));
+    a.release();
   }
   SECTION("a client whose areas are all busy, at its bound, is told -EAGAIN") {
     const auto sent = bytes_for(9, n);

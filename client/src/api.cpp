@@ -136,7 +136,14 @@ int connect_failed(const std::string& path, int r, const std::string& refusal = 
 }  // namespace
 
 ferry_client::ferry_client()
-    : conn(tickets), pid(::getpid()), generation(fork_generation.load(std::memory_order_relaxed)) {}
+    : conn(tickets), pid(::getpid()), generation(fork_generation.load(std::memory_order_relaxed)) {
+  // Areas of a client that stopped uploading go back too: the grower's
+  // thread trims them while no upload holds the lock (it never waits for it).
+  areas.set_idle([this] {
+    std::unique_lock one_call(direct_mu, std::try_to_lock);
+    if (one_call.owns_lock()) areas.trim(tickets.direct_completed(), conn, false);
+  });
+}
 
 namespace ferry::client {
 

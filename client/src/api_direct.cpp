@@ -42,7 +42,10 @@ int ferry_set_staging_hooks(ferry_client* c, const ferry_staging_hooks* hooks) {
 
 int ferry_staging_grow(ferry_client* c, uint64_t bytes) {
   if (int e = fc::owner_check(c); e != 0) return e;
-  if (bytes == 0) return fc::misuse(-EINVAL, "ferry_staging_grow", "0 bytes (an area holds at least one)");
+  if (bytes == 0 || bytes > fc::Areas::kMaxBytes)
+    return fc::misuse(-EINVAL, "ferry_staging_grow",
+                      std::to_string(bytes) + " bytes: from 1 to " + std::to_string(fc::Areas::kMaxBytes));
+  if (const int gone = c->conn.ended(); gone != 0) return gone;
   std::lock_guard lock(c->direct_mu);
   const int r = c->areas.grow_later(bytes, c->tickets.direct_completed(), c->conn);
   if (r == -ENOTSUP)

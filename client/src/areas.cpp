@@ -29,7 +29,14 @@ Areas::~Areas() {
   for (Area& a : areas_) ::munmap(a.base, a.bytes);
 }
 
-void Areas::set_hooks(const ferry_staging_hooks* h) { hooks_ = h != nullptr ? *h : ferry_staging_hooks{}; }
+void Areas::set_hooks(const ferry_staging_hooks* h) {
+  {
+    std::unique_lock lock(grow_mu_);
+    wanted_ = 0;
+    grow_cv_.wait(lock, [&] { return making_ == 0; });
+  }
+  hooks_ = h != nullptr ? *h : ferry_staging_hooks{};
+}
 
 uint64_t Areas::bytes() const {
   uint64_t n = 0;
@@ -53,9 +60,14 @@ Areas::Area* Areas::take(uint64_t bytes, uint64_t done, Connection& conn, bool g
   if (Clock::now() < quiet_until_ ||
       Clock::now().time_since_epoch().count() < grow_quiet_until_.load(std::memory_order_relaxed))
     return nullptr;
-  if (areas_.size() >= kMaxAreas) {
+  // Those the grower is making count too: the bound holds whichever thread makes them.
+  auto coming = [&] {
+    std::lock_guard lock(grow_mu_);
+    return this->coming();
+  };
+  if (areas_.size() + coming() >= kMaxAreas) {
     trim(done, conn, true);
-    if (areas_.size() >= kMaxAreas) return nullptr;
+    if (areas_.size() + coming() >= kMaxAreas) return nullptr;
   }
   proto::StagingReply reply{};
   int fd = -1;
@@ -74,12 +86,11 @@ int Areas::grow_later(uint64_t bytes, uint64_t done, Connection& conn) {
   std::unique_lock lock(grow_mu_);
   if (std::max(wanted_, making_) >= bytes) return 0;  // on its way
   const bool refused = std::exchange(refused_, false);
-  const size_t coming = grown_.size() + (making_ != 0 ? 1 : 0) + (wanted_ != 0 ? 1 : 0);
-  if (refused || areas_.size() + coming >= kMaxAreas) {
+  if (refused || areas_.size() + coming() >= kMaxAreas) {
     lock.unlock();
     trim(done, conn, true);  // free areas of ours may be what stands in the way
     lock.lock();
-    if (areas_.size() + grown_.size() + (making_ != 0 ? 1 : 0) + (wanted_ != 0 ? 1 : 0) >= kMaxAreas) return -EAGAIN;
+    if (areas_.size() + coming() >= kMaxAreas) return -EAGAIN;
   }
   wanted_ = bytes;
   grow_hooks_ = hooks_;
@@ -92,7 +103,12 @@ int Areas::grow_later(uint64_t bytes, uint64_t done, Connection& conn) {
 void Areas::grow_loop(Connection* conn) {
   std::unique_lock lock(grow_mu_);
   for (;;) {
-    grow_cv_.wait(lock, [&] { return stop_ || wanted_ != 0; });
+    if (!grow_cv_.wait_for(lock, kIdle, [&] { return stop_ || wanted_ != 0; })) {
+      lock.unlock();
+      if (idle_) idle_();
+      lock.lock();
+      continue;
+    }
     if (stop_) return;
     const uint64_t bytes = std::exchange(wanted_, 0);
     making_ = bytes;
@@ -106,6 +122,7 @@ void Areas::grow_loop(Connection* conn) {
       grow_quiet_until_.store((Clock::now() + kQuiet).time_since_epoch().count(), std::memory_order_relaxed);
     lock.lock();
     making_ = 0;
+    grow_cv_.notify_all();  // set_hooks may wait for it
     refused_ = err == -EDQUOT;
     if (made) {
       grown_.push_back(a);
@@ -222,6 +239,7 @@ void Areas::drop_all(Connection& conn) {
 }
 
 void Areas::trim(uint64_t done, Connection& conn, bool all) {
+  adopt_grown();  // listed, hooks or not, so that they go back too
   if (areas_.empty()) return;
   const auto now = Clock::now();
   auto gone = std::stable_partition(areas_.begin(), areas_.end(), [&](const Area& a) {

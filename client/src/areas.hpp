@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -56,8 +57,16 @@ class Areas {
   Areas& operator=(const Areas&) = delete;
   ~Areas();  // unmaps what is left (the connection is gone by then)
 
-  // NULL clears them: no new area is taken.
+  // NULL clears them: no new area is taken. An area the grower is making
+  // is waited for (its attach may be the old hooks'); one it was asked for
+  // and has not begun is not made.
   void set_hooks(const ferry_staging_hooks* h);
+  // What the grower's thread runs every kIdle while it has nothing to make:
+  // the client's trim of idle areas (under its own lock, taken if free), so
+  // that areas of a client that stopped uploading go back too.
+  void set_idle(std::function<void()> f) { idle_ = std::move(f); }
+  // Largest area ferry_staging_grow asks for (ferryd bounds it further).
+  static constexpr uint64_t kMaxBytes = uint64_t{1} << 48;
   bool enabled() const { return hooks_.attach != nullptr; }
 
   // A free area of at least `bytes` (done: the queue's word), made and
@@ -92,6 +101,8 @@ class Areas {
   Area* adopt(const proto::StagingReply& reply, int fd, Connection& conn, int* err);
   // Areas the grower made join the list (under direct_mu; no lock unless one did).
   void adopt_grown();
+  // Areas coming from the grower (made, being made, asked for): grow_mu_ held.
+  size_t coming() const { return grown_.size() + (making_ != 0 ? 1 : 0) + (wanted_ != 0 ? 1 : 0); }
   void grow_loop(Connection* conn);
   ferry_staging_hooks hooks_{};
   std::vector<Area> areas_;
@@ -109,6 +120,7 @@ class Areas {
   bool stop_ = false;
   std::atomic<bool> any_grown_{false};
   std::atomic<int64_t> grow_quiet_until_{0};  // steady-clock ns: ferryd left the grower unanswered
+  std::function<void()> idle_;
 };
 
 }  // namespace ferry::client

@@ -170,12 +170,7 @@ int prepare(ferry_client* c, uint64_t, void* arg) {
   h.ctx = ctx;
   h.attach = attach_area;
   h.detach = detach_area;
-  if (int e = ferry_set_staging_hooks(c, &h); e != 0) return e;
-  // Made on libferry's thread while the program goes on: the first large
-  // upload behind a kernel finds it (registering 64 MiB takes longer than
-  // the copy).
-  if (const uint64_t ahead = Lanes::get().settings().ahead_bytes; ahead != 0) (void)ferry_staging_grow(c, ahead);
-  return 0;
+  return ferry_set_staging_hooks(c, &h);
 }
 
 // The lane goes (its copies all done): the segment's registration first.
@@ -298,7 +293,8 @@ std::atomic<CUcontext> ahead_contexts[kAheadContexts];
 void allocated() {
   if (inside != 0) return;
   Driver* d = driver();
-  if (!complete(d) || Lanes::get().settings().off) return;
+  const Settings& settings = Lanes::get().settings();
+  if (!complete(d) || settings.off || settings.ahead_bytes == 0) return;
   CUcontext ctx = nullptr;
   if (d->ctx_current(&ctx) != kCudaSuccess || ctx == nullptr) return;
   for (auto& slot : ahead_contexts) {
@@ -309,15 +305,23 @@ void allocated() {
       continue;
     }
     // A lane bound to no stream (queue 0: no CUDA stream is named so), which
-    // the context's first copy takes on as an idle lane, prepared already.
-    std::thread([ctx] {
-      Inside guard;
-      int why = 0;
-      Lanes& lanes = Lanes::get();
-      if (ferry_client* c = lanes.acquire(0, reinterpret_cast<uint64_t>(ctx), 0, prepare, unprepare, ctx, &why,
-                                          Lanes::kConnectWaitUnsafe))
-        lanes.done(c, 0);
-    }).detach();
+    // the context's first copy takes on as an idle lane, prepared already,
+    // with an area made ahead on libferry's thread (registering 64 MiB takes
+    // longer than the copy it is for).
+    try {
+      std::thread([ctx, bytes = settings.ahead_bytes] {
+        Inside guard;
+        int why = 0;
+        Lanes& lanes = Lanes::get();
+        if (ferry_client* c = lanes.acquire(0, reinterpret_cast<uint64_t>(ctx), 0, prepare, unprepare, ctx, &why,
+                                            Lanes::kConnectWaitUnsafe)) {
+          (void)ferry_staging_grow(c, bytes);
+          lanes.done(c, 0);
+        }
+      }).detach();
+    } catch (...) {
+      // No thread to be had: the first copy readies its lane itself.
+    }
     return;
   }
 }

@@ -43,7 +43,7 @@ const char kUsage[] =
     "                    (default 268435456; 0: such copies go to the driver)\n"
     "  --ahead-bytes N   pinned staging made ahead for each CUDA context once the program\n"
     "                    allocates device memory, so that its first large upload finds it\n"
-    "                    (default 67108864; 0: none, staging is made as uploads need it)\n"
+    "                    (default 67108864; 0: nothing is readied ahead)\n"
     "  --report FILE     each process appends one JSON line of its counts to FILE at exit\n"
     "  --stats           each process prints that line on stderr at exit\n"
     "  --off             load the interposers but stage nothing (for measuring their cost)\n"

@@ -23,7 +23,7 @@ struct Settings {
   uint64_t list_bytes = 256ull << 20;
   // A staging area of this many bytes is made ahead for each CUDA lane, in
   // the background, once the program allocates device memory in a context
-  // (FERRY_RUN_AHEAD_BYTES; 0: none): the first upload behind a kernel then
+  // (FERRY_RUN_AHEAD_BYTES; 0: nothing readied ahead, the lane neither): the first upload behind a kernel then
   // finds its staging ready. Larger uploads grow theirs in the background
   // too, while the driver (or the lane's staging ring) takes the first.
   uint64_t ahead_bytes = 64ull << 20;

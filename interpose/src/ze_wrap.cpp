@@ -440,6 +440,12 @@ ze_result_t append_copy_region(ze_command_list_handle_t list, void* dst, const z
     return RegionCall::append(&call, nullptr);
   }
   const RegionCopy& rows = call.rows;
+  // Rows far apart would stage mostly gaps: more than twice the rows' bytes
+  // and a MiB is the driver's.
+  if (const uint64_t payload = rows.width * rows.height * rows.depth; rows.span > 2 * payload + (1u << 20)) {
+    lanes.passed(FERRY_PASS_UNSUPPORTED, payload);
+    return RegionCall::append(&call, nullptr);
+  }
   const char* from = static_cast<const char*>(src) + rows.start;
   if (small(rows.span, lanes.settings().ze_min_bytes)) {
     lanes.passed(FERRY_PASS_SMALL, rows.span);
@@ -453,7 +459,8 @@ ze_result_t append_copy_region(ze_command_list_handle_t list, void* dst, const z
   ZeCopy z{list, static_cast<char*>(dst), rows.span, signal, waits, wait_events, drv};
   z.region = &rows;
   if (append_staged(list, drv, facts, from, &z)) return ZE_RESULT_SUCCESS;
-  if (z.refused != ZE_RESULT_SUCCESS && z.appended == 0) return z.refused;
+  // Not staged, or a copy of its rows refused (others may be on the list):
+  // the driver's whole copy after it, and the driver's answer.
   return RegionCall::append(&call, nullptr);
 }
 

@@ -474,7 +474,9 @@ int ferry_upload_direct(ferry_client *c, const void *src, uint64_t bytes, const 
  * from the segment (ferry_cu_register, ferry_ze_import): the hooks do that.
  * attach() is called on the thread of the upload that first uses an area,
  * before any copy from it is appended (for an area made ahead, on a thread
- * of libferry's: ferry_staging_grow); detach() once no queue copies from it
+ * of libferry's, while the program's threads go on: ferry_staging_grow; the
+ * hooks must take no lock the program holds around ferry calls, and
+ * ferry_set_staging_hooks waits for an attach under way); detach() once no queue copies from it
  * any more, before it is unmapped, on the thread of a later ferry call (or
  * ferry_disconnect). 0 or a negative errno from attach: that area is not
  * used (and given back). Without hooks (the default) no area is taken and
@@ -500,10 +502,14 @@ int ferry_set_staging_hooks(ferry_client *c, const ferry_staging_hooks *hooks);
  * attach) on a thread of libferry's, and the call returns at once. The area
  * is then kept and given back as any other. Nothing is made when a free
  * area already holds `bytes` or one being made does. 0 (asked for, or not
- * needed), -EINVAL for 0 bytes, -ENOTSUP without staging hooks, -EAGAIN
- * when the client holds as many areas as it may and none is free, or
- * ferryd left the last ask unanswered (asked again after a few seconds).
- * Whether ferryd granted it shows only in the uploads that use it. */
+ * needed), -EINVAL for 0 bytes or more than 2^48, -ENOTSUP without staging
+ * hooks, -EAGAIN when the client holds as many areas as it may and none is
+ * free, or ferryd left the last ask unanswered (asked again after a few
+ * seconds), and the connection's error once ferryd is gone
+ * (ferry_connection_error). Whether ferryd granted it shows only in the
+ * uploads that use it. That thread also gives back, about every ten
+ * seconds, areas left unused for as long, so a client that stopped
+ * uploading keeps none. */
 int ferry_staging_grow(ferry_client *c, uint64_t bytes);
 
 /* ---------------------------------------------------------------- programs that stand in
